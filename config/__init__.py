@@ -1,0 +1,47 @@
+"""Configuration: the msgspec schema and the default ``braid.yaml``."""
+
+from .loader import DEFAULT_CONFIG_PATH, ConfigError, config_path, load_config, parse_config
+from .schema import (
+    NAME_PATTERN,
+    SOURCE_NAMES,
+    ApiKey,
+    AuthConfig,
+    BraidConfig,
+    EmbeddingConfig,
+    GraphConfig,
+    LimitsConfig,
+    PostgresConfig,
+    RrfConfig,
+    ServerConfig,
+    SourceConfig,
+    SourcesConfig,
+    SyncConfig,
+    TierConfig,
+    TypesenseConfig,
+    is_safe_name,
+)
+
+__all__ = [
+    "ApiKey",
+    "AuthConfig",
+    "BraidConfig",
+    "ConfigError",
+    "DEFAULT_CONFIG_PATH",
+    "EmbeddingConfig",
+    "GraphConfig",
+    "LimitsConfig",
+    "NAME_PATTERN",
+    "PostgresConfig",
+    "RrfConfig",
+    "SOURCE_NAMES",
+    "ServerConfig",
+    "SourceConfig",
+    "SourcesConfig",
+    "SyncConfig",
+    "TierConfig",
+    "TypesenseConfig",
+    "config_path",
+    "is_safe_name",
+    "load_config",
+    "parse_config",
+]

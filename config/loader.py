@@ -1,0 +1,49 @@
+"""Reading ``braid.yaml`` into a validated :class:`BraidConfig`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from .schema import BraidConfig
+
+__all__ = ["ConfigError", "DEFAULT_CONFIG_PATH", "config_path", "load_config", "parse_config"]
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "braid.yaml"
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, not YAML, or fails validation."""
+
+
+def config_path() -> Path:
+    """The file in force: ``$BRAID_CONFIG`` if set, else the shipped default."""
+    env = os.environ.get("BRAID_CONFIG")
+    return Path(env).expanduser() if env else DEFAULT_CONFIG_PATH
+
+
+def parse_config(text: str, *, source: str = "<string>") -> BraidConfig:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    try:
+        return msgspec.convert(raw, BraidConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def load_config(path: Path | str | None = None) -> BraidConfig:
+    file = Path(path) if path is not None else config_path()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror}") from None
+    return parse_config(text, source=str(file))

@@ -1,0 +1,218 @@
+"""The configuration schema: frozen msgspec Structs decoded from YAML.
+
+Keys are camelCase in YAML (``searchTopK``, ``rrf.vectorWeight``) and
+snake_case in Python. Unknown keys are refused, and every error names the
+path of the bad key, e.g. ``Expected `int` >= 1 - at `$.rrf.k```.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "ApiKey",
+    "AuthConfig",
+    "BraidConfig",
+    "EmbeddingConfig",
+    "GraphConfig",
+    "LimitsConfig",
+    "PostgresConfig",
+    "RrfConfig",
+    "ServerConfig",
+    "SourceConfig",
+    "SourcesConfig",
+    "SyncConfig",
+    "TierConfig",
+    "TypesenseConfig",
+    "NAME_PATTERN",
+]
+
+#: Tier names, tenant names and collection names share this shape: they end up
+#: in SQL identifiers and Typesense filters, so nothing exotic is allowed.
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,62}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
+Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
+
+
+class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    pass
+
+
+class RrfConfig(_Base):
+    k: Annotated[int, Meta(ge=1, le=10_000)] = 60
+    vector_weight: Unit = 0.7
+    weights: dict[str, Annotated[float, Meta(ge=0.0, le=100.0)]] = msgspec.field(
+        default_factory=lambda: {"typesense": 1.0, "pgvector": 1.0, "graph": 1.0}
+    )
+
+
+class SourceConfig(_Base):
+    enabled: bool = True
+    deadline_ms: DeadlineMs = 1000
+    candidates: Annotated[int, Meta(ge=1, le=1000)] = 50
+
+
+class SourcesConfig(_Base):
+    typesense: SourceConfig = SourceConfig()
+    pgvector: SourceConfig = SourceConfig()
+    graph: SourceConfig = SourceConfig()
+
+
+class TierConfig(_Base):
+    holds: Literal["memories", "entities"] = "memories"
+    m: Annotated[int, Meta(ge=2, le=100)] = 16
+    ef_construction: Annotated[int, Meta(ge=4, le=1000)] = 64
+    ef_search: Annotated[int, Meta(ge=1, le=1000)] = 64
+
+    def __post_init__(self) -> None:
+        if self.ef_construction < 2 * self.m:
+            raise ValueError(
+                f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})"
+            )
+
+
+def _default_tiers() -> dict[str, TierConfig]:
+    return {
+        "session": TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32),
+        "entities": TierConfig(holds="entities", m=24, ef_construction=128, ef_search=128),
+        "rag": TierConfig(holds="memories", m=16, ef_construction=64, ef_search=64),
+    }
+
+
+class GraphConfig(_Base):
+    max_hops: Annotated[int, Meta(ge=0, le=5)] = 2
+    seed_limit: Annotated[int, Meta(ge=0, le=100)] = 5
+    seed_min_similarity: Annotated[float, Meta(ge=-1.0, le=1.0)] = 0.3
+    damping: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.85
+    max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
+
+
+class EmbeddingConfig(_Base):
+    model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
+    dim: Annotated[int, Meta(ge=1, le=4096)] = 384
+    cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
+
+
+class PostgresConfig(_Base):
+    #: ``None`` starts the embedded Postgres under ``$BRAID_HOME/postgres``.
+    dsn: str | None = None
+    pool_min: Annotated[int, Meta(ge=1, le=100)] = 2
+    pool_max: Annotated[int, Meta(ge=1, le=200)] = 10
+
+    def __post_init__(self) -> None:
+        if self.pool_max < self.pool_min:
+            raise ValueError(f"poolMax ({self.pool_max}) must be >= poolMin ({self.pool_min})")
+
+
+class TypesenseConfig(_Base):
+    #: Node URLs such as ``http://10.0.0.5:8108``; empty starts the embedded server.
+    nodes: list[str] = msgspec.field(default_factory=list)
+    api_key: str | None = None
+    collection: Name = "braid_memories"
+    timeout_ms: DeadlineMs = 2000
+
+
+class SyncConfig(_Base):
+    batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 256
+    max_retry_ms: Annotated[int, Meta(ge=10, le=600_000)] = 2000
+
+
+class ServerConfig(_Base):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Meta(ge=0, le=65535)] = 8080
+    max_body_bytes: Annotated[int, Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
+
+
+class LimitsConfig(_Base):
+    max_top_k: Annotated[int, Meta(ge=1, le=10_000)] = 100
+    max_budget_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 65536
+    max_batch: Annotated[int, Meta(ge=1, le=100_000)] = 512
+    max_content_chars: Annotated[int, Meta(ge=1, le=10_000_000)] = 32768
+
+
+class ApiKey(_Base):
+    """One key: either ``key`` in clear or ``sha256`` (hex digest of the key)."""
+
+    tenant: Name
+    role: Literal["agent", "admin"] = "agent"
+    key: str | None = None
+    sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.key is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of `key` or `sha256`")
+        if self.key is not None and len(self.key) < 16:
+            raise ValueError("`key` must be at least 16 characters")
+
+
+class AuthConfig(_Base):
+    default_tenant: Name = "default"
+    keys: list[ApiKey] = msgspec.field(default_factory=list)
+
+
+class BraidConfig(_Base):
+    search_top_k: PositiveInt = 10
+    context_budget_tokens: PositiveInt = 8192
+    min_confidence: Unit = 0.5
+    tokenizer: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
+    rrf: RrfConfig = RrfConfig()
+    sources: SourcesConfig = SourcesConfig()
+    tiers: dict[Name, TierConfig] = msgspec.field(default_factory=_default_tiers)
+    graph: GraphConfig = GraphConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    postgres: PostgresConfig = PostgresConfig()
+    typesense: TypesenseConfig = TypesenseConfig()
+    sync: SyncConfig = SyncConfig()
+    server: ServerConfig = ServerConfig()
+    limits: LimitsConfig = LimitsConfig()
+    auth: AuthConfig = AuthConfig()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.rrf.weights) - set(SOURCE_NAMES)
+        if unknown:
+            raise ValueError(
+                f"rrf.weights names unknown source(s) {sorted(unknown)}; known: {list(SOURCE_NAMES)}"
+            )
+        holds = [t.holds for t in self.tiers.values()]
+        if holds.count("entities") != 1:
+            raise ValueError("tiers: exactly one tier must hold `entities`")
+        if "memories" not in holds:
+            raise ValueError("tiers: at least one tier must hold `memories`")
+        if self.search_top_k > self.limits.max_top_k:
+            raise ValueError(
+                f"searchTopK ({self.search_top_k}) exceeds limits.maxTopK ({self.limits.max_top_k})"
+            )
+        if self.context_budget_tokens > self.limits.max_budget_tokens:
+            raise ValueError(
+                f"contextBudgetTokens ({self.context_budget_tokens}) exceeds "
+                f"limits.maxBudgetTokens ({self.limits.max_budget_tokens})"
+            )
+
+    # Derived views, used across the code base.
+
+    @property
+    def memory_tiers(self) -> list[str]:
+        return [name for name, tier in self.tiers.items() if tier.holds == "memories"]
+
+    @property
+    def entity_tier(self) -> str:
+        return next(name for name, tier in self.tiers.items() if tier.holds == "entities")
+
+    def source_weight(self, source: str) -> float:
+        return self.rrf.weights.get(source, 1.0)
+
+
+#: The three search sources, in the order they are reported.
+SOURCE_NAMES: tuple[str, ...] = ("typesense", "pgvector", "graph")
+
+
+def is_safe_name(value: str) -> bool:
+    return _NAME_RE.match(value) is not None

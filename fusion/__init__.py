@@ -1,0 +1,1 @@
+"""Pure ranking and formatting: no I/O."""

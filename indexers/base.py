@@ -1,0 +1,110 @@
+"""The shared search interface every backend implements, and the error tree.
+
+A source takes a :class:`SearchQuery` (always tenant-scoped) and returns a
+ranked list of :class:`Hit`, best first. Fusion works on the hits' ids; the
+hits carry what the memory block needs so nothing is fetched twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+__all__ = [
+    "BackendError",
+    "Filters",
+    "Hit",
+    "MemoryRecord",
+    "SearchQuery",
+    "Source",
+    "SourceUnavailable",
+]
+
+
+class Filters(msgspec.Struct, frozen=True):
+    """Restrictions a recall puts on the memories it may return.
+
+    Every field is optional; ``None`` means no restriction. ``tags`` matches a
+    memory that has any of the given tags. ``tiers`` holds memory tier names.
+    """
+
+    session_id: str | None = None
+    tags: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+    tiers: tuple[str, ...] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class SearchQuery(msgspec.Struct, frozen=True):
+    """One search, as every source receives it."""
+
+    tenant: str
+    text: str
+    #: The query embedding (L2-normalised), or ``None`` if no vector is known.
+    vector: tuple[float, ...] | None
+    #: How many hits the source should return at most.
+    limit: int
+    filters: Filters = Filters()
+    #: Memories below this stored confidence are not returned.
+    min_confidence: float = 0.0
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """One ranked result. ``score`` is the source's own, higher is better."""
+
+    id: str
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    confidence: float
+    score: float
+    #: ``"memory"`` for a stored memory, ``"fact"`` for a graph relation
+    #: rendered as a sentence (its id starts with ``rel:``).
+    type: str = "memory"
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A search backend. Nothing outside the registry branches on its name."""
+
+    name: str
+
+    async def search(self, query: SearchQuery) -> list[Hit]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class BackendError(Exception):
+    """Base of every error raised by a backend adapter."""
+
+
+class SourceUnavailable(BackendError):
+    """A backend could not be reached or answered with an error."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source} unavailable: {reason}")
+        self.source = source
+        self.reason = reason
+
+
+class MemoryRecord(msgspec.Struct, frozen=True):
+    """A memory as stored in Postgres, the shape derived indexes are fed."""
+
+    id: str
+    tenant: str
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    confidence: float = 1.0
+    importance: float | None = None
+    session_id: str | None = None
+    tags: tuple[str, ...] = ()
+    #: L2-normalised embedding; ``None`` only for a record that has none yet.
+    embedding: tuple[float, ...] | None = None
+    #: The model that produced ``embedding`` (e.g. ``all-MiniLM-L6-v2``).
+    model: str | None = None
