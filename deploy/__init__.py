@@ -1,0 +1,1 @@
+"""How Braid runs: the embedded stack launcher, Docker and Kubernetes files."""

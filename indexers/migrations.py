@@ -1,0 +1,174 @@
+"""Versioned, idempotent schema migrations for the Postgres source of truth.
+
+Each migration runs once, in its own transaction, under an advisory lock so
+several service processes starting together do not race. The embedding
+dimension is fixed when the schema is first created and checked afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["MIGRATIONS", "SchemaMismatch", "migrate"]
+
+_LOCK_KEY = 0x42524149  # "BRAI"
+
+
+class SchemaMismatch(Exception):
+    """The database was created with settings this config cannot use."""
+
+
+def _v1(dim: int) -> list[sql.Composable]:
+    d = sql.Literal(dim)
+    return [
+        sql.SQL("CREATE EXTENSION IF NOT EXISTS vector"),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS braid_meta (key text PRIMARY KEY, value text NOT NULL)"
+        ),
+        sql.SQL(
+            """
+            CREATE TABLE memories (
+                tenant      text        NOT NULL,
+                id          text        NOT NULL,
+                content     text        NOT NULL,
+                kind        text        NOT NULL,
+                tier        text        NOT NULL,
+                session_id  text,
+                tags        text[]      NOT NULL DEFAULT '{{}}',
+                importance  real,
+                confidence  real        NOT NULL DEFAULT 1.0,
+                metadata    jsonb       NOT NULL DEFAULT '{{}}',
+                created_at  timestamptz NOT NULL,
+                updated_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+                embedding   vector({d}) NOT NULL,
+                model       text        NOT NULL,
+                PRIMARY KEY (tenant, id)
+            )
+            """
+        ).format(d=d),
+        sql.SQL("CREATE INDEX memories_tenant_created ON memories (tenant, created_at)"),
+        sql.SQL("CREATE INDEX memories_tenant_session ON memories (tenant, session_id)"),
+        sql.SQL("CREATE INDEX memories_tags ON memories USING gin (tags)"),
+        sql.SQL(
+            """
+            CREATE TABLE entities (
+                id          bigserial   PRIMARY KEY,
+                tenant      text        NOT NULL,
+                name        text        NOT NULL,
+                name_norm   text        NOT NULL,
+                type        text,
+                summary     text,
+                embedding   vector({d}) NOT NULL,
+                model       text        NOT NULL,
+                created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+                updated_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+                UNIQUE (tenant, name_norm)
+            )
+            """
+        ).format(d=d),
+        sql.SQL(
+            """
+            CREATE TABLE relations (
+                id          bigserial   PRIMARY KEY,
+                tenant      text        NOT NULL,
+                source_id   bigint      NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+                relation    text        NOT NULL,
+                target_id   bigint      NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+                weight      real        NOT NULL DEFAULT 1.0,
+                valid_from  timestamptz,
+                valid_to    timestamptz,
+                created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+            )
+            """
+        ),
+        sql.SQL(
+            "CREATE UNIQUE INDEX relations_identity ON relations "
+            "(tenant, source_id, relation, target_id, coalesce(valid_from, '-infinity'))"
+        ),
+        sql.SQL("CREATE INDEX relations_source ON relations (tenant, source_id)"),
+        sql.SQL("CREATE INDEX relations_target ON relations (tenant, target_id)"),
+        sql.SQL(
+            """
+            CREATE TABLE mentions (
+                tenant      text   NOT NULL,
+                memory_id   text   NOT NULL,
+                entity_id   bigint NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+                PRIMARY KEY (tenant, memory_id, entity_id),
+                FOREIGN KEY (tenant, memory_id) REFERENCES memories (tenant, id) ON DELETE CASCADE
+            )
+            """
+        ),
+        sql.SQL("CREATE INDEX mentions_entity ON mentions (tenant, entity_id)"),
+        sql.SQL(
+            """
+            CREATE TABLE outbox (
+                id           bigserial   PRIMARY KEY,
+                tenant       text        NOT NULL,
+                memory_id    text        NOT NULL,
+                op           text        NOT NULL CHECK (op IN ('upsert', 'delete')),
+                created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+                processed_at timestamptz,
+                attempts     int         NOT NULL DEFAULT 0,
+                last_error   text
+            )
+            """
+        ),
+        sql.SQL("CREATE INDEX outbox_pending ON outbox (id) WHERE processed_at IS NULL"),
+        sql.SQL("CREATE INDEX outbox_created ON outbox (created_at)"),
+        sql.SQL(
+            """
+            CREATE TABLE reindex_jobs (
+                id          text        PRIMARY KEY,
+                target      text        NOT NULL,
+                tier        text,
+                status      text        NOT NULL,
+                progress    jsonb       NOT NULL DEFAULT '{}',
+                error       text,
+                created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+                finished_at timestamptz
+            )
+            """
+        ),
+        sql.SQL("INSERT INTO braid_meta (key, value) VALUES ('embedding_dim', {d})").format(
+            d=sql.Literal(str(dim))
+        ),
+    ]
+
+
+#: version -> builder of its statements, given the embedding dimension.
+MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1}
+
+
+async def migrate(conn: psycopg.AsyncConnection, *, dim: int) -> list[int]:
+    """Apply pending migrations; return the versions applied (empty if none)."""
+    applied: list[int] = []
+    await conn.set_autocommit(True)
+    await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS braid_migrations ("
+            " version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT version FROM braid_migrations")
+        done = {row[0] for row in await cur.fetchall()}
+        for version in sorted(MIGRATIONS):
+            if version in done:
+                continue
+            async with conn.transaction():
+                for statement in MIGRATIONS[version](dim):
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO braid_migrations (version) VALUES (%s)", (version,))
+            applied.append(version)
+        cur = await conn.execute("SELECT value FROM braid_meta WHERE key = 'embedding_dim'")
+        row = await cur.fetchone()
+        if row is not None and int(row[0]) != dim:
+            raise SchemaMismatch(
+                f"the database stores {row[0]}-d embeddings but embedding.dim is {dim}; "
+                "use a new database or the matching model"
+            )
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+    return applied

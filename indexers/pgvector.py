@@ -1,0 +1,201 @@
+"""pgvector: one HNSW collection per tier, each with its own m / ef settings.
+
+Memory tiers are partial HNSW indexes on ``memories`` (``WHERE tier = '<t>'``),
+the entity tier is the HNSW index on ``entities``. A search sets
+``hnsw.ef_search`` from the tier's config for that query only, and turns on
+pgvector 0.8's iterative index scan so that a selective filter (tenant,
+session, tags, time) still returns ``limit`` rows when enough rows match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timezone
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from config import BraidConfig, TierConfig, is_safe_name
+
+from .base import Hit, SearchQuery, SourceUnavailable
+from .postgres import filter_clause
+
+__all__ = [
+    "PgvectorSource",
+    "ensure_indexes",
+    "index_name",
+    "index_params",
+    "rebuild_index",
+    "set_search_params",
+]
+
+# Rows an iterative scan may visit before it gives up (pgvector's default is 20000).
+MAX_SCAN_TUPLES = 40000
+
+
+def index_name(tier: str, cfg: BraidConfig) -> str:
+    if not is_safe_name(tier):
+        raise ValueError(f"invalid tier name {tier!r}")
+    if tier == cfg.entity_tier:
+        return "entities_hnsw"
+    return f"memories_hnsw_{tier}".replace("-", "_")
+
+
+def _index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
+    t: TierConfig = cfg.tiers[tier]
+    conc = "CONCURRENTLY " if concurrently else ""
+    with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
+    if tier == cfg.entity_tier:
+        return f"CREATE INDEX {conc}IF NOT EXISTS {name} ON entities USING hnsw (embedding vector_cosine_ops) {with_}"
+    return (
+        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories "
+        f"USING hnsw (embedding vector_cosine_ops) {with_} WHERE tier = '{tier}'"
+    )
+
+
+async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[str]:
+    """Create each tier's HNSW index if it is missing; return the ones created."""
+    created = []
+    async with pool.connection() as conn:
+        for tier in cfg.tiers:
+            name = index_name(tier, cfg)
+            cur = await conn.execute("SELECT to_regclass(%s)", (name,))
+            row = await cur.fetchone()
+            if row is not None and row[0] is not None:
+                continue
+            await conn.execute("SET maintenance_work_mem = '1GB'")
+            await conn.execute(_index_ddl(tier, cfg, name, concurrently=False))
+            created.append(name)
+    return created
+
+
+async def index_params(pool: AsyncConnectionPool, name: str) -> dict[str, int]:
+    """The m / ef_construction an existing index was built with."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT c.reloptions FROM pg_class c WHERE c.relname = %s", (name,)
+        )
+        row = await cur.fetchone()
+    if row is None:
+        raise LookupError(f"no index {name}")
+    out = {}
+    for opt in row[0] or []:
+        key, _, value = opt.partition("=")
+        out[key] = int(value)
+    return out
+
+
+async def rebuild_index(
+    pool: AsyncConnectionPool,
+    cfg: BraidConfig,
+    tier: str,
+    progress: Callable[[dict[str, object]], None] | None = None,
+) -> None:
+    """Rebuild a tier's index with its current m / ef_construction, online.
+
+    The new index is built CONCURRENTLY beside the old one, which keeps
+    serving searches; then the old one is dropped and the new one renamed.
+    """
+    name = index_name(tier, cfg)
+    tmp = f"{name}_rebuild"
+    async with pool.connection() as conn:
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {tmp}")
+        await conn.execute("SET maintenance_work_mem = '1GB'")
+        if progress is not None:
+            progress({"tier": tier, "phase": "building", "index": name})
+        await conn.execute(_index_ddl(tier, cfg, tmp, concurrently=True))
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        await conn.execute(f"ALTER INDEX {tmp} RENAME TO {name}")
+        if progress is not None:
+            progress({"tier": tier, "phase": "done", "index": name})
+
+
+async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
+    """Per-transaction HNSW settings for one search."""
+    await conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true),"
+        " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('hnsw.max_scan_tuples', %s, true)",
+        (str(int(ef_search)), str(MAX_SCAN_TUPLES)),
+    )
+
+
+class PgvectorSource:
+    """Nearest memories by cosine distance, over every memory tier allowed."""
+
+    name = "pgvector"
+
+    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
+        self._pool = pool
+        self._get_config = get_config
+
+    async def aclose(self) -> None:
+        return None
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        if query.vector is None:
+            return []
+        cfg = self._get_config()
+        tiers = [
+            t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers
+        ]
+        limit = max(query.limit, 1)
+        vec = np.asarray(query.vector, dtype=np.float32)
+        rows: list[dict[str, object]] = []
+        try:
+            async with self._pool.connection() as conn:
+                for tier in tiers:
+                    rows.extend(await self._search_tier(conn, cfg, tier, query, vec, limit))
+        except psycopg.Error as exc:
+            raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
+        rows.sort(key=lambda r: (r["distance"], r["id"]))  # type: ignore[arg-type]
+        return [
+            Hit(
+                id=str(r["id"]),
+                content=str(r["content"]),
+                kind=str(r["kind"]),
+                tier=str(r["tier"]),
+                created_at=r["created_at"].astimezone(timezone.utc),  # type: ignore[attr-defined]
+                confidence=float(r["confidence"]),  # type: ignore[arg-type]
+                score=1.0 - float(r["distance"]),  # type: ignore[arg-type]
+            )
+            for r in rows[:limit]
+        ]
+
+    async def _search_tier(
+        self,
+        conn: psycopg.AsyncConnection,
+        cfg: BraidConfig,
+        tier: str,
+        query: SearchQuery,
+        vec: np.ndarray,
+        limit: int,
+    ) -> list[dict[str, object]]:
+        where, params = filter_clause(
+            query.filters,
+            min_confidence=query.min_confidence,
+            memory_tiers=cfg.memory_tiers,
+            tier=tier,
+        )
+        params.update({"tenant": query.tenant, "vec": vec, "limit": limit})
+        # The inner query walks the tier's HNSW index; relaxed_order may return
+        # rows slightly out of order, so the outer query sorts them again.
+        statement = f"""
+            WITH nearest AS MATERIALIZED (
+                SELECT m.id, m.content, m.kind, m.tier, m.created_at, m.confidence,
+                       m.embedding <=> %(vec)s AS distance
+                FROM memories m
+                WHERE m.tenant = %(tenant)s AND {where}
+                ORDER BY m.embedding <=> %(vec)s
+                LIMIT %(limit)s
+            )
+            SELECT * FROM nearest ORDER BY distance
+        """
+        async with conn.transaction():
+            await set_search_params(conn, cfg.tiers[tier].ef_search)
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(statement, params)
+                return list(await cur.fetchall())
+

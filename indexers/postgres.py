@@ -1,0 +1,411 @@
+"""Postgres, the source of truth: connection pool, migrations, and every write.
+
+A write is one transaction: the memory rows, their entity links, and an
+outbox row per changed memory. Derived indexes (Typesense) are fed from the
+outbox by :mod:`indexers.sync`, so nothing acknowledged can be lost to a
+Typesense outage. ``NOTIFY braid_outbox`` wakes the sync worker on commit.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from config.schema import is_safe_name
+
+from .base import Filters, MemoryRecord, SourceUnavailable
+from .migrations import migrate
+
+__all__ = [
+    "EntityInput",
+    "MemoryInput",
+    "PostgresStore",
+    "RECORD_COLUMNS",
+    "RelationInput",
+    "filter_clause",
+    "name_candidates",
+    "normalize_name",
+    "record_from_row",
+    "open_pool",
+]
+
+NOTIFY_CHANNEL = "braid_outbox"
+
+
+def normalize_name(name: str) -> str:
+    """Entity names are unique per tenant, case- and space-insensitively."""
+    return " ".join(name.split()).casefold()
+
+
+class MemoryInput(msgspec.Struct, frozen=True):
+    """A validated memory to write; ``embedding`` is always filled in."""
+
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    embedding: tuple[float, ...]
+    model: str
+    id: str | None = None
+    session_id: str | None = None
+    tags: tuple[str, ...] = ()
+    importance: float | None = None
+    confidence: float = 1.0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    entities: tuple[str, ...] = ()
+
+
+class EntityInput(msgspec.Struct, frozen=True):
+    name: str
+    embedding: tuple[float, ...]
+    model: str
+    type: str | None = None
+    summary: str | None = None
+
+
+class RelationInput(msgspec.Struct, frozen=True):
+    source: str
+    relation: str
+    target: str
+    weight: float = 1.0
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    await register_vector_async(conn)
+
+
+async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """Migrate the schema, then open a pool whose connections know `vector`."""
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await migrate(conn, dim=dim)
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable("postgres", str(exc).strip()) from exc
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        configure=_configure,
+        kwargs={"autocommit": True},
+        name="braid",
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool
+
+
+def _vec(values: Sequence[float]) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def name_candidates(text: str, *, max_words: int = 4) -> list[str]:
+    """Normalised 1..max_words-grams of ``text``: the names it could mention."""
+    words = [w.casefold() for w in _WORD_RE.findall(text)]
+    grams = {
+        " ".join(words[i : i + n])
+        for n in range(1, max_words + 1)
+        for i in range(len(words) - n + 1)
+    }
+    return sorted(grams)
+
+
+class PostgresStore:
+    """Write side of the source of truth, and the reads derived indexes need."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+
+    async def ping(self) -> bool:
+        try:
+            async with self.pool.connection(timeout=2) as conn:
+                await conn.execute("SELECT 1")
+            return True
+        except Exception:  # any failure means "not up"; the reason is logged by the caller
+            return False
+
+    # --- memories -----------------------------------------------------------
+
+    async def existing_entities(self, tenant: str, names: Sequence[str]) -> set[str]:
+        """The normalised names among ``names`` that already exist."""
+        if not names:
+            return set()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT name_norm FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
+                (tenant, [normalize_name(n) for n in names]),
+            )
+            return {row[0] for row in await cur.fetchall()}
+
+    async def write_memories(
+        self,
+        tenant: str,
+        memories: Sequence[MemoryInput],
+        new_entities: Sequence[EntityInput] = (),
+    ) -> list[str]:
+        """Upsert memories, their mentions and outbox rows in one transaction.
+
+        ``new_entities`` are entities named by the memories that do not exist
+        yet, with their embeddings computed by the caller.
+        """
+        ids = [m.id or str(uuid.uuid4()) for m in memories]
+        async with self.pool.connection() as conn, conn.transaction():
+            if new_entities:
+                await self._upsert_entities(conn, tenant, new_entities, overwrite=False)
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """
+                    INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
+                        importance, confidence, metadata, created_at, embedding, model)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    ON CONFLICT (tenant, id) DO UPDATE SET
+                        content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
+                        session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
+                        importance = EXCLUDED.importance, confidence = EXCLUDED.confidence,
+                        metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
+                        embedding = EXCLUDED.embedding, model = EXCLUDED.model,
+                        updated_at = clock_timestamp()
+                    """,
+                    [
+                        (
+                            tenant, mid, m.content, m.kind, m.tier, m.session_id, list(m.tags),
+                            m.importance, m.confidence, Jsonb(m.metadata), m.created_at,
+                            _vec(m.embedding), m.model,
+                        )
+                        for mid, m in zip(ids, memories, strict=True)
+                    ],
+                )
+                # Mentions: the names given explicitly plus known entity names in the text.
+                await cur.execute(
+                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)", (tenant, ids)
+                )
+                links: list[tuple[str, str]] = []
+                for mid, m in zip(ids, memories, strict=True):
+                    names = {normalize_name(n) for n in m.entities}
+                    names.update(name_candidates(m.content))
+                    links.extend((mid, n) for n in names)
+                if links:
+                    await cur.execute(
+                        """
+                        INSERT INTO mentions (tenant, memory_id, entity_id)
+                        SELECT %(tenant)s, l.memory_id, e.id
+                        FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
+                        JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
+                        ON CONFLICT DO NOTHING
+                        """,
+                        {
+                            "tenant": tenant,
+                            "mids": [mid for mid, _ in links],
+                            "names": [n for _, n in links],
+                        },
+                    )
+                await cur.execute(
+                    """
+                    INSERT INTO outbox (tenant, memory_id, op)
+                    SELECT %s, unnest(%s::text[]), 'upsert'
+                    """,
+                    (tenant, ids),
+                )
+                await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        return ids
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id)
+            )
+            if cur.rowcount == 0:
+                return False
+            await conn.execute(
+                "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'delete')",
+                (tenant, memory_id),
+            )
+            await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        return True
+
+    async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
+        """Current rows for (tenant, id) pairs; missing ones are absent."""
+        if not keys:
+            return {}
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""
+                SELECT {_RECORD_COLUMNS}
+                FROM memories m
+                JOIN unnest(%s::text[], %s::text[]) AS k(tenant, id)
+                  ON m.tenant = k.tenant AND m.id = k.id
+                """,
+                ([t for t, _ in keys], [i for _, i in keys]),
+            )
+            rows = await cur.fetchall()
+        return {(r["tenant"], r["id"]): record_from_row(r) for r in rows}
+
+    # --- graph --------------------------------------------------------------
+
+    async def _upsert_entities(
+        self,
+        conn: psycopg.AsyncConnection,
+        tenant: str,
+        entities: Sequence[EntityInput],
+        *,
+        overwrite: bool,
+    ) -> None:
+        conflict = (
+            """DO UPDATE SET name = EXCLUDED.name,
+                   type = coalesce(EXCLUDED.type, entities.type),
+                   summary = coalesce(EXCLUDED.summary, entities.summary),
+                   embedding = EXCLUDED.embedding, model = EXCLUDED.model,
+                   updated_at = clock_timestamp()"""
+            if overwrite
+            else "DO NOTHING"
+        )
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                f"""
+                INSERT INTO entities (tenant, name, name_norm, type, summary, embedding, model)
+                VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (tenant, name_norm) {conflict}
+                """,
+                [
+                    (
+                        tenant, " ".join(e.name.split()), normalize_name(e.name), e.type,
+                        e.summary, _vec(e.embedding), e.model,
+                    )
+                    for e in entities
+                ],
+            )
+
+    async def write_graph(
+        self,
+        tenant: str,
+        entities: Sequence[EntityInput],
+        relations: Sequence[RelationInput],
+    ) -> dict[str, int]:
+        """Upsert entities, then relations between entities by name, in one transaction.
+
+        Every name a relation uses must be in ``entities`` or already exist;
+        the caller makes sure of that (it embeds the missing names).
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            if entities:
+                await self._upsert_entities(conn, tenant, entities, overwrite=True)
+            if relations:
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        """
+                        INSERT INTO relations (tenant, source_id, relation, target_id, weight,
+                                               valid_from, valid_to)
+                        SELECT %(tenant)s, s.id, %(relation)s, t.id, %(weight)s,
+                               %(valid_from)s, %(valid_to)s
+                        FROM entities s, entities t
+                        WHERE s.tenant = %(tenant)s AND s.name_norm = %(source)s
+                          AND t.tenant = %(tenant)s AND t.name_norm = %(target)s
+                        ON CONFLICT (tenant, source_id, relation, target_id,
+                                     coalesce(valid_from, '-infinity'))
+                        DO UPDATE SET weight = EXCLUDED.weight, valid_to = EXCLUDED.valid_to
+                        """,
+                        [
+                            {
+                                "tenant": tenant,
+                                "relation": r.relation,
+                                "weight": r.weight,
+                                "valid_from": r.valid_from,
+                                "valid_to": r.valid_to,
+                                "source": normalize_name(r.source),
+                                "target": normalize_name(r.target),
+                            }
+                            for r in relations
+                        ],
+                    )
+        return {"entities": len(entities), "relations": len(relations)}
+
+
+_RECORD_COLUMNS = (
+    "m.tenant, m.id, m.content, m.kind, m.tier, m.session_id, m.tags, m.importance, "
+    "m.confidence, m.created_at, m.embedding, m.model"
+)
+
+
+def record_from_row(row: dict[str, Any]) -> MemoryRecord:
+    emb = row["embedding"]
+    if hasattr(emb, "to_list"):  # pgvector.Vector from a binary-format fetch
+        emb = emb.to_list()
+    return MemoryRecord(
+        id=row["id"],
+        tenant=row["tenant"],
+        content=row["content"],
+        kind=row["kind"],
+        tier=row["tier"],
+        created_at=row["created_at"].astimezone(timezone.utc),
+        confidence=float(row["confidence"]),
+        importance=None if row["importance"] is None else float(row["importance"]),
+        session_id=row["session_id"],
+        tags=tuple(row["tags"] or ()),
+        embedding=None if emb is None else tuple(float(x) for x in emb),
+        model=row["model"],
+    )
+
+
+RECORD_COLUMNS = _RECORD_COLUMNS
+
+
+def filter_clause(
+    filters: Filters,
+    *,
+    min_confidence: float,
+    memory_tiers: Sequence[str],
+    alias: str = "m",
+    tier: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """SQL conditions (joined by AND, never empty) and their named parameters.
+
+    Only values travel as parameters; the SQL text is fixed, so no filter
+    value can change the query's shape. The tenant condition is the caller's.
+    With ``tier`` the condition names that one tier as a literal, so the
+    planner can use the tier's partial HNSW index (tier names are validated
+    identifiers, see ``config.NAME_PATTERN``).
+    """
+    a = alias
+    conds = [f"{a}.confidence >= %(f_min_conf)s"]
+    params: dict[str, Any] = {"f_min_conf": min_confidence}
+    if tier is not None:
+        if not is_safe_name(tier):
+            raise ValueError(f"invalid tier name {tier!r}")
+        conds.append(f"{a}.tier = '{tier}'")
+    else:
+        conds.append(f"{a}.tier = ANY(%(f_tiers)s)")
+        params["f_tiers"] = [t for t in memory_tiers if filters.tiers is None or t in filters.tiers]
+    if filters.session_id is not None:
+        conds.append(f"{a}.session_id = %(f_session)s")
+        params["f_session"] = filters.session_id
+    if filters.tags:
+        conds.append(f"{a}.tags && %(f_tags)s::text[]")
+        params["f_tags"] = list(filters.tags)
+    if filters.kinds:
+        conds.append(f"{a}.kind = ANY(%(f_kinds)s)")
+        params["f_kinds"] = list(filters.kinds)
+    if filters.created_after is not None:
+        conds.append(f"{a}.created_at >= %(f_after)s")
+        params["f_after"] = filters.created_after
+    if filters.created_before is not None:
+        conds.append(f"{a}.created_at <= %(f_before)s")
+        params["f_before"] = filters.created_before
+    return " AND ".join(conds), params

@@ -1,0 +1,177 @@
+"""Online reindex jobs: Typesense rebuilt from Postgres, pgvector HNSW rebuilt.
+
+Jobs live in the ``reindex_jobs`` table, so any service process can report
+them. While a job runs, recalls keep using the old index:
+
+* **Typesense**: a new collection is filled from a snapshot of Postgres,
+  then every memory touched since shortly before the snapshot (read from the
+  outbox, which keeps processed rows for an hour) is re-applied from its
+  current row, the alias is switched to the new collection, the replay is
+  repeated for writes that raced the switch, and the old collection is
+  dropped.
+* **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
+  tier's current m / ef_construction and swapped in.
+
+A job cut short by a crash is marked ``interrupted`` at the next start-up;
+the old index was never touched, and a new job can run.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .base import BackendError
+from .engine import ConfigHolder
+from .pgvector import rebuild_index
+from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
+from .sync import OutboxSync
+from .typesense import TypesenseIndex
+
+__all__ = ["ReindexJobs", "TARGETS"]
+
+log = logging.getLogger("braid.reindex")
+
+TARGETS = ("typesense", "pgvector", "all")
+BATCH = 500
+#: Replay window before the snapshot: covers writes whose transactions were
+#: open when the snapshot was taken.
+REPLAY_MARGIN = timedelta(seconds=60)
+
+
+class ReindexJobs:
+    def __init__(
+        self,
+        config: ConfigHolder,
+        store: PostgresStore,
+        index: TypesenseIndex,
+        sync: OutboxSync,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None],
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._index = index
+        self._sync = sync
+        self._spawn = spawn
+
+    async def mark_interrupted(self) -> int:
+        async with self._store.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE reindex_jobs SET status = 'interrupted', finished_at = clock_timestamp(),"
+                " error = 'the service stopped while the job ran'"
+                " WHERE status IN ('queued', 'running')"
+            )
+            return cur.rowcount
+
+    async def start(self, target: str, tier: str | None) -> str:
+        job_id = uuid.uuid4().hex
+        async with self._store.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
+                (job_id, target, tier),
+            )
+        self._spawn(lambda: self._run(job_id, target, tier))
+        return job_id
+
+    async def get(self, job_id: str) -> dict[str, Any] | None:
+        async with self._store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT id, target, tier, status, progress, error, created_at, finished_at"
+                " FROM reindex_jobs WHERE id = %s",
+                (job_id,),
+            )
+            return await cur.fetchone()
+
+    async def _set(self, job_id: str, **fields: Any) -> None:
+        sets = ", ".join(f"{k} = %({k})s" for k in fields)
+        if "progress" in fields:
+            fields["progress"] = Jsonb(fields["progress"])
+        fields["id"] = job_id
+        async with self._store.pool.connection() as conn:
+            await conn.execute(f"UPDATE reindex_jobs SET {sets} WHERE id = %(id)s", fields)
+
+    async def _run(self, job_id: str, target: str, tier: str | None) -> None:
+        progress: dict[str, Any] = {}
+
+        async def report(update: dict[str, Any]) -> None:
+            progress.update(update)
+            await self._set(job_id, progress=progress)
+
+        await self._set(job_id, status="running")
+        try:
+            if target in ("pgvector", "all"):
+                await self._pgvector(tier, report)
+            if target in ("typesense", "all"):
+                await self._typesense(report)
+        except (BackendError, OSError, Exception) as exc:  # job boundary: record, never crash the app
+            log.exception("reindex %s failed", job_id)
+            await self._set(
+                job_id, status="failed", error=str(exc) or type(exc).__name__
+            )
+            return
+        await self._set(job_id, status="done")
+        await self._finish(job_id)
+
+    async def _finish(self, job_id: str) -> None:
+        async with self._store.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE reindex_jobs SET finished_at = clock_timestamp() WHERE id = %s", (job_id,)
+            )
+
+    async def _pgvector(
+        self, tier: str | None, report: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> None:
+        cfg = self._config.current
+        tiers = [tier] if tier is not None else list(cfg.tiers)
+        for i, name in enumerate(tiers):
+            await report({"pgvector": {"tier": name, "done": i, "total": len(tiers)}})
+            await rebuild_index(self._store.pool, cfg, name)
+        await report({"pgvector": {"done": len(tiers), "total": len(tiers)}})
+
+    async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        pool = self._store.pool
+        new = await self._index.new_collection()
+        await report({"typesense": {"collection": new, "phase": "copying", "done": 0}})
+        done = 0
+        async with pool.connection() as conn:
+            await conn.set_autocommit(False)
+            try:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cur = await conn.execute("SELECT clock_timestamp(), count(*) FROM memories")
+                row = await cur.fetchone()
+                assert row is not None
+                snapshot_at, total = row
+                await report({"typesense": {"collection": new, "phase": "copying", "done": 0, "total": total}})
+                async with conn.cursor(name="braid_reindex", row_factory=dict_row) as named:
+                    named.itersize = BATCH
+                    await named.execute(f"SELECT {RECORD_COLUMNS} FROM memories m")
+                    while rows := await named.fetchmany(BATCH):
+                        await self._index.upsert([record_from_row(r) for r in rows], collection=new)
+                        done += len(rows)
+                        await report({"typesense": {"collection": new, "phase": "copying", "done": done, "total": total}})
+                await conn.commit()
+            finally:
+                await conn.set_autocommit(True)
+        since = snapshot_at - REPLAY_MARGIN
+        await report({"typesense": {"phase": "replaying"}})
+        await self._replay(since, new)
+        old = await self._index.switch_alias(new)
+        await self._replay(since, new)
+        if old is not None and old != new:
+            await self._index.drop_collection(old)
+        await report({"typesense": {"collection": new, "phase": "switched", "previous": old}})
+
+    async def _replay(self, since: Any, collection: str) -> None:
+        async with self._store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT DISTINCT tenant, memory_id FROM outbox WHERE created_at >= %s", (since,)
+            )
+            keys = [(t, m) for t, m in await cur.fetchall()]
+        for i in range(0, len(keys), BATCH):
+            await self._sync.apply(keys[i : i + BATCH], collection=collection)

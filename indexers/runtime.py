@@ -1,0 +1,127 @@
+"""Opening and closing everything the engine needs, in order.
+
+``open_runtime`` connects to Postgres (migrating its schema), makes sure the
+HNSW indexes and the Typesense collection exist, loads the embedding model,
+starts the outbox worker, and yields a :class:`Runtime`. On exit it stops
+the worker and closes every pool and client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+import msgspec
+
+from .base import SourceUnavailable
+from .embedding import Embedder, create_embedder
+from .engine import ConfigHolder, Engine
+from .graph import GraphSource
+from .pgvector import PgvectorSource, ensure_indexes
+from .postgres import PostgresStore, open_pool
+from .reindex import ReindexJobs
+from .sync import OutboxSync
+from .typesense import TypesenseClient, TypesenseIndex, TypesenseSource
+
+__all__ = ["Backends", "Runtime", "open_runtime"]
+
+log = logging.getLogger("braid")
+
+
+class Backends(msgspec.Struct, frozen=True):
+    """Where the stores are, once resolved (embedded or external)."""
+
+    postgres_dsn: str
+    typesense_nodes: tuple[str, ...]
+    typesense_api_key: str
+
+
+class Runtime(msgspec.Struct):
+    engine: Engine
+    store: PostgresStore
+    typesense: TypesenseClient
+    index: TypesenseIndex
+    sync: OutboxSync
+    jobs: ReindexJobs
+    embedder: Embedder
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: ConfigHolder,
+    backends: Backends,
+    *,
+    embedder: Embedder | None = None,
+    source_names: Sequence[str] = ("typesense", "pgvector", "graph"),
+) -> AsyncIterator[Runtime]:
+    cfg = config.current
+    if embedder is None:
+        model = create_embedder(cfg.embedding.model, cache_size=cfg.embedding.cache_size)
+        await anyio.to_thread.run_sync(model.load)
+        embedder = model
+    if embedder.dim != cfg.embedding.dim:
+        raise ValueError(f"embedding.dim is {cfg.embedding.dim} but {embedder.model} makes {embedder.dim}-d vectors")
+
+    pool = await open_pool(
+        backends.postgres_dsn,
+        dim=cfg.embedding.dim,
+        min_size=cfg.postgres.pool_min,
+        max_size=cfg.postgres.pool_max,
+    )
+    store = PostgresStore(pool)
+    client = TypesenseClient(
+        backends.typesense_nodes,
+        backends.typesense_api_key,
+        timeout=cfg.typesense.timeout_ms / 1000.0,
+    )
+    try:
+        created = await ensure_indexes(pool, cfg)
+        if created:
+            log.info("created HNSW indexes %s", created)
+        index = TypesenseIndex(client, cfg.typesense.collection, cfg.embedding.dim)
+        try:
+            await index.ensure()
+        except SourceUnavailable as exc:
+            # Postgres is the truth: Braid starts and serves without Typesense,
+            # and the outbox fills it in when it is back.
+            log.warning("Typesense not reachable at start-up: %s", exc)
+
+        factories: dict[str, Callable[[], object]] = {
+            "typesense": lambda: TypesenseSource(client, cfg.typesense.collection, config),
+            "pgvector": lambda: PgvectorSource(pool, config),
+            "graph": lambda: GraphSource(pool, config),
+        }
+        sources = {name: factories[name]() for name in source_names}
+        engine = Engine(config, store, sources, embedder)  # type: ignore[arg-type]
+        sync = OutboxSync(
+            store,
+            index,
+            dsn=backends.postgres_dsn,
+            batch_size=cfg.sync.batch_size,
+            max_retry_ms=cfg.sync.max_retry_ms,
+        )
+        async with anyio.create_task_group() as tg:
+
+            def spawn(job: Callable[[], Awaitable[None]]) -> None:
+                tg.start_soon(job)
+
+            jobs = ReindexJobs(config, store, index, sync, spawn)
+            await jobs.mark_interrupted()
+            tg.start_soon(sync.run)
+            try:
+                yield Runtime(
+                    engine=engine,
+                    store=store,
+                    typesense=client,
+                    index=index,
+                    sync=sync,
+                    jobs=jobs,
+                    embedder=embedder,
+                )
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        await client.aclose()
+        await pool.close()

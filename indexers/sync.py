@@ -1,0 +1,162 @@
+"""The outbox worker: keeps Typesense in step with Postgres.
+
+Every write leaves outbox rows in the same transaction as the memory. The
+worker claims pending rows (``FOR UPDATE SKIP LOCKED``, so several service
+processes can run it), reads the memories' *current* rows, upserts them into
+Typesense (or deletes the ones that are gone), and marks the rows processed
+in the same transaction. If Typesense is unreachable the transaction rolls
+back, the rows stay pending, and the worker retries with backoff: a write
+made during an outage is applied when Typesense returns.
+
+It wakes on ``NOTIFY braid_outbox`` (sent at commit), so a write is normally
+searchable in Typesense a few milliseconds after it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .base import BackendError, MemoryRecord, SourceUnavailable
+from .postgres import NOTIFY_CHANNEL, PostgresStore
+
+__all__ = ["OutboxSync"]
+
+log = logging.getLogger("braid.sync")
+
+#: Processed outbox rows are kept this long: reindex replays them.
+RETENTION = "1 hour"
+
+
+class OutboxSync:
+    def __init__(
+        self,
+        store: PostgresStore,
+        index: "TypesenseWriter",
+        *,
+        dsn: str,
+        batch_size: int = 256,
+        max_retry_ms: int = 2000,
+    ) -> None:
+        self._store = store
+        self._index = index
+        self._dsn = dsn
+        self._batch_size = batch_size
+        self._max_retry = max_retry_ms / 1000.0
+        self._wake = anyio.Event()
+        self.applied = 0
+        self.last_error: str | None = None
+
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        return self._store.pool
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def pending(self) -> int:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) FROM outbox WHERE processed_at IS NULL")
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def drain_once(self) -> int:
+        """Apply one batch; return how many outbox rows it processed."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                """
+                SELECT id, tenant, memory_id FROM outbox
+                WHERE processed_at IS NULL ORDER BY id
+                LIMIT %s FOR UPDATE SKIP LOCKED
+                """,
+                (self._batch_size,),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return 0
+            keys = list(dict.fromkeys((tenant, mid) for _, tenant, mid in rows))
+            await self.apply(keys)
+            await conn.execute(
+                "UPDATE outbox SET processed_at = clock_timestamp() WHERE id = ANY(%s)",
+                ([r[0] for r in rows],),
+            )
+        self.applied += len(rows)
+        return len(rows)
+
+    async def apply(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
+        """Make ``collection`` (default: the live alias) match Postgres for ``keys``."""
+        current = await self._store.fetch_records(keys)
+        upserts = [current[k] for k in keys if k in current]
+        deletes = [k for k in keys if k not in current]
+        if upserts:
+            await self._index.upsert(upserts, collection=collection)
+        if deletes:
+            await self._index.delete(deletes, collection=collection)
+
+    async def purge(self) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                f"DELETE FROM outbox WHERE processed_at < now() - interval '{RETENTION}'"
+            )
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._listen)
+            await self._loop()
+
+    async def _loop(self) -> None:
+        delay = 0.05
+        purged_at = 0.0
+        while True:
+            try:
+                n = await self.drain_once()
+                if self.last_error is not None:
+                    log.info("outbox sync recovered")
+                self.last_error = None
+                delay = 0.05
+            except (SourceUnavailable, BackendError, psycopg.Error, OSError) as exc:
+                if self.last_error is None:
+                    log.warning("outbox sync paused: %s", exc)
+                self.last_error = str(exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self._max_retry)
+                continue
+            if n:
+                continue
+            now = anyio.current_time()
+            if now - purged_at > 60:
+                purged_at = now
+                try:
+                    await self.purge()
+                except psycopg.Error as exc:
+                    log.warning("outbox purge failed: %s", exc)
+            with anyio.move_on_after(1.0):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _listen(self) -> None:
+        """Turn ``NOTIFY braid_outbox`` from any process into a wake-up."""
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except psycopg.Error as exc:
+                log.debug("outbox listener reconnecting: %s", exc)
+                await anyio.sleep(1.0)
+
+
+class TypesenseWriter:  # pragma: no cover - structural type only
+    async def upsert(
+        self, records: Sequence[MemoryRecord], collection: str | None = None
+    ) -> None: ...
+
+    async def delete(
+        self, keys: Sequence[tuple[str, str]], collection: str | None = None
+    ) -> None: ...

@@ -1,0 +1,581 @@
+"""Typesense: the keyword + vector index of memories, fed from Postgres.
+
+Three layers, each usable alone:
+
+* :class:`TypesenseClient` is a thin async REST client over one
+  ``httpx.AsyncClient``. It fails over between nodes and translates errors:
+  unreachable nodes and 5xx become :class:`SourceUnavailable`, 4xx become
+  :class:`TypesenseError` carrying the server's message.
+* :class:`TypesenseIndex` is the write/admin side: a versioned collection
+  (``<alias>_<unix ms>``) behind an alias, so a rebuild fills a new collection
+  and switches the alias atomically.
+* :class:`TypesenseSource` is the search side (the :class:`Source` protocol).
+
+Typesense 0.24.1 refuses ``q`` together with ``vector_query``, so a search is
+two searches in one ``POST /multi_search`` (keyword, vector) fused here with
+:func:`fusion.rrf.rrf`. Other 0.24.1 behaviour this module relies on:
+
+* ``field:[a]`` on a string matches any value *containing the token* ``a``;
+  only ``field:=[a]`` is exact, so every string filter here uses ``:=``.
+  Values are wrapped in backticks (which may hold commas, not backticks).
+* Dropping tokens (``drop_tokens_threshold``) removes words from the right,
+  then from the left, never around a word in the middle, and a document
+  matching more query words ranks first whatever the words are. So the
+  keyword query leaves out common English words (:func:`keyword_query`), or
+  "what is the password" would rank "what is the plan" above "the password
+  is Blue".
+* ``per_page`` is at most 250.
+
+Memory ids are unique per tenant only (Postgres' key is ``(tenant, id)``),
+while a Typesense document id is unique per collection, so a document's id
+is ``<tenant>:<memory id>`` (:func:`document_id`; a tenant name has no colon)
+and the memory id is stored beside it in ``memory_id``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from config.schema import BraidConfig, is_safe_name
+from fusion.rrf import rrf
+
+from .base import BackendError, Filters, Hit, MemoryRecord, SearchQuery, SourceUnavailable
+
+__all__ = [
+    "MAX_PER_PAGE",
+    "STOPWORDS",
+    "TypesenseClient",
+    "TypesenseError",
+    "TypesenseIndex",
+    "TypesenseSource",
+    "build_filter",
+    "document_id",
+    "keyword_query",
+    "record_document",
+]
+
+SOURCE = "typesense"
+
+#: Typesense refuses ``per_page`` above this ("Only upto 250 hits ...").
+MAX_PER_PAGE = 250
+
+#: Ids per ``DELETE ...?filter_by=id:=[...]`` request, to keep URLs short.
+_DELETE_CHUNK = 100
+
+#: The fields a search hit needs; the embedding is never sent back.
+_HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence"
+
+#: Function words left out of keyword queries (see the module docstring).
+STOPWORDS = frozenset(
+    """
+    a about after again all am an and any are as at be been before being but by
+    can could did do does doing done for from had has have having he her here
+    hers him his how i if in into is it its me my myself no nor not of on or
+    our ours out over she should so some such than that the their theirs them
+    then there these they this those through to too under until up very was we
+    were what when where which while who whom why will with would you your
+    yours yourself whats thats im ive dont didnt doesnt isnt wasnt
+    """.split()
+)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class TypesenseError(BackendError):
+    """Typesense refused a request (a 4xx): the request, not the server, is wrong."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"typesense refused the request ({status}): {message}")
+        self.status = status
+        self.message = message
+
+
+def _quoted(value: str) -> str:
+    """A filter value in backticks. Defence in depth: the HTTP layer already
+    refuses such values, and a backtick cannot be escaped in Typesense."""
+    if "`" in value:
+        raise ValueError(f"filter value {value!r} contains a backtick")
+    return f"`{value}`"
+
+
+def _quoted_list(values: Iterable[str]) -> str:
+    return "[" + ",".join(_quoted(v) for v in values) + "]"
+
+
+def _epoch(dt: datetime) -> int:
+    """Whole epoch seconds; a naive datetime is taken to be UTC."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return math.floor(dt.timestamp())
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = _decode(response.content)
+    except msgspec.DecodeError:
+        return response.text.strip()[:200] or response.reason_phrase
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return response.text.strip()[:200]
+
+
+class TypesenseClient:
+    """Async REST client for one Typesense cluster.
+
+    Requests go to the last node that answered and, on a connect error, a
+    timeout or a 5xx, to the next one. When every node failed the request
+    raises :class:`SourceUnavailable` naming each node's failure.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        api_key: str,
+        *,
+        timeout: float = 2.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not nodes:
+            raise ValueError("at least one Typesense node is required")
+        self.nodes: tuple[str, ...] = tuple(node.rstrip("/") for node in nodes)
+        self._good = 0
+        self._http = httpx.AsyncClient(
+            headers={"X-TYPESENSE-API-KEY": api_key}, timeout=timeout, transport=transport
+        )
+
+    @property
+    def active_node(self) -> str:
+        """The node the next request goes to first."""
+        return self.nodes[self._good]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+    ) -> httpx.Response:
+        headers: dict[str, str] = {}
+        if json is not None:
+            content = _encode(json)
+            headers["Content-Type"] = "application/json"
+        elif content is not None:
+            headers["Content-Type"] = "text/plain"
+        failures: list[str] = []
+        for step in range(len(self.nodes)):
+            index = (self._good + step) % len(self.nodes)
+            node = self.nodes[index]
+            try:
+                response = await self._http.request(
+                    method, node + path, params=params, content=content, headers=headers
+                )
+            except httpx.TimeoutException as exc:
+                failures.append(f"{node}: timed out ({type(exc).__name__})")
+                continue
+            except httpx.TransportError as exc:
+                detail = f": {exc}" if str(exc) else ""
+                failures.append(f"{node}: {type(exc).__name__}{detail}")
+                continue
+            if response.status_code >= 500:
+                failures.append(f"{node}: HTTP {response.status_code}: {_message(response)}")
+                continue
+            self._good = index
+            if response.status_code >= 400:
+                raise TypesenseError(response.status_code, _message(response))
+            return response
+        raise SourceUnavailable(SOURCE, "; ".join(failures))
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return _decode((await self._request(method, path, **kwargs)).content)
+
+    # Server
+
+    async def health(self) -> bool:
+        """Whether some node says it is ready. Note that a restarted node
+        says so before it has loaded its documents."""
+        try:
+            body = await self._json("GET", "/health")
+        except BackendError:
+            return False
+        return isinstance(body, dict) and body.get("ok") is True
+
+    # Collections and aliases
+
+    async def list_collections(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._json("GET", "/collections")
+        return result
+
+    async def create_collection(self, schema: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("POST", "/collections", json=schema)
+        return result
+
+    async def get_collection(self, name: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._json("GET", f"/collections/{quote(name, safe='')}")
+        except TypesenseError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    async def delete_collection(self, name: str) -> bool:
+        """Drop a collection; ``False`` if there was none by that name."""
+        try:
+            await self._request("DELETE", f"/collections/{quote(name, safe='')}")
+        except TypesenseError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def get_alias(self, name: str) -> str | None:
+        """The collection an alias points at, or ``None``."""
+        try:
+            body = await self._json("GET", f"/aliases/{quote(name, safe='')}")
+        except TypesenseError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        target: str = body["collection_name"]
+        return target
+
+    async def upsert_alias(self, name: str, collection: str) -> None:
+        await self._request(
+            "PUT", f"/aliases/{quote(name, safe='')}", json={"collection_name": collection}
+        )
+
+    # Documents
+
+    async def import_documents(
+        self, collection: str, documents: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Upsert documents (JSONL import); raise naming the first rejected one."""
+        if not documents:
+            return 0
+        body = b"\n".join(_encode(doc) for doc in documents)
+        response = await self._request(
+            "POST",
+            f"/collections/{quote(collection, safe='')}/documents/import",
+            params={"action": "upsert"},
+            content=body,
+        )
+        lines = [_decode(line) for line in response.content.splitlines() if line.strip()]
+        if len(lines) != len(documents):
+            raise TypesenseError(
+                response.status_code,
+                f"import answered {len(lines)} lines for {len(documents)} documents",
+            )
+        failed = [(doc, line) for doc, line in zip(documents, lines) if line.get("success") is not True]
+        if failed:
+            doc, line = failed[0]
+            raise TypesenseError(
+                int(line.get("code", 400)),
+                f"{len(failed)} of {len(documents)} documents rejected; "
+                f"first: {doc.get('id')!r}: {line.get('error', 'no error given')}",
+            )
+        return len(documents)
+
+    async def delete_documents(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete documents by id; absent ids are ignored. Returns how many went."""
+        deleted = 0
+        path = f"/collections/{quote(collection, safe='')}/documents"
+        for start in range(0, len(ids), _DELETE_CHUNK):
+            chunk = ids[start : start + _DELETE_CHUNK]
+            body = await self._json(
+                "DELETE", path, params={"filter_by": f"id:={_quoted_list(chunk)}"}
+            )
+            deleted += int(body["num_deleted"])
+        return deleted
+
+    async def get_document(self, collection: str, id: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._json(
+                "GET", f"/collections/{quote(collection, safe='')}/documents/{quote(id, safe='')}"
+            )
+        except TypesenseError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    async def count(self, collection: str, filter_by: str | None = None) -> int:
+        params: dict[str, str | int] = {"q": "*", "per_page": 0}
+        if filter_by:
+            params["filter_by"] = filter_by
+        body = await self._json(
+            "GET", f"/collections/{quote(collection, safe='')}/documents/search", params=params
+        )
+        return int(body["found"])
+
+    async def multi_search(self, searches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Run searches in one request; a failed search fails the whole call
+        (5xx as :class:`SourceUnavailable`, 4xx as :class:`TypesenseError`)."""
+        body = await self._json("POST", "/multi_search", json={"searches": list(searches)})
+        results: list[dict[str, Any]] = body["results"]
+        for result in results:
+            if "error" in result or "code" in result:
+                code = int(result.get("code", 500))
+                message = str(result.get("error", "unknown error"))
+                if code >= 500:
+                    raise SourceUnavailable(SOURCE, f"search failed ({code}): {message}")
+                raise TypesenseError(code, message)
+        return results
+
+
+def document_id(tenant: str, memory_id: str) -> str:
+    """The Typesense id of a tenant's memory: ``<tenant>:<memory id>``."""
+    if not is_safe_name(tenant):
+        raise ValueError(f"invalid tenant name {tenant!r}")
+    return f"{tenant}:{memory_id}"
+
+
+def record_document(record: MemoryRecord) -> dict[str, Any]:
+    """The Typesense document of a memory: epoch seconds, no ``None`` fields."""
+    doc: dict[str, Any] = {
+        "id": document_id(record.tenant, record.id),
+        "memory_id": record.id,
+        "tenant": record.tenant,
+        "content": record.content,
+        "kind": record.kind,
+        "tier": record.tier,
+        "created_at": _epoch(record.created_at),
+        "confidence": float(record.confidence),
+        "tags": list(record.tags),
+    }
+    if record.session_id is not None:
+        doc["session_id"] = record.session_id
+    if record.importance is not None:
+        doc["importance"] = float(record.importance)
+    if record.model is not None:
+        doc["model"] = record.model
+    if record.embedding is not None:
+        doc["embedding"] = [float(x) for x in record.embedding]
+    return doc
+
+
+class TypesenseIndex:
+    """The write/admin side: versioned collections behind ``alias``."""
+
+    def __init__(self, client: TypesenseClient, alias: str, dim: int) -> None:
+        if not is_safe_name(alias):
+            raise ValueError(f"invalid Typesense alias {alias!r}")
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim!r}")
+        self.client = client
+        self.alias = alias
+        self.dim = dim
+        self._last_ms = 0
+
+    def schema(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "fields": [
+                {"name": "id", "type": "string"},
+                # Stored, not indexed (so it has to be optional in 0.24.1).
+                {"name": "memory_id", "type": "string", "index": False, "optional": True},
+                {"name": "tenant", "type": "string", "facet": True},
+                {"name": "content", "type": "string"},
+                {"name": "kind", "type": "string", "facet": True},
+                {"name": "tier", "type": "string", "facet": True},
+                {"name": "session_id", "type": "string", "facet": True, "optional": True},
+                {"name": "tags", "type": "string[]", "facet": True, "optional": True},
+                {"name": "created_at", "type": "int64", "sort": True},
+                {"name": "confidence", "type": "float"},
+                {"name": "importance", "type": "float", "optional": True},
+                {"name": "model", "type": "string", "optional": True},
+                {"name": "embedding", "type": "float[]", "num_dim": self.dim, "optional": True},
+            ],
+        }
+
+    async def ensure(self) -> str:
+        """Make sure the alias points at a collection; returns that collection."""
+        current = await self.client.get_alias(self.alias)
+        if current is not None:
+            return current
+        name = await self.new_collection()
+        await self.switch_alias(name)
+        return name
+
+    async def new_collection(self) -> str:
+        """Create an empty versioned collection (not yet behind the alias)."""
+        self._last_ms = max(time.time_ns() // 1_000_000, self._last_ms + 1)
+        name = f"{self.alias}_{self._last_ms}"
+        await self.client.create_collection(self.schema(name))
+        return name
+
+    async def switch_alias(self, name: str) -> str | None:
+        """Point the alias at ``name``; returns the collection it pointed at."""
+        previous = await self.client.get_alias(self.alias)
+        await self.client.upsert_alias(self.alias, name)
+        return previous
+
+    async def drop_collection(self, name: str) -> None:
+        """Drop a collection that is not behind the alias (absent is fine)."""
+        if name == await self.current_collection():
+            raise ValueError(f"refusing to drop {name!r}: alias {self.alias!r} points at it")
+        await self.client.delete_collection(name)
+
+    async def current_collection(self) -> str | None:
+        return await self.client.get_alias(self.alias)
+
+    async def ready(self) -> bool:
+        """Whether searches can be served: a node is healthy *and* the alias
+        resolves to a collection that answers. (``/health`` alone says ok
+        after a restart before the documents are loaded.)"""
+        try:
+            if not await self.client.health() or await self.current_collection() is None:
+                return False
+            await self.count()
+        except BackendError:
+            return False
+        return True
+
+    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
+        """Insert or replace whole documents (a field left out is removed)."""
+        docs = [record_document(record) for record in records]
+        await self.client.import_documents(collection or self.alias, docs)
+
+    async def delete(
+        self, keys: Sequence[tuple[str, str]], collection: str | None = None
+    ) -> None:
+        """Delete memories by ``(tenant, memory id)``; absent ones are ignored."""
+        ids = [document_id(tenant, memory_id) for tenant, memory_id in keys]
+        await self.client.delete_documents(collection or self.alias, ids)
+
+    async def count(self, tenant: str | None = None, collection: str | None = None) -> int:
+        filter_by = None if tenant is None else f"tenant:={_quoted(tenant)}"
+        return await self.client.count(collection or self.alias, filter_by)
+
+    async def fetch(
+        self, id: str, *, tenant: str, collection: str | None = None
+    ) -> dict[str, Any] | None:
+        """The tenant's stored document for memory ``id``, or ``None``."""
+        return await self.client.get_document(collection or self.alias, document_id(tenant, id))
+
+
+def keyword_query(text: str) -> str:
+    """The ``q`` of the keyword search for a natural-language query.
+
+    Words are kept as typed except that ``"`` and a leading ``-`` (Typesense's
+    phrase and exclusion operators) are removed, and so are :data:`STOPWORDS`
+    unless nothing else is left. Empty means "no keyword search".
+    """
+    words = [w.lstrip("-").replace('"', "") for w in text.split()]
+    words = [w for w in words if any(c.isalnum() for c in w)]
+    content = [w for w in words if "".join(c for c in w if c.isalnum()).lower() not in STOPWORDS]
+    return " ".join(content or words)
+
+
+def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Sequence[str]) -> str:
+    """The ``filter_by`` shared by both searches. ``tiers`` must not be empty.
+
+    ``created_after``/``created_before`` compare whole seconds, as stored.
+    Empty ``tags``/``kinds`` do not restrict (as in Postgres).
+    """
+    if not tiers:
+        raise ValueError("tiers must not be empty")
+    parts = [f"tenant:={_quoted(tenant)}", f"tier:={_quoted_list(tiers)}"]
+    if filters.kinds:
+        parts.append(f"kind:={_quoted_list(filters.kinds)}")
+    if filters.tags:
+        parts.append(f"tags:={_quoted_list(filters.tags)}")
+    if filters.session_id is not None:
+        parts.append(f"session_id:={_quoted(filters.session_id)}")
+    if filters.created_after is not None:
+        parts.append(f"created_at:>={_epoch(filters.created_after)}")
+    if filters.created_before is not None:
+        parts.append(f"created_at:<={_epoch(filters.created_before)}")
+    parts.append(f"confidence:>={float(min_confidence)!r}")
+    return " && ".join(parts)
+
+
+class TypesenseSource:
+    """Keyword and vector search over ``alias``, fused with RRF.
+
+    The configuration is read at every search, so a reload applies at once.
+    The client belongs to whoever created it: :meth:`aclose` leaves it open.
+    """
+
+    name = SOURCE
+
+    def __init__(
+        self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]
+    ) -> None:
+        self.client = client
+        self.alias = alias
+        self._get_config = get_config
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        config = self._get_config()
+        wanted = query.filters.tiers
+        tiers = [t for t in config.memory_tiers if wanted is None or t in wanted]
+        if query.limit < 1 or not tiers:
+            return []
+        filter_by = build_filter(query.tenant, query.filters, query.min_confidence, tiers)
+        candidates = min(config.sources.typesense.candidates, MAX_PER_PAGE)
+        searches: dict[str, dict[str, Any]] = {}
+        text = keyword_query(query.text)
+        if text:
+            searches["keyword"] = {
+                "q": text,
+                "query_by": "content",
+                "prefix": False,
+                "num_typos": 1,
+                "drop_tokens_threshold": candidates,
+            }
+        if query.vector is not None:
+            vector = ",".join(repr(float(x)) for x in query.vector)
+            searches["vector"] = {
+                "q": "*",
+                "vector_query": f"embedding:([{vector}], k:{candidates})",
+            }
+        if not searches:
+            return []
+        common = {
+            "collection": self.alias,
+            "filter_by": filter_by,
+            "per_page": candidates,
+            "include_fields": _HIT_FIELDS,
+        }
+        results = await self.client.multi_search([{**common, **s} for s in searches.values()])
+
+        docs: dict[str, dict[str, Any]] = {}
+        rankings: dict[str, list[str]] = {}
+        for source, result in zip(searches, results):
+            ids: list[str] = []
+            for hit in result.get("hits", []):
+                doc = hit["document"]
+                ids.append(doc["memory_id"])
+                docs.setdefault(doc["memory_id"], doc)
+            rankings[source] = ids
+        weight = config.rrf.vector_weight
+        fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
+        return [
+            Hit(
+                id=f.id,
+                content=docs[f.id]["content"],
+                kind=docs[f.id]["kind"],
+                tier=docs[f.id]["tier"],
+                created_at=datetime.fromtimestamp(docs[f.id]["created_at"], tz=timezone.utc),
+                confidence=float(docs[f.id]["confidence"]),
+                score=f.score,
+            )
+            for f in fused[: query.limit]
+        ]
+
+    async def aclose(self) -> None:
+        """Nothing to release: the client is closed by its owner."""

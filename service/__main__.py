@@ -1,0 +1,111 @@
+"""``python -m service``: start the stack (embedded or external) and serve HTTP.
+
+Environment: ``BRAID_HOME`` (data directory, default ``./.braid``),
+``BRAID_PORT`` (default from config, 8080), ``BRAID_CONFIG`` (YAML file),
+``BRAID_API_KEY`` / ``BRAID_ADMIN_KEY`` (embedded default keys).
+
+Ctrl-C or SIGTERM stops the HTTP server, then Typesense, then Postgres, and
+leaves no process behind. SIGHUP reloads the config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from config import ConfigError, config_path, load_config
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from indexers.engine import ConfigHolder
+from indexers.runtime import Backends
+
+from .app import AppSettings, create_app
+from .auth import Keyring, default_keys
+
+log = logging.getLogger("braid")
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get("BRAID_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        print(f"braid: {exc}", file=sys.stderr)
+        return 2
+    home = Path(os.environ.get("BRAID_HOME", ".braid")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    port = int(os.environ.get("BRAID_PORT", cfg.server.port))
+
+    postgres = typesense = None
+    try:
+        if cfg.postgres.dsn is None:
+            postgres = EmbeddedPostgres(home / "postgres")
+            dsn = postgres.start()
+            log.info("embedded Postgres up at %s", dsn)
+        else:
+            dsn = cfg.postgres.dsn
+        if not cfg.typesense.nodes:
+            typesense = EmbeddedTypesense(home / "typesense")
+            nodes: tuple[str, ...] = (typesense.start(),)
+            ts_key = typesense.api_key
+            log.info("embedded Typesense up at %s", nodes[0])
+        else:
+            nodes = tuple(cfg.typesense.nodes)
+            ts_key = cfg.typesense.api_key or os.environ.get("TYPESENSE_API_KEY", "")
+
+        extra = {}
+        if not cfg.auth.keys or os.environ.get("BRAID_API_KEY") or os.environ.get("BRAID_ADMIN_KEY"):
+            extra, messages = default_keys(home, cfg.auth.default_tenant)
+            for line in messages:
+                print(f"braid: {line}", flush=True)
+            if not messages:
+                log.info("API keys: from the environment or %s", home / "keys.json")
+        settings = AppSettings(
+            config=ConfigHolder(cfg, str(config_path())),
+            backends=Backends(postgres_dsn=dsn, typesense_nodes=nodes, typesense_api_key=ts_key),
+            keyring=Keyring.from_config(cfg, extra),
+        )
+        asyncio.run(_serve(settings, cfg.server.host, port))
+    finally:
+        if typesense is not None:
+            typesense.stop()
+            log.info("embedded Typesense stopped")
+        if postgres is not None:
+            postgres.stop()
+            log.info("embedded Postgres stopped")
+    return 0
+
+
+async def _serve(settings: AppSettings, host: str, port: int) -> None:
+    from granian.constants import Interfaces
+    from granian.server.embed import Server
+
+    app = create_app(settings)
+    server = Server(app, address=host, port=port, interface=Interfaces.ASGI, log_access=False)
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        rt = getattr(app.state, "runtime", None)
+        if rt is None:
+            return
+        try:
+            rt.engine.reload_config()
+        except ConfigError as exc:
+            log.error("config not reloaded, keeping the running config: %s", exc)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.stop)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    log.info("Braid listening on http://%s:%d", host, port)
+    await server.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The Litestar application: routes, auth, dependency injection, lifespan.
+
+``create_app(settings)`` builds the app; its lifespan opens the runtime
+(pools, clients, model, outbox worker) and closes it on shutdown. Handlers
+are thin: decode a Struct, call one engine method, return a Struct.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, delete, get, post
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.exceptions import (
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+)
+from litestar.openapi import OpenAPIConfig
+from litestar.params import FromPath, JSONBody
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
+
+from config import ConfigError
+from indexers.engine import ConfigHolder, Engine, GraphWrite
+from indexers.postgres import EntityInput, RelationInput
+from indexers.runtime import Backends, Runtime, open_runtime
+
+from .auth import Keyring, Principal
+from .errors import exception_handlers
+from .schemas import (
+    GraphIn,
+    GraphOut,
+    HealthOut,
+    IdsOut,
+    JobOut,
+    MemoriesIn,
+    RecallIn,
+    RecallOut,
+    ReindexIn,
+    ReloadOut,
+)
+from .validate import InputError, memory_writes, recall_options
+
+__all__ = ["AppSettings", "create_app"]
+
+log = logging.getLogger("braid")
+
+
+class AppSettings(msgspec.Struct):
+    config: ConfigHolder
+    backends: Backends
+    keyring: Keyring
+    #: An already loaded embedder to share (tests); None loads the model.
+    embedder: Any = None
+
+
+# --- dependencies -------------------------------------------------------------
+
+
+def _runtime(state: State) -> Runtime:
+    return state.runtime  # type: ignore[no-any-return]
+
+
+async def provide_engine(state: State) -> Engine:
+    return _runtime(state).engine
+
+
+async def provide_principal(request: Request[Any, Any, State]) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise NotAuthorizedException("missing API key: send `Authorization: Bearer <key>`")
+    keyring: Keyring = request.app.state.keyring
+    who = keyring.lookup(key.strip())
+    if who is None:
+        raise NotAuthorizedException("invalid API key")
+    return who
+
+
+async def provide_admin(principal: NamedDependency[Principal]) -> Principal:
+    if principal.role != "admin":
+        raise PermissionDeniedException("this endpoint needs an admin key")
+    return principal
+
+
+# --- handlers -----------------------------------------------------------------
+
+
+@post("/v1/memories", status_code=HTTP_201_CREATED, summary="Write memories")
+async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> IdsOut:
+    writes = memory_writes(data, engine.config.current)
+    return IdsOut(ids=await engine.write_memories(principal.tenant, writes))
+
+
+@delete("/v1/memories/{memory_id:str}", status_code=200, summary="Delete a memory from every store")
+async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> dict[str, Any]:
+    if not await engine.delete_memory(principal.tenant, memory_id):
+        raise NotFoundException(f"no memory {memory_id!r}")
+    return {"deleted": memory_id}
+
+
+@post("/v1/graph", status_code=HTTP_201_CREATED, summary="Write entities and relations")
+async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> GraphOut:
+    if not data.entities and not data.relations:
+        raise InputError("give at least one entity or relation")
+    for i, r in enumerate(data.relations):
+        if r.valid_from and r.valid_to and r.valid_from >= r.valid_to:
+            raise InputError(f"relations[{i}]: valid_from must be before valid_to")
+    graph = GraphWrite(
+        entities=tuple(
+            EntityInput(name=e.name, type=e.type, summary=e.summary, embedding=(), model="")
+            for e in data.entities
+        ),
+        relations=tuple(
+            RelationInput(
+                source=r.source,
+                relation=r.relation,
+                target=r.target,
+                weight=r.weight,
+                valid_from=r.valid_from,
+                valid_to=r.valid_to,
+            )
+            for r in data.relations
+        ),
+    )
+    counts = await engine.write_graph(principal.tenant, graph)
+    return GraphOut(**counts)
+
+
+@post("/v1/recall", status_code=200, summary="Recall: the pre-inference memory block")
+async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
+    opts = recall_options(data, engine.config.current)
+    result = await engine.recall(principal.tenant, opts)
+    return RecallOut(**msgspec.structs.asdict(result))
+
+
+@post(
+    "/admin/reindex",
+    status_code=HTTP_202_ACCEPTED,
+    dependencies={"admin": Provide(provide_admin)},
+    summary="Rebuild Typesense and/or pgvector indexes online",
+)
+async def start_reindex(data: JSONBody[ReindexIn], admin: NamedDependency[Principal], state: State) -> dict[str, str]:
+    cfg = _runtime(state).engine.config.current
+    if data.tier is not None and data.tier not in cfg.tiers:
+        raise InputError(f"tier: unknown tier {data.tier!r}; tiers are {list(cfg.tiers)}")
+    if data.tier is not None and data.target == "typesense":
+        raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
+    job_id = await _runtime(state).jobs.start(data.target, data.tier)
+    return {"job_id": job_id}
+
+
+@get(
+    "/admin/reindex/{job_id:str}",
+    dependencies={"admin": Provide(provide_admin)},
+    summary="Status and progress of a reindex job",
+)
+async def reindex_status(job_id: FromPath[str], admin: NamedDependency[Principal], state: State) -> JobOut:
+    job = await _runtime(state).jobs.get(job_id)
+    if job is None:
+        raise NotFoundException(f"no reindex job {job_id!r}")
+    return JobOut(job_id=job.pop("id"), **job)
+
+
+@post(
+    "/admin/config/reload",
+    status_code=200,
+    dependencies={"admin": Provide(provide_admin)},
+    summary="Re-read the YAML config without a restart",
+)
+async def reload_config(admin: NamedDependency[Principal], engine: NamedDependency[Engine]) -> ReloadOut:
+    try:
+        engine.reload_config()
+    except ConfigError as exc:
+        raise InputError(f"config not reloaded, the running config stays: {exc}") from None
+    return ReloadOut(reloaded=True, path=str(engine.config.path))
+
+
+@get("/health", summary="Each backend's status: 200 when all are up, 503 otherwise")
+async def health(state: State) -> Response[HealthOut]:
+    rt = _runtime(state)
+    backends: dict[str, dict[str, Any]] = {}
+    pg_up = await rt.store.ping()
+    ts_up = await rt.index.ready()
+    pending = await rt.sync.pending() if pg_up else None
+    backends["typesense"] = {"status": "up" if ts_up else "down", "node": rt.typesense.active_node}
+    for name in ("pgvector", "graph"):
+        backends[name] = {"status": "up" if pg_up else "down", "store": "postgres"}
+    backends["sync"] = {
+        "status": "up" if pg_up and rt.sync.last_error is None else "lagging",
+        "pending": pending,
+        "error": rt.sync.last_error,
+    }
+    ok = pg_up and ts_up
+    body = HealthOut(status="ok" if ok else "degraded", backends=backends)
+    return Response(body, status_code=200 if ok else 503)
+
+
+# --- the app ------------------------------------------------------------------
+
+
+def create_app(settings: AppSettings) -> Litestar:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with open_runtime(settings.config, settings.backends, embedder=settings.embedder) as rt:
+            app.state.runtime = rt
+            yield
+
+    cfg = settings.config.current
+    return Litestar(
+        route_handlers=[
+            write_memories,
+            delete_memory,
+            write_graph,
+            recall,
+            start_reindex,
+            reindex_status,
+            reload_config,
+            health,
+        ],
+        dependencies={
+            "engine": Provide(provide_engine),
+            "principal": Provide(provide_principal),
+        },
+        lifespan=[lifespan],
+        state=State({"keyring": settings.keyring}),
+        exception_handlers=exception_handlers(),
+        request_max_body_size=cfg.server.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="Braid",
+            version="0.1.0",
+            description="Hybrid retrieval for AI-agent memory.",
+            components=Components(
+                security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
+            ),
+            security=[{"bearer": []}],
+        ),
+        debug=False,
+    )
+

@@ -1,0 +1,121 @@
+"""An app per test against the real backends: a fresh database and Typesense
+alias each time, keys for two tenants and an admin."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from config import BraidConfig, load_config
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from indexers.engine import ConfigHolder
+from indexers.runtime import Backends, Runtime
+from service import AppSettings, create_app
+from service.auth import Keyring
+
+AGENT_A = "agent-key-tenant-a-0123456789"
+AGENT_B = "agent-key-tenant-b-0123456789"
+ADMIN_A = "admin-key-tenant-a-0123456789"
+
+
+def fresh_database(pg: EmbeddedPostgres) -> str:
+    name = f"braid_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg.dsn().replace("/postgres?", f"/{name}?")
+
+
+def test_config(alias: str, **changes: Any) -> BraidConfig:
+    cfg = load_config()
+    cfg = msgspec.structs.replace(
+        cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias)
+    )
+    return msgspec.structs.replace(cfg, **changes) if changes else cfg
+
+
+@dataclass
+class Braid:
+    client: AsyncTestClient[Litestar]
+    app: Litestar
+    dsn: str
+    alias: str
+    headers: Callable[[str], dict[str, str]] = field(
+        default=lambda key: {"Authorization": f"Bearer {key}"}
+    )
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.app.state.runtime  # type: ignore[no-any-return]
+
+    async def post(self, path: str, body: Any, key: str = AGENT_A) -> Any:
+        return await self.client.post(path, json=body, headers=self.headers(key))
+
+    async def remember(self, *memories: dict[str, Any], key: str = AGENT_A) -> list[str]:
+        r = await self.post("/v1/memories", {"memories": list(memories)}, key)
+        assert r.status_code == 201, r.text
+        return r.json()["ids"]  # type: ignore[no-any-return]
+
+    async def recall(self, query: str, key: str = AGENT_A, **fields: Any) -> dict[str, Any]:
+        r = await self.post("/v1/recall", {"query": query, **fields}, key)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    async def synced(self, timeout: float = 10.0) -> None:
+        """Wait until the outbox is empty (every write reached Typesense)."""
+        import anyio
+
+        sync = self.runtime.sync
+        with anyio.move_on_after(timeout):
+            while await sync.pending():
+                await anyio.sleep(0.01)
+            return
+        raise AssertionError(
+            f"outbox not drained after {timeout}s: pending={await sync.pending()} "
+            f"applied={sync.applied} last_error={sync.last_error}"
+        )
+
+
+def make_app(
+    postgres: EmbeddedPostgres,
+    typesense: EmbeddedTypesense,
+    embedder: Any,
+    cfg: BraidConfig | None = None,
+) -> tuple[Litestar, str, str]:
+    dsn = fresh_database(postgres)
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = cfg or test_config(alias)
+    cfg = msgspec.structs.replace(
+        cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias)
+    )
+    ring = Keyring()
+    ring.add(AGENT_A, tenant="tenant-a", role="agent")
+    ring.add(AGENT_B, tenant="tenant-b", role="agent")
+    ring.add(ADMIN_A, tenant="tenant-a", role="admin")
+    settings = AppSettings(
+        config=ConfigHolder(cfg),
+        backends=Backends(
+            postgres_dsn=dsn,
+            typesense_nodes=(typesense.url,),
+            typesense_api_key=typesense.api_key,
+        ),
+        keyring=ring,
+        embedder=embedder,
+    )
+    return create_app(settings), dsn, alias
+
+
+@pytest.fixture
+async def braid(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> AsyncIterator[Braid]:
+    app, dsn, alias = make_app(postgres, typesense, embedder)
+    async with AsyncTestClient(app, timeout=60) as client:
+        yield Braid(client=client, app=app, dsn=dsn, alias=alias)

@@ -1,0 +1,96 @@
+"""The pre-inference recall end to end: real Postgres, Typesense and model."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusion import get_encoding
+
+from .conftest import Braid
+
+pytestmark = pytest.mark.anyio
+
+UNRELATED = [
+    "The quarterly report is due on Friday.",
+    "Maria's favourite colour is green.",
+    "We moved the standup to 10am.",
+    "The cat knocked the plant off the shelf.",
+    "Bananas are cheaper at the corner market.",
+]
+
+
+async def test_car_question_finds_civic_without_shared_words(braid: Braid) -> None:
+    await braid.remember(
+        {"content": "User drives a Honda Civic", "kind": "fact"},
+        *({"content": c} for c in UNRELATED),
+    )
+    await braid.synced()
+    out = await braid.recall("what car does this person have")
+    assert out["items"][0]["content"] == "User drives a Honda Civic"
+    assert out["degraded"] == []
+
+
+async def test_keyword_recall_finds_password(braid: Braid) -> None:
+    await braid.remember(
+        {"content": "The password is Blue", "kind": "secret"},
+        *({"content": c} for c in UNRELATED),
+    )
+    await braid.synced()
+    out = await braid.recall("password Blue", sources=["typesense"])
+    assert out["items"][0]["content"] == "The password is Blue"
+    assert out["items"][0]["ranks"]["typesense"] == 1
+    fused = await braid.recall("password Blue")
+    assert fused["items"][0]["content"] == "The password is Blue"
+
+
+async def test_graph_reaches_memory_about_related_entity(braid: Braid) -> None:
+    r = await braid.post(
+        "/v1/graph",
+        {
+            "entities": [
+                {"name": "Alex", "type": "person"},
+                {"name": "TypeScript", "type": "language"},
+            ],
+            "relations": [{"source": "Alex", "relation": "prefers", "target": "TypeScript"}],
+        },
+    )
+    assert r.status_code == 201, r.text
+    (ts_id,) = await braid.remember(
+        {"content": "TypeScript 5.4 added the NoInfer utility type", "entities": ["TypeScript"]}
+    )
+    await braid.remember(*({"content": c} for c in UNRELATED))
+    out = await braid.recall("What should I know about Alex?", sources=["graph"])
+    contents = [i["content"] for i in out["items"]]
+    assert "Alex prefers TypeScript." in contents
+    by_id = {i["id"]: i for i in out["items"]}
+    assert ts_id in by_id and by_id[ts_id]["ranks"]["graph"] is not None
+    fused = await braid.recall("What should I know about Alex?")
+    assert ts_id in [i["id"] for i in fused["items"]]
+    assert fused["sources"]["graph"]["hits"] >= 2
+
+
+async def test_budget_caps_block_tokens(braid: Braid) -> None:
+    await braid.remember(*({"content": c * 3} for c in UNRELATED))
+    await braid.synced()
+    out = await braid.recall("what is going on", budget_tokens=50)
+    assert out["tokens"] <= 50
+    assert len(get_encoding("cl100k_base").encode(out["block"])) == out["tokens"]
+    assert out["block"].startswith("[Memory: note | ")
+
+
+async def test_block_format(braid: Braid) -> None:
+    await braid.remember(
+        {
+            "content": "We chose Postgres as the source of truth",
+            "kind": "decision",
+            "created_at": "2026-01-15T09:30:00Z",
+            "confidence": 0.95,
+        }
+    )
+    await braid.synced()
+    out = await braid.recall("which database did we choose", top_k=1)
+    assert out["block"] == (
+        "[Memory: decision | 2026-01-15]\nWe chose Postgres as the source of truth\nconfidence: 0.95"
+    )
+    item = out["items"][0]
+    assert set(item["ranks"]) == {"typesense", "pgvector", "graph"}

@@ -1,0 +1,58 @@
+"""Shared fixtures: the real embedded Postgres and Typesense, started once per
+session in temporary directories on free loopback ports, and stopped after.
+The embedding model is loaded once and shared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def stack_home() -> Iterator[Path]:
+    # Not pytest's tmp_path: its parents are 0700, and Postgres runs as its own
+    # system user when the tests run as root.
+    home = Path(tempfile.mkdtemp(prefix="braid-test-"))
+    home.chmod(0o755)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres(stack_home: Path) -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres(stack_home / "postgres")
+    pg.start()
+    yield pg
+    pg.stop(mode="immediate")
+
+
+@pytest.fixture(scope="session")
+def typesense(stack_home: Path) -> Iterator[EmbeddedTypesense]:
+    ts = EmbeddedTypesense(stack_home / "typesense")
+    ts.start()
+    yield ts
+    ts.stop()
+
+
+@pytest.fixture(scope="session")
+def embedder():  # type: ignore[no-untyped-def]
+    from indexers.embedding import MiniLMEmbedder
+
+    model = MiniLMEmbedder(cache_size=1024)
+    model.load()
+    return model

