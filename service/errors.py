@@ -46,9 +46,17 @@ def _unavailable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str
 def _http(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     assert isinstance(exc, HTTPException)
     extra: dict[str, Any] = {}
+    detail = exc.detail
     if exc.extra:
         extra["extra"] = exc.extra
-    response = _problem(exc.status_code, exc.detail, **extra)
+        # Body validation: say which field and what is wrong in the detail itself.
+        if isinstance(exc.extra, list) and all(isinstance(e, dict) for e in exc.extra):
+            parts = [
+                f"{e['key']}: {e['message']}" if e.get("key") and e.get("key") != "data" else str(e.get("message"))
+                for e in exc.extra
+            ]
+            detail = "; ".join(parts)
+    response = _problem(exc.status_code, detail, **extra)
     if exc.headers:
         response.headers.update(exc.headers)
     if exc.status_code == 401:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import msgspec
 import psycopg
 import pytest
 from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from config import BraidConfig, load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
@@ -43,7 +44,7 @@ def test_config(alias: str, **changes: Any) -> BraidConfig:
 
 @dataclass
 class Braid:
-    client: AsyncTestClient[Litestar]
+    client: httpx.AsyncClient
     app: Litestar
     dsn: str
     alias: str
@@ -117,5 +118,17 @@ async def braid(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> AsyncIterator[Braid]:
     app, dsn, alias = make_app(postgres, typesense, embedder)
-    async with AsyncTestClient(app, timeout=60) as client:
+    async with serve(app) as client:
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
+
+
+@asynccontextmanager
+async def serve(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+    """The app's lifespan and an HTTP client, both on the test's event loop
+    (Litestar's test client runs the app on a loop of its own, and the app's
+    pools could then not be used from the test)."""
+    transport = httpx.ASGITransport(app=app)
+    async with app.lifespan(), httpx.AsyncClient(
+        transport=transport, base_url="http://braid.test", timeout=60
+    ) as client:
+        yield client

@@ -1,0 +1,478 @@
+"""The pgvector tiers against the real embedded Postgres 18 + pgvector 0.8.
+
+One database per module holds a 20k-row corpus for the selective-filter
+tests and small per-tenant sets for the rest; the index lifecycle tests
+(ensure, rebuild) get a database of their own. Vectors are synthetic:
+seeded, L2-normalised, in a small dimension to keep index builds fast.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import anyio
+import msgspec
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool
+
+from config import BraidConfig, TierConfig, load_config
+from deploy.embedded import EmbeddedPostgres
+from indexers.base import Filters, Hit, SearchQuery
+from indexers.pgvector import (
+    MAX_SCAN_TUPLES,
+    PgvectorSource,
+    ensure_indexes,
+    index_name,
+    index_params,
+    rebuild_index,
+    set_search_params,
+)
+from indexers.postgres import MemoryInput, PostgresStore, open_pool
+from tests.api.conftest import fresh_database
+
+pytestmark = pytest.mark.anyio
+
+DIM = 64
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+BIG_TENANT = "big"
+BIG_ROWS = 20_000
+RARE_SHARE = 0.05
+
+
+def make_config(**tier_changes: TierConfig) -> BraidConfig:
+    cfg = load_config()
+    tiers = {**cfg.tiers, **tier_changes}
+    return msgspec.structs.replace(
+        cfg, embedding=msgspec.structs.replace(cfg.embedding, dim=DIM), tiers=tiers
+    )
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def memory(mid: str, vec: np.ndarray, **fields: Any) -> MemoryInput:
+    values: dict[str, Any] = {"kind": "note", "tier": "session", "created_at": T0}
+    values.update(fields)
+    return MemoryInput(
+        content=f"memory {mid}", embedding=tuple(float(x) for x in vec), model="synthetic",
+        id=mid, **values,
+    )
+
+
+def query(tenant: str, vec: np.ndarray, limit: int = 10, **kw: Any) -> SearchQuery:
+    return SearchQuery(
+        tenant=tenant, text="", vector=tuple(float(x) for x in vec), limit=limit, **kw
+    )
+
+
+def exact_top(ids: Sequence[str], vectors: np.ndarray, q: np.ndarray, k: int) -> list[str]:
+    distance = 1.0 - vectors @ q
+    order = np.argsort(distance, kind="stable")[:k]
+    return [ids[i] for i in order]
+
+
+async def open_test_pool(postgres: EmbeddedPostgres) -> AsyncConnectionPool:
+    return await open_pool(fresh_database(postgres), dim=DIM, min_size=1, max_size=4)
+
+
+class Corpus(msgspec.Struct):
+    ids: list[str]
+    vectors: np.ndarray
+    rare: np.ndarray  # bool mask: rows tagged `rare`
+
+
+@pytest.fixture(scope="module")
+async def pool(postgres: EmbeddedPostgres) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_test_pool(postgres)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="module")
+def cfg() -> BraidConfig:
+    return make_config()
+
+
+@pytest.fixture(scope="module")
+async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
+    """20k session memories of one tenant, 5% of them tagged `rare`, indexed."""
+    rng = np.random.default_rng(20240501)
+    vectors = unit_vectors(rng, BIG_ROWS)
+    rare = rng.random(BIG_ROWS) < RARE_SHARE
+    ids = [f"big-{i}" for i in range(BIG_ROWS)]
+    await PostgresStore(pool).write_memories(
+        BIG_TENANT,
+        [
+            memory(ids[i], vectors[i], tags=("rare",) if rare[i] else ("common",),
+                   created_at=T0 + timedelta(seconds=i))
+            for i in range(BIG_ROWS)
+        ],
+    )
+    await ensure_indexes(pool, cfg)
+    async with pool.connection() as conn:
+        await conn.execute("ANALYZE memories")
+    return Corpus(ids=ids, vectors=vectors, rare=rare)
+
+
+def recording_cursor(log: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]]:
+    """A cursor that notes, for each tier search, the statement and the HNSW
+    settings in force in its transaction (read from the real server)."""
+
+    class RecordingCursor(psycopg.AsyncCursor[Any]):
+        async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            if isinstance(query, str) and "FROM memories m" in query:
+                cur = await self.connection.execute(
+                    "SELECT current_setting('hnsw.ef_search'),"
+                    " current_setting('hnsw.iterative_scan'),"
+                    " current_setting('hnsw.max_scan_tuples')"
+                )
+                ef, mode, max_tuples = await cur.fetchone()  # type: ignore[misc]
+                tier = re.search(r"m\.tier = '([^']+)'", query)
+                log.append(
+                    {
+                        "tier": tier.group(1) if tier else None,
+                        "ef_search": ef,
+                        "iterative_scan": mode,
+                        "max_scan_tuples": max_tuples,
+                        "statement": query,
+                        "params": params,
+                    }
+                )
+            return await super().execute(query, params, **kw)
+
+    return RecordingCursor
+
+
+async def recording_pool(dsn: str, log: list[dict[str, Any]]) -> AsyncConnectionPool:
+    pool = AsyncConnectionPool(
+        dsn, min_size=1, max_size=1, open=False, configure=register_vector_async,
+        kwargs={"autocommit": True, "cursor_factory": recording_cursor(log)},
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool
+
+
+def dsn_of(pool: AsyncConnectionPool) -> str:
+    return pool.conninfo
+
+
+# --- index lifecycle ---------------------------------------------------------
+
+
+async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
+    postgres: EmbeddedPostgres,
+) -> None:
+    cfg = make_config()
+    pool = await open_test_pool(postgres)
+    try:
+        created = await ensure_indexes(pool, cfg)
+        assert sorted(created) == ["entities_hnsw", "memories_hnsw_rag", "memories_hnsw_session"]
+        assert await index_params(pool, "memories_hnsw_session") == {"m": 8, "ef_construction": 32}
+        assert await index_params(pool, "memories_hnsw_rag") == {"m": 16, "ef_construction": 64}
+        assert await index_params(pool, "entities_hnsw") == {"m": 24, "ef_construction": 128}
+
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT indexname, tablename, indexdef FROM pg_indexes"
+                " WHERE indexdef LIKE '%%USING hnsw%%' ORDER BY indexname"
+            )
+            defs = {name: (table, d) for name, table, d in await cur.fetchall()}
+        assert set(defs) == set(created)
+        table, session_def = defs["memories_hnsw_session"]
+        assert table == "memories"
+        assert "USING hnsw (embedding vector_cosine_ops)" in session_def
+        assert session_def.endswith("WHERE (tier = 'session'::text)")
+        assert defs["memories_hnsw_rag"][1].endswith("WHERE (tier = 'rag'::text)")
+        table, entity_def = defs["entities_hnsw"]
+        assert table == "entities"
+        assert "WHERE" not in entity_def
+
+        # Idempotent: nothing to create the second time, nothing changed.
+        assert await ensure_indexes(pool, cfg) == []
+        assert await index_params(pool, "memories_hnsw_session") == {"m": 8, "ef_construction": 32}
+        with pytest.raises(LookupError, match="no index memories_hnsw_nope"):
+            await index_params(pool, "memories_hnsw_nope")
+    finally:
+        await pool.close()
+
+
+def test_index_names_follow_the_tier_and_refuse_unsafe_names() -> None:
+    cfg = make_config()
+    assert index_name("session", cfg) == "memories_hnsw_session"
+    assert index_name("entities", cfg) == "entities_hnsw"
+    assert index_name("long-term", cfg) == "memories_hnsw_long_term"
+    with pytest.raises(ValueError, match=r"invalid tier name \"x'; DROP TABLE memories; --\""):
+        index_name("x'; DROP TABLE memories; --", cfg)
+
+
+async def test_rebuild_index_applies_new_params_and_searches_keep_working(
+    postgres: EmbeddedPostgres,
+) -> None:
+    cfg = make_config()
+    pool = await open_test_pool(postgres)
+    try:
+        rng = np.random.default_rng(11)
+        vectors = unit_vectors(rng, 3000)
+        ids = [f"r-{i}" for i in range(len(vectors))]
+        await PostgresStore(pool).write_memories("rb", [memory(i, v) for i, v in zip(ids, vectors)])
+        await ensure_indexes(pool, cfg)
+        assert await index_params(pool, "memories_hnsw_session") == {"m": 8, "ef_construction": 32}
+
+        new_cfg = make_config(session=TierConfig(holds="memories", m=12, ef_construction=48, ef_search=32))
+        source = PgvectorSource(pool, lambda: new_cfg)
+        q = vectors[17]
+        phases: list[object] = []
+        during: list[list[Hit]] = []
+        done = anyio.Event()
+
+        async def rebuild() -> None:
+            await rebuild_index(pool, new_cfg, "session", progress=lambda p: phases.append(p["phase"]))
+            done.set()
+
+        async def search_meanwhile() -> None:
+            while not done.is_set():
+                during.append(await source.search(query("rb", q)))
+                await anyio.sleep(0.005)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rebuild)
+            tg.start_soon(search_meanwhile)
+
+        assert phases == ["building", "done"]
+        assert during, "no search ran while the index was rebuilt"
+        assert all(len(hits) == 10 and hits[0].id == "r-17" for hits in during)
+        assert await index_params(pool, "memories_hnsw_session") == {"m": 12, "ef_construction": 48}
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.relname LIKE 'memories_hnsw_session%%'"
+            )
+            rows = await cur.fetchall()
+        assert [(name, valid) for name, valid, _ in rows] == [("memories_hnsw_session", True)]
+        assert rows[0][2].endswith("WHERE (tier = 'session'::text)")
+        # The other tiers were left alone.
+        assert await index_params(pool, "memories_hnsw_rag") == {"m": 16, "ef_construction": 64}
+
+        after = await source.search(query("rb", q))
+        assert len(after) == 10
+        assert len({h.id for h in after} & set(exact_top(ids, vectors, q, 10))) >= 9
+    finally:
+        await pool.close()
+
+
+# --- search settings ---------------------------------------------------------
+
+
+async def test_set_search_params_is_local_to_the_transaction(pool: AsyncConnectionPool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("SELECT '[1,0]'::vector <=> '[0,1]'::vector")  # loads pgvector's GUCs
+        settings = (
+            "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'),"
+            " current_setting('hnsw.max_scan_tuples')"
+        )
+        before = await (await conn.execute(settings)).fetchone()
+        assert before == ("40", "off", "20000")
+        async with conn.transaction():
+            await set_search_params(conn, 123)
+            inside = await (await conn.execute(settings)).fetchone()
+        assert inside == ("123", "relaxed_order", str(MAX_SCAN_TUPLES))
+        after = await (await conn.execute(settings)).fetchone()
+        assert after == before
+
+
+async def test_each_tier_search_runs_with_that_tiers_ef_search(
+    pool: AsyncConnectionPool, corpus: Corpus
+) -> None:
+    cfg = make_config(
+        session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=37),
+        rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=91),
+    )
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(dsn_of(pool), log)
+    try:
+        hits = await PgvectorSource(spy_pool, lambda: cfg).search(query(BIG_TENANT, corpus.vectors[0]))
+        assert hits[0].id == "big-0"
+        assert [(e["tier"], e["ef_search"], e["iterative_scan"], e["max_scan_tuples"]) for e in log] == [
+            ("session", "37", "relaxed_order", str(MAX_SCAN_TUPLES)),
+            ("rag", "91", "relaxed_order", str(MAX_SCAN_TUPLES)),
+        ]
+        # Nothing leaks onto the pooled connection once the search is over.
+        async with spy_pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
+            )
+            assert await cur.fetchone() == ("40", "off")
+    finally:
+        await spy_pool.close()
+
+
+# --- selective filters: iterative index scan -----------------------------------
+
+
+async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
+    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
+) -> None:
+    rare_ids = [i for i, r in zip(corpus.ids, corpus.rare) if r]
+    rare_vectors = corpus.vectors[corpus.rare]
+    assert 900 < len(rare_ids) < 1100
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(dsn_of(pool), log)
+    try:
+        source = PgvectorSource(spy_pool, lambda: cfg)
+        rng = np.random.default_rng(99)
+        for q in unit_vectors(rng, 5):
+            log.clear()
+            hits = await source.search(
+                query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",)))
+            )
+            assert len(hits) == 10
+            assert {h.id for h in hits} <= set(rare_ids)
+            exact = exact_top(rare_ids, rare_vectors, q, 10)
+            assert len({h.id for h in hits} & set(exact)) >= 9, (hits, exact)
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+            by_id = dict(zip(corpus.ids, corpus.vectors))
+            for h in hits:
+                assert h.score == pytest.approx(float(by_id[h.id] @ q), abs=1e-5)
+                assert (h.tier, h.kind) == ("session", "note")
+    finally:
+        await spy_pool.close()
+
+    # The statement the source ran walks the session tier's HNSW index ...
+    (search,) = log
+    statement, params = search["statement"], search["params"]
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            await set_search_params(conn, cfg.tiers["session"].ef_search)
+            plan = "\n".join(r[0] for r in await (await conn.execute("EXPLAIN " + statement, params)).fetchall())
+            assert "Index Scan using memories_hnsw_session on memories m" in plan, plan
+        # ... and only the iterative scan lets it return 10 rows: with it off,
+        # the same index scan stops after ef_search candidates, about 5% of
+        # which carry the tag.
+        async with conn.transaction():
+            await set_search_params(conn, cfg.tiers["session"].ef_search)
+            await conn.execute("SELECT set_config('hnsw.iterative_scan', 'off', true)")
+            plan = "\n".join(r[0] for r in await (await conn.execute("EXPLAIN " + statement, params)).fetchall())
+            assert "Index Scan using memories_hnsw_session on memories m" in plan, plan
+            rows = await (await conn.execute(statement, params)).fetchall()
+            assert len(rows) < 10
+
+
+async def test_session_filter_is_selective_too(
+    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
+) -> None:
+    # 1% of another tenant's rows in one session, the rest spread over others.
+    rng = np.random.default_rng(5)
+    vectors = unit_vectors(rng, 4000)
+    ids = [f"ses-{i}" for i in range(len(vectors))]
+    sessions = ["s-hot" if i % 100 == 0 else f"s-{i % 37}" for i in range(len(vectors))]
+    await PostgresStore(pool).write_memories(
+        "sessions", [memory(i, v, session_id=s) for i, v, s in zip(ids, vectors, sessions)]
+    )
+    hot = [k for k, s in enumerate(sessions) if s == "s-hot"]
+    q = unit_vectors(rng, 1)[0]
+    hits = await PgvectorSource(pool, lambda: cfg).search(
+        query("sessions", q, filters=Filters(session_id="s-hot"))
+    )
+    assert len(hits) == 10
+    exact = exact_top([ids[k] for k in hot], vectors[hot], q, 10)
+    assert len({h.id for h in hits} & set(exact)) >= 9
+
+
+# --- tenants and filters -----------------------------------------------------
+
+
+async def test_search_never_crosses_tenants(
+    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
+) -> None:
+    rng = np.random.default_rng(3)
+    vectors = unit_vectors(rng, 40)
+    store = PostgresStore(pool)
+    await store.write_memories("tenant-a", [memory(f"a-{i}", v) for i, v in enumerate(vectors)])
+    await store.write_memories("tenant-b", [memory(f"b-{i}", v) for i, v in enumerate(vectors)])
+    source = PgvectorSource(pool, lambda: cfg)
+    for i in (0, 7, 39):
+        a = await source.search(query("tenant-a", vectors[i], limit=40))
+        b = await source.search(query("tenant-b", vectors[i], limit=40))
+        assert len(a) == len(b) == 40
+        assert a[0].id == f"a-{i}" and b[0].id == f"b-{i}"
+        assert all(h.id.startswith("a-") for h in a)
+        assert all(h.id.startswith("b-") for h in b)
+    assert await source.search(query("tenant-c", vectors[0])) == []
+
+
+FILTER_ROWS = {
+    "f-base", "f-kind", "f-rag", "f-old", "f-new", "f-lowconf", "f-s2", "f-nosession", "f-tagged",
+}
+
+#: name -> (SearchQuery fields, the ids it returns)
+FILTER_CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "none": ({}, FILTER_ROWS),
+    "kinds": ({"filters": Filters(kinds=("note",))}, FILTER_ROWS - {"f-kind"}),
+    "tiers-session": ({"filters": Filters(tiers=("session",))}, FILTER_ROWS - {"f-rag"}),
+    "tiers-rag": ({"filters": Filters(tiers=("rag",))}, {"f-rag"}),
+    "tiers-entities": ({"filters": Filters(tiers=("entities",))}, set()),
+    "created-after": ({"filters": Filters(created_after=T0)}, FILTER_ROWS - {"f-old"}),
+    "created-before": (
+        {"filters": Filters(created_before=T0 + timedelta(days=5))}, FILTER_ROWS - {"f-new"}
+    ),
+    "min-confidence": ({"min_confidence": 0.5}, FILTER_ROWS - {"f-lowconf"}),
+    "session": ({"filters": Filters(session_id="s1")}, FILTER_ROWS - {"f-s2", "f-nosession"}),
+    "tags": ({"filters": Filters(tags=("x", "y"))}, {"f-tagged"}),
+    "combined": (
+        {"filters": Filters(kinds=("note",), tiers=("session",), session_id="s1"),
+         "min_confidence": 0.5},
+        {"f-base", "f-old", "f-new", "f-tagged"},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+async def filter_rows(pool: AsyncConnectionPool, corpus: Corpus) -> dict[str, np.ndarray]:
+    """Rows near one another, each differing from `f-base` in one field."""
+    rng = np.random.default_rng(8)
+    center = unit_vectors(rng, 1)[0]
+    noise = rng.standard_normal((9, DIM)).astype(np.float32) * 0.05
+    vecs = (center + noise) / np.linalg.norm(center + noise, axis=1, keepdims=True)
+    base: dict[str, Any] = {"session_id": "s1", "confidence": 0.9, "created_at": T0 + timedelta(days=1)}
+    rows = {
+        "f-base": {},
+        "f-kind": {"kind": "preference"},
+        "f-rag": {"tier": "rag"},
+        "f-old": {"created_at": T0 - timedelta(days=10)},
+        "f-new": {"created_at": T0 + timedelta(days=10)},
+        "f-lowconf": {"confidence": 0.2},
+        "f-s2": {"session_id": "s2"},
+        "f-nosession": {"session_id": None},
+        "f-tagged": {"tags": ("y", "z")},
+    }
+    await PostgresStore(pool).write_memories(
+        "filters",
+        [memory(mid, vecs[k], **{**base, **over}) for k, (mid, over) in enumerate(rows.items())],
+    )
+    return {"center": center}
+
+
+@pytest.mark.parametrize("case", list(FILTER_CASES))
+async def test_each_filter_excludes_what_it_should(
+    pool: AsyncConnectionPool, cfg: BraidConfig, filter_rows: dict[str, np.ndarray], case: str
+) -> None:
+    fields, expected = FILTER_CASES[case]
+    hits = await PgvectorSource(pool, lambda: cfg).search(
+        query("filters", filter_rows["center"], limit=50, **fields)
+    )
+    assert {h.id for h in hits} == expected
+    assert len(hits) == len(expected)
+
+
+async def test_no_vector_means_no_hits(pool: AsyncConnectionPool, cfg: BraidConfig) -> None:
+    q = SearchQuery(tenant=BIG_TENANT, text="anything", vector=None, limit=10)
+    assert await PgvectorSource(pool, lambda: cfg).search(q) == []
