@@ -27,7 +27,6 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .base import BackendError
 from .engine import ConfigHolder
 from .pgvector import rebuild_index
 from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
@@ -100,7 +99,8 @@ class ReindexJobs:
         progress: dict[str, Any] = {}
 
         async def report(update: dict[str, Any]) -> None:
-            progress.update(update)
+            for key, value in update.items():
+                progress.setdefault(key, {}).update(value)
             await self._set(job_id, progress=progress)
 
         await self._set(job_id, status="running")
@@ -109,7 +109,7 @@ class ReindexJobs:
                 await self._pgvector(tier, report)
             if target in ("typesense", "all"):
                 await self._typesense(report)
-        except (BackendError, OSError, Exception) as exc:  # job boundary: record, never crash the app
+        except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(
                 job_id, status="failed", error=str(exc) or type(exc).__name__

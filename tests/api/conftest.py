@@ -89,6 +89,7 @@ def make_app(
     typesense: EmbeddedTypesense,
     embedder: Any,
     cfg: BraidConfig | None = None,
+    config_path: str | None = None,
 ) -> tuple[Litestar, str, str]:
     dsn = fresh_database(postgres)
     alias = f"mem_{uuid.uuid4().hex[:10]}"
@@ -101,7 +102,7 @@ def make_app(
     ring.add(AGENT_B, tenant="tenant-b", role="agent")
     ring.add(ADMIN_A, tenant="tenant-a", role="admin")
     settings = AppSettings(
-        config=ConfigHolder(cfg),
+        config=ConfigHolder(cfg, config_path),
         backends=Backends(
             postgres_dsn=dsn,
             typesense_nodes=(typesense.url,),

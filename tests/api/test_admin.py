@@ -1,0 +1,126 @@
+"""Admin endpoints: online reindex and config reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from config import load_config
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+
+from .conftest import ADMIN_A, AGENT_A, Braid, make_app, serve
+
+pytestmark = pytest.mark.anyio
+
+TOPICS = ["billing", "deploys", "hiring", "the roadmap", "security reviews", "the offsite"]
+QUERIES = ["who owns billing", "when do deploys happen", "security", "offsite plans"]
+
+
+async def wait_job(braid: Braid, job_id: str, timeout: float = 120) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            r = await braid.client.get(f"/admin/reindex/{job_id}", headers=braid.headers(ADMIN_A))
+            assert r.status_code == 200, r.text
+            job = r.json()
+            if job["status"] not in ("queued", "running"):
+                return job  # type: ignore[no-any-return]
+            await anyio.sleep(0.05)
+
+
+async def test_reindex_all_while_recalling(braid: Braid) -> None:
+    await braid.remember(
+        *(
+            {"content": f"Note {i} about {TOPICS[i % len(TOPICS)]}: item {i * 7 % 13}", "tier": ["session", "rag"][i % 2]}
+            for i in range(300)
+        )
+    )
+    await braid.synced()
+    before = {q: [i["id"] for i in (await braid.recall(q, top_k=10))["items"]] for q in QUERIES}
+    old_collection = await braid.runtime.index.current_collection()
+
+    errors: list[str] = []
+    recalls = 0
+    done = anyio.Event()
+
+    async def recall_loop() -> None:
+        nonlocal recalls
+        while not done.is_set():
+            for q in QUERIES:
+                r = await braid.post("/v1/recall", {"query": q, "top_k": 10})
+                recalls += 1
+                if r.status_code != 200:
+                    errors.append(f"{r.status_code} {r.text}")
+                elif r.json()["degraded"]:
+                    errors.append(f"degraded {r.json()['degraded']}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(recall_loop)
+        r = await braid.post("/admin/reindex", {"target": "all"}, key=ADMIN_A)
+        assert r.status_code == 202, r.text
+        job = await wait_job(braid, r.json()["job_id"])
+        done.set()
+
+    assert job["status"] == "done", job
+    assert job["progress"]["typesense"]["phase"] == "switched"
+    assert job["progress"]["typesense"]["done"] == 300
+    assert errors == []
+    assert recalls > 0
+    new_collection = await braid.runtime.index.current_collection()
+    assert new_collection != old_collection
+    after = {q: [i["id"] for i in (await braid.recall(q, top_k=10))["items"]] for q in QUERIES}
+    assert after == before
+
+
+async def test_reindex_pgvector_applies_new_hnsw_settings(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "braid.yaml"
+    text = Path(load_config.__globals__["DEFAULT_CONFIG_PATH"]).read_text()
+    path.write_text(text)
+    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        text = text.replace("collection: braid_memories", f"collection: {alias}")
+        path.write_text(text.replace("    m: 8\n    efConstruction: 32", "    m: 12\n    efConstruction: 48"))
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 200, r.text
+        r = await braid.post("/admin/reindex", {"target": "pgvector", "tier": "session"}, key=ADMIN_A)
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done", job
+        from indexers.pgvector import index_params
+
+        params = await index_params(braid.runtime.store.pool, "memories_hnsw_session")
+        assert params == {"m": 12, "ef_construction": 48}
+
+
+async def test_config_reload_applies_and_bad_file_keeps_old(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "braid.yaml"
+    path.write_text("searchTopK: 10\n")
+    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        keep = f"typesense:\n  collection: {alias}\n"
+        await braid.remember(*({"content": f"Fact number {i} about the garden"} for i in range(8)))
+        await braid.synced()
+        assert len((await braid.recall("garden"))["items"]) == 8
+
+        path.write_text("searchTopK: 3\n" + keep)
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 200 and r.json()["reloaded"] is True
+        assert len((await braid.recall("garden"))["items"]) == 3
+
+        path.write_text("searchTopK: 3\nrrf:\n  k: 0\n" + keep)
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 400
+        assert r.json()["detail"] == (
+            f"config not reloaded, the running config stays: {path}: Expected `int` >= 1 - at `$.rrf.k`"
+        )
+        assert len((await braid.recall("garden"))["items"]) == 3
+
+        r = await braid.post("/admin/config/reload", {}, key=AGENT_A)
+        assert r.status_code == 403

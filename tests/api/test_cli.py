@@ -1,0 +1,108 @@
+"""`python -m service` (what `make run` runs): starts the embedded stack and the
+HTTP service, answers, and on Ctrl-C leaves no process behind; the next start
+finds its data."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from deploy.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="braid-cli-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def start(home: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
+    env.update(BRAID_HOME=str(home), BRAID_PORT=str(port))
+    return subprocess.Popen(
+        [sys.executable, "-m", "service"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        try:
+            r = httpx.get(f"{url}/health", timeout=2)
+            if r.status_code == 200:
+                return r.json()  # type: ignore[no-any-return]
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError("service did not become healthy")
+
+
+def descendants_and_servers(proc: subprocess.Popen[bytes], home: Path) -> list[psutil.Process]:
+    """The service's children plus any server process using its data directory."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if str(home) in cmd:
+            found.append(p)
+    return found
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    return out.decode()
+
+
+def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start(home, port)
+    try:
+        body = wait_healthy(proc, url)
+        assert {body["backends"][s]["status"] for s in ("typesense", "pgvector", "graph")} == {"up"}
+        assert descendants_and_servers(proc, home), "expected Postgres and Typesense under the data dir"
+
+        keys = json.loads((home / "keys.json").read_text())
+        auth = {"Authorization": f"Bearer {keys['agent']}"}
+        r = httpx.post(f"{url}/v1/memories", json={"memories": [{"content": "User drives a Honda Civic"}]}, headers=auth)
+        assert r.status_code == 201, r.text
+    finally:
+        output = stop(proc)
+    assert proc.returncode == 0, output
+    assert "generated agent key" in output
+    time.sleep(0.5)
+    assert descendants_and_servers(proc, home) == []
+
+    # The next start finds its data (and keeps its keys).
+    proc = start(home, port)
+    try:
+        wait_healthy(proc, url)
+        r = httpx.post(f"{url}/v1/recall", json={"query": "what car does this person have"}, headers=auth)
+        assert r.status_code == 200, r.text
+        assert r.json()["items"][0]["content"] == "User drives a Honda Civic"
+    finally:
+        output = stop(proc)
+    assert "generated agent key" not in output
+    time.sleep(0.5)
+    assert descendants_and_servers(proc, home) == []
