@@ -102,6 +102,8 @@ async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> Asyn
         configure=_configure,
         kwargs={"autocommit": True},
         name="braid",
+        # How long a request waits for a connection before it fails with 503.
+        timeout=5.0,
     )
     await pool.open(wait=True, timeout=30)
     return pool

@@ -58,6 +58,14 @@ def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def clustered_vectors(rng: np.random.Generator, centers: np.ndarray, n: int) -> np.ndarray:
+    """Points scattered around ``centers``: like real embeddings, and unlike
+    uniform noise in 64-d, they have neighbourhoods an HNSW graph can find."""
+    picks = centers[rng.integers(0, len(centers), n)]
+    v = picks + rng.standard_normal((n, DIM)).astype(np.float32) / np.sqrt(DIM)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
 def memory(mid: str, vec: np.ndarray, **fields: Any) -> MemoryInput:
     values: dict[str, Any] = {"kind": "note", "tier": "session", "created_at": T0}
     values.update(fields)
@@ -86,6 +94,7 @@ async def open_test_pool(postgres: EmbeddedPostgres) -> AsyncConnectionPool:
 class Corpus(msgspec.Struct):
     ids: list[str]
     vectors: np.ndarray
+    centers: np.ndarray
     rare: np.ndarray  # bool mask: rows tagged `rare`
 
 
@@ -105,7 +114,8 @@ def cfg() -> BraidConfig:
 async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
     """20k session memories of one tenant, 5% of them tagged `rare`, indexed."""
     rng = np.random.default_rng(20240501)
-    vectors = unit_vectors(rng, BIG_ROWS)
+    centers = unit_vectors(rng, 100)
+    vectors = clustered_vectors(rng, centers, BIG_ROWS)
     rare = rng.random(BIG_ROWS) < RARE_SHARE
     ids = [f"big-{i}" for i in range(BIG_ROWS)]
     await PostgresStore(pool).write_memories(
@@ -119,7 +129,7 @@ async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
     await ensure_indexes(pool, cfg)
     async with pool.connection() as conn:
         await conn.execute("ANALYZE memories")
-    return Corpus(ids=ids, vectors=vectors, rare=rare)
+    return Corpus(ids=ids, vectors=vectors, centers=centers, rare=rare)
 
 
 def recording_cursor(log: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]]:
@@ -220,7 +230,7 @@ async def test_rebuild_index_applies_new_params_and_searches_keep_working(
     pool = await open_test_pool(postgres)
     try:
         rng = np.random.default_rng(11)
-        vectors = unit_vectors(rng, 3000)
+        vectors = clustered_vectors(rng, unit_vectors(rng, 30), 3000)
         ids = [f"r-{i}" for i in range(len(vectors))]
         await PostgresStore(pool).write_memories("rb", [memory(i, v) for i, v in zip(ids, vectors)])
         await ensure_indexes(pool, cfg)
@@ -329,7 +339,7 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
     try:
         source = PgvectorSource(spy_pool, lambda: cfg)
         rng = np.random.default_rng(99)
-        for q in unit_vectors(rng, 5):
+        for q in clustered_vectors(rng, corpus.centers, 5):
             log.clear()
             hits = await source.search(
                 query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",)))
@@ -371,14 +381,14 @@ async def test_session_filter_is_selective_too(
 ) -> None:
     # 1% of another tenant's rows in one session, the rest spread over others.
     rng = np.random.default_rng(5)
-    vectors = unit_vectors(rng, 4000)
+    vectors = clustered_vectors(rng, corpus.centers, 4000)
     ids = [f"ses-{i}" for i in range(len(vectors))]
     sessions = ["s-hot" if i % 100 == 0 else f"s-{i % 37}" for i in range(len(vectors))]
     await PostgresStore(pool).write_memories(
         "sessions", [memory(i, v, session_id=s) for i, v, s in zip(ids, vectors, sessions)]
     )
     hot = [k for k, s in enumerate(sessions) if s == "s-hot"]
-    q = unit_vectors(rng, 1)[0]
+    q = clustered_vectors(rng, corpus.centers, 1)[0]
     hits = await PgvectorSource(pool, lambda: cfg).search(
         query("sessions", q, filters=Filters(session_id="s-hot"))
     )

@@ -7,9 +7,14 @@ validated against the real schema, and the Dockerfile is read line by line.
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -557,9 +562,12 @@ def test_dockerfile_copies_everything_the_wheel_needs() -> None:
     for i in copies:
         words = [w for w in i.args.split() if not w.startswith("--")]
         for src in words[:-1]:
-            assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+            assert list(ROOT.glob(src)), f"COPY {src}: not in the repository"
             sources.append(src.rstrip("/"))
     assert "pyproject.toml" in sources
+    readme = PYPROJECT["project"].get("readme")
+    if isinstance(readme, str):
+        assert readme in sources, f"pyproject.toml names {readme}, which the image does not copy"
     for package in PYPROJECT["tool"]["setuptools"]["packages"]:
         assert any(s == package or s.startswith(package + "/") for s in sources), f"{package} is not copied"
 
@@ -594,5 +602,34 @@ def test_dockerfile_healthcheck_targets_health() -> None:
     assert argv[:2] == ["python", "-c"]
     code = argv[2]
     compile(code, "<healthcheck>", "exec")
-    assert "urllib.request" in code and "/health" in code
+    assert "urllib.request" in code and re.search(r"/health(?![\w/-])", code)
     assert str(_container_config().server.port) in code
+
+
+@pytest.mark.parametrize("status", [200, 503])
+def test_dockerfile_healthcheck_runs(status: int) -> None:
+    """Run the HEALTHCHECK command against a stub server on $BRAID_PORT."""
+    (hc,) = [i for i in _final_stage() if i.op == "HEALTHCHECK"]
+    argv = _exec_form(hc.args.partition("CMD ")[2].strip())
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            self.send_response(status if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**os.environ, "BRAID_PORT": str(server.server_address[1])}
+        done = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert paths == ["/health"]
+    assert (done.returncode == 0) == (status == 200), done.stderr.decode()
