@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from .schema import BraidConfig
+from .schema import BraidConfig, TierConfig
 
 __all__ = ["ConfigError", "DEFAULT_CONFIG_PATH", "config_path", "load_config", "parse_config"]
 
@@ -34,10 +34,26 @@ def parse_config(text: str, *, source: str = "<string>") -> BraidConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    tiers = raw.get("tiers")
+    if isinstance(tiers, dict):
+        # Checked one by one first, so an error names the tier (`$.tiers.session.m`).
+        for name, tier in tiers.items():
+            try:
+                msgspec.convert(tier, TierConfig, strict=True)
+            except msgspec.ValidationError as exc:
+                raise ConfigError(f"{source}: {_rebase(str(exc), f'$.tiers.{name}')}") from None
     try:
         return msgspec.convert(raw, BraidConfig, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+
+
+def _rebase(message: str, prefix: str) -> str:
+    """Put a nested validation error's path under ``prefix``."""
+    if " - at `$" in message:
+        head, _, path = message.rpartition(" - at `$")
+        return f"{head} - at `{prefix}{path}"
+    return f"{message} - at `{prefix}`"
 
 
 def load_config(path: Path | str | None = None) -> BraidConfig:

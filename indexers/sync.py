@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 import anyio
 import psycopg
@@ -24,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from .base import BackendError, MemoryRecord, SourceUnavailable
 from .postgres import NOTIFY_CHANNEL, PostgresStore
 
-__all__ = ["OutboxSync"]
+__all__ = ["OutboxSync", "TypesenseWriter"]
 
 log = logging.getLogger("braid.sync")
 
@@ -32,11 +33,19 @@ log = logging.getLogger("braid.sync")
 RETENTION = "1 hour"
 
 
+class TypesenseWriter(Protocol):
+    """What the worker needs of the Typesense index (see ``indexers.typesense``)."""
+
+    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None: ...
+
+    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None: ...
+
+
 class OutboxSync:
     def __init__(
         self,
         store: PostgresStore,
-        index: "TypesenseWriter",
+        index: TypesenseWriter,
         *,
         dsn: str,
         batch_size: int = 256,
@@ -151,12 +160,3 @@ class OutboxSync:
                 log.debug("outbox listener reconnecting: %s", exc)
                 await anyio.sleep(1.0)
 
-
-class TypesenseWriter:  # pragma: no cover - structural type only
-    async def upsert(
-        self, records: Sequence[MemoryRecord], collection: str | None = None
-    ) -> None: ...
-
-    async def delete(
-        self, keys: Sequence[tuple[str, str]], collection: str | None = None
-    ) -> None: ...

@@ -19,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from config import DEFAULT_CONFIG_PATH
 from deploy.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,10 @@ def home() -> Iterator[Path]:
 
 def start(home: Path, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
-    env.update(BRAID_HOME=str(home), BRAID_PORT=str(port))
+    config = home / "braid.yaml"
+    if not config.exists():
+        config.write_text(DEFAULT_CONFIG_PATH.read_text())
+    env.update(BRAID_HOME=str(home), BRAID_PORT=str(port), BRAID_CONFIG=str(config))
     return subprocess.Popen(
         [sys.executable, "-m", "service"],
         cwd=ROOT,
@@ -68,6 +72,18 @@ def descendants_and_servers(proc: subprocess.Popen[bytes], home: Path) -> list[p
     return found
 
 
+def recall_items(url: str, auth: dict[str, str], timeout: float = 10) -> list[dict]:  # type: ignore[type-arg]
+    """Recall until the answer changes to one item (a reload is asynchronous) or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.post(f"{url}/v1/recall", json={"query": "what does the user have"}, headers=auth)
+        assert r.status_code == 200, r.text
+        items = r.json()["items"]
+        if len(items) == 1 or time.monotonic() > deadline:
+            return items  # type: ignore[no-any-return]
+        time.sleep(0.1)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> str:
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -85,7 +101,8 @@ def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
 
         keys = json.loads((home / "keys.json").read_text())
         auth = {"Authorization": f"Bearer {keys['agent']}"}
-        r = httpx.post(f"{url}/v1/memories", json={"memories": [{"content": "User drives a Honda Civic"}]}, headers=auth)
+        memories = [{"content": "User drives a Honda Civic"}, {"content": "User owns a red bicycle"}]
+        r = httpx.post(f"{url}/v1/memories", json={"memories": memories}, headers=auth)
         assert r.status_code == 201, r.text
     finally:
         output = stop(proc)
@@ -101,6 +118,17 @@ def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
         r = httpx.post(f"{url}/v1/recall", json={"query": "what car does this person have"}, headers=auth)
         assert r.status_code == 200, r.text
         assert r.json()["items"][0]["content"] == "User drives a Honda Civic"
+        assert len(r.json()["items"]) == 2
+
+        # SIGHUP reloads the config; a bad file keeps the running one.
+        config = home / "braid.yaml"
+        config.write_text(config.read_text().replace("searchTopK: 10", "searchTopK: 1"))
+        proc.send_signal(signal.SIGHUP)
+        assert len(recall_items(url, auth)) == 1
+        config.write_text("searchTopK: [\n")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert len(recall_items(url, auth)) == 1
     finally:
         output = stop(proc)
     assert "generated agent key" not in output

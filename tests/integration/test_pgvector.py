@@ -59,10 +59,11 @@ def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def clustered_vectors(rng: np.random.Generator, centers: np.ndarray, n: int) -> np.ndarray:
-    """Points scattered around ``centers``: like real embeddings, and unlike
-    uniform noise in 64-d, they have neighbourhoods an HNSW graph can find."""
+    """Points scattered around ``centers``. Like real embeddings, and unlike
+    uniform noise in 64-d (where an m=8 graph finds 2-3 of the true top 10),
+    they have neighbourhoods an HNSW graph can find."""
     picks = centers[rng.integers(0, len(centers), n)]
-    v = picks + rng.standard_normal((n, DIM)).astype(np.float32) / np.sqrt(DIM)
+    v = picks + rng.standard_normal((n, DIM)).astype(np.float32) * (0.5 / np.sqrt(DIM))
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
@@ -334,46 +335,51 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
     rare_ids = [i for i, r in zip(corpus.ids, corpus.rare) if r]
     rare_vectors = corpus.vectors[corpus.rare]
     assert 900 < len(rare_ids) < 1100
+    by_id = dict(zip(corpus.ids, corpus.vectors))
     log: list[dict[str, Any]] = []
+    recall: list[int] = []
     spy_pool = await recording_pool(dsn_of(pool), log)
     try:
         source = PgvectorSource(spy_pool, lambda: cfg)
         rng = np.random.default_rng(99)
-        for q in clustered_vectors(rng, corpus.centers, 5):
-            log.clear()
+        for q in clustered_vectors(rng, corpus.centers, 20):
             hits = await source.search(
                 query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",)))
             )
             assert len(hits) == 10
             assert {h.id for h in hits} <= set(rare_ids)
-            exact = exact_top(rare_ids, rare_vectors, q, 10)
-            assert len({h.id for h in hits} & set(exact)) >= 9, (hits, exact)
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-            by_id = dict(zip(corpus.ids, corpus.vectors))
             for h in hits:
                 assert h.score == pytest.approx(float(by_id[h.id] @ q), abs=1e-5)
                 assert (h.tier, h.kind) == ("session", "note")
+            recall.append(len({h.id for h in hits} & set(exact_top(rare_ids, rare_vectors, q, 10))))
     finally:
         await spy_pool.close()
+    # Approximate, but close to the exact top 10 of the filtered rows (the
+    # index is built concurrently with a random level draw, so not every run
+    # finds the same rows; observed means are 9.5-9.6).
+    assert np.mean(recall) >= 9.0, recall
 
-    # The statement the source ran walks the session tier's HNSW index ...
-    (search,) = log
-    statement, params = search["statement"], search["params"]
+    # Each statement the source ran walks the session tier's HNSW index, and
+    # only the iterative scan lets it return 10 rows: with it off, the same
+    # index scan stops after ef_search (32) candidates, about 5% of them rare.
+    assert [e["tier"] for e in log] == ["session"] * 20
+    index_scan = "Index Scan using memories_hnsw_session on memories m"
     async with pool.connection() as conn:
-        async with conn.transaction():
-            await set_search_params(conn, cfg.tiers["session"].ef_search)
-            plan = "\n".join(r[0] for r in await (await conn.execute("EXPLAIN " + statement, params)).fetchall())
-            assert "Index Scan using memories_hnsw_session on memories m" in plan, plan
-        # ... and only the iterative scan lets it return 10 rows: with it off,
-        # the same index scan stops after ef_search candidates, about 5% of
-        # which carry the tag.
-        async with conn.transaction():
-            await set_search_params(conn, cfg.tiers["session"].ef_search)
-            await conn.execute("SELECT set_config('hnsw.iterative_scan', 'off', true)")
-            plan = "\n".join(r[0] for r in await (await conn.execute("EXPLAIN " + statement, params)).fetchall())
-            assert "Index Scan using memories_hnsw_session on memories m" in plan, plan
-            rows = await (await conn.execute(statement, params)).fetchall()
-            assert len(rows) < 10
+        for search in log:
+            statement, params = search["statement"], search["params"]
+            for mode in ("relaxed_order", "off"):
+                async with conn.transaction():
+                    await set_search_params(conn, cfg.tiers["session"].ef_search)
+                    await conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (mode,))
+                    cur = await conn.execute("EXPLAIN " + statement, params)
+                    plan = "\n".join(row[0] for row in await cur.fetchall())
+                    assert index_scan in plan, plan
+                    rows = await (await conn.execute(statement, params)).fetchall()
+                if mode == "off":
+                    assert len(rows) < 10, rows
+                else:
+                    assert len(rows) == 10, rows
 
 
 async def test_session_filter_is_selective_too(
@@ -388,13 +394,15 @@ async def test_session_filter_is_selective_too(
         "sessions", [memory(i, v, session_id=s) for i, v, s in zip(ids, vectors, sessions)]
     )
     hot = [k for k, s in enumerate(sessions) if s == "s-hot"]
-    q = clustered_vectors(rng, corpus.centers, 1)[0]
-    hits = await PgvectorSource(pool, lambda: cfg).search(
-        query("sessions", q, filters=Filters(session_id="s-hot"))
-    )
-    assert len(hits) == 10
-    exact = exact_top([ids[k] for k in hot], vectors[hot], q, 10)
-    assert len({h.id for h in hits} & set(exact)) >= 9
+    source = PgvectorSource(pool, lambda: cfg)
+    recall = []
+    for q in clustered_vectors(rng, corpus.centers, 10):
+        hits = await source.search(query("sessions", q, filters=Filters(session_id="s-hot")))
+        assert len(hits) == 10
+        assert {h.id for h in hits} <= {ids[k] for k in hot}
+        exact = exact_top([ids[k] for k in hot], vectors[hot], q, 10)
+        recall.append(len({h.id for h in hits} & set(exact)))
+    assert np.mean(recall) >= 9.0, recall
 
 
 # --- tenants and filters -----------------------------------------------------

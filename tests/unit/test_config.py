@@ -1,0 +1,75 @@
+"""The config schema: shipped defaults, and errors that name the bad key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config import DEFAULT_CONFIG_PATH, BraidConfig, ConfigError, load_config, parse_config
+
+
+def test_shipped_yaml_holds_the_documented_defaults() -> None:
+    cfg = load_config(DEFAULT_CONFIG_PATH)
+    assert cfg.search_top_k == 10
+    assert cfg.context_budget_tokens == 8192
+    assert cfg.min_confidence == 0.5
+    assert cfg.rrf.k == 60
+    assert cfg.rrf.vector_weight == 0.7
+    assert cfg.rrf.weights == {"typesense": 1.0, "pgvector": 1.0, "graph": 1.0}
+    tiers = {n: (t.holds, t.m, t.ef_construction, t.ef_search) for n, t in cfg.tiers.items()}
+    assert tiers == {
+        "session": ("memories", 8, 32, 32),
+        "entities": ("entities", 24, 128, 128),
+        "rag": ("memories", 16, 64, 64),
+    }
+    assert cfg.graph.max_hops == 2
+    assert cfg.memory_tiers == ["session", "rag"]
+    assert cfg.entity_tier == "entities"
+
+
+def test_yaml_and_code_defaults_agree() -> None:
+    # An empty file gives the same config as the shipped one.
+    assert parse_config("") == load_config(DEFAULT_CONFIG_PATH) == BraidConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rrf: {k: 0}", "Expected `int` >= 1 - at `$.rrf.k`"),
+        ("rrf: {vectorWeight: 1.5}", "Expected `float` <= 1.0 - at `$.rrf.vectorWeight`"),
+        ("rrf: {kk: 1}", "Object contains unknown field `kk` - at `$.rrf`"),
+        ("searchTopK: x", "Expected `int`, got `str` - at `$.searchTopK`"),
+        ("minConfidence: 2", "Expected `float` <= 1.0 - at `$.minConfidence`"),
+        ("tiers: {session: {m: 0}}", "Expected `int` >= 2 - at `$.tiers.session.m`"),
+        (
+            "tiers: {session: {m: 40, efConstruction: 32}}",
+            "efConstruction (32) must be at least 2 * m (80) - at `$.tiers.session`",
+        ),
+        (
+            "tiers: {a: {holds: memories}}",
+            "tiers: exactly one tier must hold `entities`",
+        ),
+        ("graph: {maxHops: 9}", "Expected `int` <= 5 - at `$.graph.maxHops`"),
+        (
+            "rrf: {weights: {bm25: 1}}",
+            "rrf.weights names unknown source(s) ['bm25']; known: ['typesense', 'pgvector', 'graph']",
+        ),
+        (
+            "auth: {keys: [{tenant: a, key: short}]}",
+            "`key` must be at least 16 characters - at `$.auth.keys[0]`",
+        ),
+        ("auth: {keys: [{tenant: 'a b', key: 0123456789abcdef}]}", None),
+        ("- 1", "the top level must be a mapping, got list"),
+    ],
+)
+def test_errors_name_the_bad_key(text: str, message: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="braid.yaml")
+    if message is not None:
+        assert str(info.value) == f"braid.yaml: {message}"
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read: No such file or directory"):
+        load_config(tmp_path / "missing.yaml")
