@@ -35,21 +35,8 @@ __all__ = [
 log = logging.getLogger("braid")
 
 
-class MemoryWrite(msgspec.Struct, frozen=True):
-    """A memory as the API accepts it, already validated."""
-
-    content: str
-    kind: str
-    tier: str
-    created_at: datetime
-    id: str | None = None
-    session_id: str | None = None
-    tags: tuple[str, ...] = ()
-    importance: float | None = None
-    confidence: float = 1.0
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    entities: tuple[str, ...] = ()
-    embedding: tuple[float, ...] | None = None
+#: A memory as the API accepts it, validated; the engine fills in the embedding.
+MemoryWrite = MemoryInput
 
 
 class GraphWrite(msgspec.Struct, frozen=True):
@@ -140,12 +127,12 @@ class Engine:
         model = self.embedder.model
         missing = [m.content for m in memories if m.embedding is None]
         vectors = iter(await self.embedder.embed(missing))
-        inputs = []
-        for m in memories:
-            vec = m.embedding if m.embedding is not None else next(vectors)
-            fields = msgspec.structs.asdict(m)
-            fields.update(embedding=vec, model=model if m.embedding is None else "client")
-            inputs.append(MemoryInput(**fields))
+        inputs = [
+            msgspec.structs.replace(m, embedding=next(vectors), model=model)
+            if m.embedding is None
+            else msgspec.structs.replace(m, model="client")
+            for m in memories
+        ]
         named = sorted({" ".join(n.split()) for m in memories for n in m.entities})
         existing = await self.store.existing_entities(tenant, named)
         new_names = [n for n in named if normalize_name(n) not in existing]

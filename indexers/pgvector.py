@@ -9,8 +9,8 @@ session, tags, time) still returns ``limit`` rows when enough rows match.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import timezone
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
-from .postgres import filter_clause
+from .postgres import filter_clause, hit_from_row
 
 __all__ = [
     "PgvectorSource",
@@ -143,26 +143,15 @@ class PgvectorSource:
         ]
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
-        rows: list[dict[str, object]] = []
+        rows: list[dict[str, Any]] = []
         try:
             async with self._pool.connection() as conn:
                 for tier in tiers:
                     rows.extend(await self._search_tier(conn, cfg, tier, query, vec, limit))
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
-        rows.sort(key=lambda r: (r["distance"], r["id"]))  # type: ignore[arg-type]
-        return [
-            Hit(
-                id=str(r["id"]),
-                content=str(r["content"]),
-                kind=str(r["kind"]),
-                tier=str(r["tier"]),
-                created_at=r["created_at"].astimezone(timezone.utc),  # type: ignore[attr-defined]
-                confidence=float(r["confidence"]),  # type: ignore[arg-type]
-                score=1.0 - float(r["distance"]),  # type: ignore[arg-type]
-            )
-            for r in rows[:limit]
-        ]
+        rows.sort(key=lambda r: (r["distance"], r["id"]))
+        return [hit_from_row(r, 1.0 - float(r["distance"])) for r in rows[:limit]]
 
     async def _search_tier(
         self,
@@ -172,7 +161,7 @@ class PgvectorSource:
         query: SearchQuery,
         vec: np.ndarray,
         limit: int,
-    ) -> list[dict[str, object]]:
+    ) -> list[dict[str, Any]]:
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,

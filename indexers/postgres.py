@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from config.schema import is_safe_name
 
-from .base import Filters, MemoryRecord, SourceUnavailable
+from .base import Filters, Hit, MemoryRecord, SourceUnavailable
 from .migrations import migrate
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "RECORD_COLUMNS",
     "RelationInput",
     "filter_clause",
+    "hit_from_row",
     "name_candidates",
     "normalize_name",
     "record_from_row",
@@ -49,14 +50,16 @@ def normalize_name(name: str) -> str:
 
 
 class MemoryInput(msgspec.Struct, frozen=True):
-    """A validated memory to write; ``embedding`` is always filled in."""
+    """A validated memory to write.
+
+    ``embedding`` is ``None`` until the engine embeds the content; the store
+    only accepts inputs whose embedding and ``model`` are filled in.
+    """
 
     content: str
     kind: str
     tier: str
     created_at: datetime
-    embedding: tuple[float, ...]
-    model: str
     id: str | None = None
     session_id: str | None = None
     tags: tuple[str, ...] = ()
@@ -64,6 +67,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     confidence: float = 1.0
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     entities: tuple[str, ...] = ()
+    embedding: tuple[float, ...] | None = None
+    model: str | None = None
 
 
 class EntityInput(msgspec.Struct, frozen=True):
@@ -168,6 +173,8 @@ class PostgresStore:
         ``new_entities`` are entities named by the memories that do not exist
         yet, with their embeddings computed by the caller.
         """
+        if any(m.embedding is None or m.model is None for m in memories):
+            raise ValueError("every memory must carry its embedding and model")
         ids = [m.id or str(uuid.uuid4()) for m in memories]
         async with self.pool.connection() as conn, conn.transaction():
             if new_entities:
@@ -190,7 +197,7 @@ class PostgresStore:
                         (
                             tenant, mid, m.content, m.kind, m.tier, m.session_id, list(m.tags),
                             m.importance, m.confidence, Jsonb(m.metadata), m.created_at,
-                            _vec(m.embedding), m.model,
+                            _vec(m.embedding or ()), m.model,
                         )
                         for mid, m in zip(ids, memories, strict=True)
                     ],
@@ -344,6 +351,19 @@ _RECORD_COLUMNS = (
     "m.tenant, m.id, m.content, m.kind, m.tier, m.session_id, m.tags, m.importance, "
     "m.confidence, m.created_at, m.embedding, m.model"
 )
+
+
+def hit_from_row(row: dict[str, Any], score: float) -> Hit:
+    """A memory row (id, content, kind, tier, created_at, confidence) as a search hit."""
+    return Hit(
+        id=row["id"],
+        content=row["content"],
+        kind=row["kind"],
+        tier=row["tier"],
+        created_at=row["created_at"].astimezone(timezone.utc),
+        confidence=float(row["confidence"]),
+        score=score,
+    )
 
 
 def record_from_row(row: dict[str, Any]) -> MemoryRecord:

@@ -48,6 +48,25 @@ class Runtime(msgspec.Struct):
     embedder: Embedder
 
 
+async def _check_model(store: PostgresStore, model: str) -> None:
+    """Every stored vector records its model; warn when the service's model changed."""
+    async with store.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO braid_meta (key, value) VALUES ('embedding_model', %s)"
+            " ON CONFLICT (key) DO NOTHING",
+            (model,),
+        )
+        cur = await conn.execute("SELECT value FROM braid_meta WHERE key = 'embedding_model'")
+        row = await cur.fetchone()
+    if row is not None and row[0] != model:
+        log.warning(
+            "stored vectors were made by %s but the service now embeds with %s: "
+            "query and stored vectors are not comparable until memories are re-written",
+            row[0],
+            model,
+        )
+
+
 @asynccontextmanager
 async def open_runtime(
     config: ConfigHolder,
@@ -77,6 +96,7 @@ async def open_runtime(
         timeout=cfg.typesense.timeout_ms / 1000.0,
     )
     try:
+        await _check_model(store, embedder.model)
         created = await ensure_indexes(pool, cfg)
         if created:
             log.info("created HNSW indexes %s", created)

@@ -136,8 +136,7 @@ async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Princi
 @post("/v1/recall", status_code=200, summary="Recall: the pre-inference memory block")
 async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
     opts = recall_options(data, engine.config.current)
-    result = await engine.recall(principal.tenant, opts)
-    return RecallOut(**msgspec.structs.asdict(result))
+    return await engine.recall(principal.tenant, opts)
 
 
 @post(

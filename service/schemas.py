@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from indexers.engine import RecallItem, SourceReport
+from indexers.engine import RecallResult
 
 __all__ = [
     "GraphEntityIn",
@@ -107,13 +107,8 @@ class RecallIn(_In):
     embedding: Vector | None = None
 
 
-class RecallOut(msgspec.Struct):
-    block: str
-    tokens: int
-    items: list[RecallItem]
-    sources: dict[str, SourceReport]
-    degraded: list[str]
-    embedding_ms: float
+#: The recall answer is the engine's result, as is.
+RecallOut = RecallResult
 
 
 class ReindexIn(_In):

@@ -1,0 +1,420 @@
+"""The entity graph source against the real embedded Postgres.
+
+One database for the module; each scenario lives in its own tenant. Entity
+and memory embeddings come from the real MiniLM model (384-d). Expected
+scores follow from closed forms of personalized PageRank on small graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from config import BraidConfig, load_config
+from deploy.embedded import EmbeddedPostgres
+from indexers.base import Filters, Hit, SearchQuery
+from indexers.graph import GraphSource, fact_sentence, personalized_pagerank
+from indexers.pgvector import ensure_indexes
+from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
+from tests.api.conftest import fresh_database
+
+pytestmark = pytest.mark.anyio
+
+D = 0.85  # graph.damping in braid.yaml
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+ALEX_LIKES = "What does Alex like?"
+
+
+# --- closed forms of PPR (undirected, unit weights) -----------------------------
+
+
+def ppr_path_from_end(d: float = D) -> tuple[float, float, float]:
+    """Path a - b - c, restart at a: (p_a, p_b, p_c)."""
+    c = d * d / 2
+    pa = (1 - d) * (1 - c) / (1 - 2 * c)
+    pb = d * pa / (1 - c)
+    return pa, pb, d * pb / 2
+
+
+def ppr_path_from_middle(d: float = D) -> tuple[float, float, float]:
+    """Path a - b - c, restart at b: (p_a, p_b, p_c)."""
+    pb = 1 / (1 + d)
+    return d * pb / 2, pb, d * pb / 2
+
+
+def ppr_edge(d: float = D) -> tuple[float, float]:
+    """a - b, restart at a."""
+    return 1 / (1 + d), d / (1 + d)
+
+
+# --- pure helpers ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "relation", "target", "sentence"),
+    [
+        ("Alex", "prefers", "TypeScript", "Alex prefers TypeScript."),
+        ("TypeScript", "compiles_to", "JavaScript", "TypeScript compiles to JavaScript."),
+        ("Ada", "  is__part_of ", "Team Blue", "Ada is part of Team Blue."),
+    ],
+)
+def test_fact_sentence(source: str, relation: str, target: str, sentence: str) -> None:
+    assert fact_sentence(source, relation, target) == sentence
+
+
+def test_ppr_single_seed_without_edges_keeps_everything() -> None:
+    assert personalized_pagerank([], {7: 1.0}, damping=D) == {7: 1.0}
+
+
+def test_ppr_isolated_seeds_keep_their_share() -> None:
+    ppr = personalized_pagerank([], {1: 3.0, 2: 1.0}, damping=D)
+    assert ppr == pytest.approx({1: 0.75, 2: 0.25}, abs=1e-9)
+
+
+def test_ppr_no_seed_weight_means_no_scores() -> None:
+    assert personalized_pagerank([(1, 2, 1.0)], {1: 0.0}, damping=D) == {}
+
+
+def test_ppr_one_edge() -> None:
+    a, b = ppr_edge()
+    assert personalized_pagerank([(1, 2, 1.0)], {1: 1.0}, damping=D) == pytest.approx(
+        {1: a, 2: b}, abs=1e-6
+    )
+
+
+def test_ppr_path_from_each_end_and_the_middle() -> None:
+    edges = [(1, 2, 1.0), (2, 3, 1.0)]
+    pa, pb, pc = ppr_path_from_end()
+    assert personalized_pagerank(edges, {1: 1.0}, damping=D) == pytest.approx(
+        {1: pa, 2: pb, 3: pc}, abs=1e-6
+    )
+    pa, pb, pc = ppr_path_from_middle()
+    assert personalized_pagerank(edges, {2: 0.4}, damping=D) == pytest.approx(
+        {1: pa, 2: pb, 3: pc}, abs=1e-6
+    )
+
+
+def test_ppr_weights_split_the_walk_and_parallel_edges_add_up() -> None:
+    # Star 1 -> {2 (w 1), 3 (w 3)}, the 1-3 weight given as two relations
+    # (one in each direction): p1 = 1/(1+d), the rest is split 1:3.
+    ppr = personalized_pagerank([(1, 2, 1.0), (1, 3, 1.0), (3, 1, 2.0)], {1: 1.0}, damping=D)
+    assert ppr == pytest.approx(
+        {1: 1 / (1 + D), 2: D / (4 * (1 + D)), 3: 3 * D / (4 * (1 + D))}, abs=1e-6
+    )
+
+
+# --- fixtures ----------------------------------------------------------------
+
+
+def graph_config(**changes: Any) -> BraidConfig:
+    cfg = load_config()
+    return msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, **changes))
+
+
+#: Name seeding only: no entity is 0.99-similar to a question.
+NAMES_ONLY = graph_config(seed_min_similarity=0.99)
+
+
+@pytest.fixture(scope="module")
+async def pool(postgres: EmbeddedPostgres) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(fresh_database(postgres), dim=384, min_size=1, max_size=4)
+    await ensure_indexes(pool, load_config())
+    yield pool
+    await pool.close()
+
+
+class Writer:
+    def __init__(self, store: PostgresStore, embedder: Any) -> None:
+        self.store = store
+        self.embedder = embedder
+
+    async def graph(
+        self, tenant: str, names: list[str], relations: list[RelationInput]
+    ) -> None:
+        vectors = await self.embedder.embed(names)
+        entities = [
+            EntityInput(name=n, embedding=v, model=self.embedder.model)
+            for n, v in zip(names, vectors)
+        ]
+        await self.store.write_graph(tenant, entities, relations)
+
+    async def memories(self, tenant: str, *rows: dict[str, Any]) -> None:
+        vectors = await self.embedder.embed([r["content"] for r in rows])
+        await self.store.write_memories(
+            tenant,
+            [
+                MemoryInput(
+                    **{"kind": "note", "tier": "session", "created_at": T0, **r},
+                    embedding=v,
+                    model=self.embedder.model,
+                )
+                for r, v in zip(rows, vectors)
+            ],
+        )
+
+
+@pytest.fixture(scope="module")
+async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str, int]]:
+    """Tenants: `ga` (the main graph), `gb` (same names), `gv` (validity).
+
+    Returns each tenant's relation ids by fact sentence.
+    """
+    w = Writer(PostgresStore(pool), embedder)
+    now = datetime.now(timezone.utc)
+    await w.graph(
+        "ga",
+        ["Alex", "TypeScript", "JavaScript", "Bob", "Rust"],
+        [
+            RelationInput("Alex", "prefers", "TypeScript"),
+            RelationInput("TypeScript", "compiles_to", "JavaScript"),
+            RelationInput("Bob", "likes", "Rust"),
+        ],
+    )
+    await w.memories(
+        "ga",
+        # Linked only by its explicit entity: the text names nothing.
+        {"id": "ga-ts", "content": "The web client was rewritten last spring.",
+         "entities": ("TypeScript",), "tags": ("frontend",)},
+        # Linked by name: the text says JavaScript.
+        {"id": "ga-js", "content": "Browsers only run JavaScript natively.",
+         "kind": "preference", "confidence": 0.4},
+        {"id": "ga-rust", "content": "Bob rewrote the parser in Rust."},
+        {"id": "ga-none", "content": "Lunch is at noon."},
+    )
+    await w.graph(
+        "gb",
+        ["Alex", "TypeScript", "Haskell"],
+        [
+            RelationInput("Alex", "prefers", "TypeScript"),
+            RelationInput("Alex", "prefers", "Haskell"),
+        ],
+    )
+    await w.memories(
+        "gb", {"id": "gb-ts", "content": "TypeScript everywhere.", "entities": ("TypeScript",)}
+    )
+    await w.graph(
+        "gv",
+        ["Alex", "Java", "Go", "Python"],
+        [
+            RelationInput("Alex", "uses", "Java", valid_to=now - timedelta(days=1)),
+            RelationInput("Alex", "will_learn", "Go", valid_from=now + timedelta(days=1)),
+            RelationInput(
+                "Alex", "knows", "Python",
+                valid_from=now - timedelta(days=10), valid_to=now + timedelta(days=10),
+            ),
+        ],
+    )
+    await w.memories(
+        "gv",
+        {"id": "gv-java", "content": "Java was the old stack."},
+        {"id": "gv-python", "content": "Python scripts crunch the data."},
+    )
+    out: dict[str, dict[str, int]] = {}
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT r.tenant, s.name, r.relation, t.name, r.id FROM relations r"
+            " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"
+        )
+        for tenant, s, rel, t, rid in await cur.fetchall():
+            out.setdefault(tenant, {})[fact_sentence(s, rel, t)] = rid
+    return out
+
+
+async def search(
+    pool: AsyncConnectionPool,
+    cfg: BraidConfig,
+    tenant: str,
+    text: str,
+    *,
+    vector: tuple[float, ...] | None = None,
+    limit: int = 20,
+    **kw: Any,
+) -> list[Hit]:
+    q = SearchQuery(tenant=tenant, text=text, vector=vector, limit=limit, **kw)
+    return await GraphSource(pool, lambda: cfg).search(q)
+
+
+def summary(hits: list[Hit]) -> list[tuple[str, str]]:
+    return [(h.type, h.content) for h in hits]
+
+
+# --- walking the graph -------------------------------------------------------
+
+
+async def test_named_entity_seeds_a_two_hop_walk(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]], embedder: Any
+) -> None:
+    vector = await embedder.embed_query(ALEX_LIKES)
+    hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, vector=vector)
+    pa, pt, pj = ppr_path_from_end()  # Alex - TypeScript - JavaScript, restart at Alex
+    assert [(h.type, h.id, h.content) for h in hits] == [
+        ("fact", f"rel:{graph['ga']['Alex prefers TypeScript.']}", "Alex prefers TypeScript."),
+        ("fact", f"rel:{graph['ga']['TypeScript compiles to JavaScript.']}",
+         "TypeScript compiles to JavaScript."),
+        ("memory", "ga-ts", "The web client was rewritten last spring."),
+        ("memory", "ga-js", "Browsers only run JavaScript natively."),
+    ]
+    assert [h.score for h in hits] == pytest.approx([pa + pt, pt + pj, pt, pj], abs=1e-5)
+    fact = hits[0]
+    assert (fact.kind, fact.tier, fact.confidence) == ("fact", "entities", 1.0)
+    assert fact.created_at > T0  # a relation without valid_from dates from its insert
+    memory = hits[2]
+    assert (memory.kind, memory.tier, memory.created_at) == ("note", "session", T0)
+    assert hits[3].confidence == pytest.approx(0.4)
+
+
+async def test_limit_cuts_the_merged_list(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, limit=2)
+    assert summary(hits) == [
+        ("fact", "Alex prefers TypeScript."),
+        ("fact", "TypeScript compiles to JavaScript."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hops", "expected"),
+    [
+        (0, []),
+        (
+            1,
+            [("fact", "Alex prefers TypeScript."),
+             ("memory", "The web client was rewritten last spring.")],
+        ),
+        (
+            2,
+            [("fact", "Alex prefers TypeScript."),
+             ("fact", "TypeScript compiles to JavaScript."),
+             ("memory", "The web client was rewritten last spring."),
+             ("memory", "Browsers only run JavaScript natively.")],
+        ),
+    ],
+)
+async def test_max_hops_bounds_the_walk(
+    pool: AsyncConnectionPool,
+    graph: dict[str, dict[str, int]],
+    hops: int,
+    expected: list[tuple[str, str]],
+) -> None:
+    cfg = graph_config(seed_min_similarity=0.99, max_hops=hops)
+    hits = await search(pool, cfg, "ga", ALEX_LIKES)
+    assert summary(hits) == expected
+    if hops == 1:
+        pa, pt = ppr_edge()
+        assert [h.score for h in hits] == pytest.approx([pa + pt, pt], abs=1e-5)
+
+
+async def test_max_edges_keeps_the_heaviest_relations_first(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    # Equal weights: the earlier relation wins; the walk still reached
+    # JavaScript, but without its edge it has no score and no fact.
+    cfg = graph_config(seed_min_similarity=0.99, max_edges=1)
+    hits = await search(pool, cfg, "ga", ALEX_LIKES)
+    assert summary(hits) == [
+        ("fact", "Alex prefers TypeScript."),
+        ("memory", "The web client was rewritten last spring."),
+    ]
+
+
+async def test_relations_outside_their_validity_window_are_skipped(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    hits = await search(pool, NAMES_ONLY, "gv", "What does Alex know?")
+    assert summary(hits) == [
+        ("fact", "Alex knows Python."),
+        ("memory", "Python scripts crunch the data."),
+    ]
+    # The fact is dated by its valid_from.
+    assert hits[0].created_at < datetime.now(timezone.utc) - timedelta(days=9)
+
+
+async def test_tenants_never_see_each_others_graph(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    b_ids = {f"rel:{rid}" for rid in graph["gb"].values()} | {"gb-ts"}
+    a_hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES)
+    assert a_hits and not {h.id for h in a_hits} & b_ids
+    assert "Alex prefers Haskell." not in {h.content for h in a_hits}
+
+    b_hits = await search(pool, NAMES_ONLY, "gb", ALEX_LIKES)
+    assert {h.id for h in b_hits} == b_ids
+    assert await search(pool, NAMES_ONLY, "nobody", ALEX_LIKES) == []
+
+
+# --- vector seeding ----------------------------------------------------------
+
+
+async def test_vector_seeds_an_entity_the_text_does_not_name(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]], embedder: Any
+) -> None:
+    typescript = await embedder.embed_query("TypeScript")
+    cfg = graph_config(seed_min_similarity=0.99, seed_limit=5)
+    hits = await search(pool, cfg, "ga", "tell me about it", vector=typescript)
+    pa, pt, pj = ppr_path_from_middle()  # restart at TypeScript
+    facts = {
+        f"rel:{graph['ga']['Alex prefers TypeScript.']}": pa + pt,
+        f"rel:{graph['ga']['TypeScript compiles to JavaScript.']}": pt + pj,
+    }
+    # The two facts tie (a and c are symmetric), so their order is not asserted.
+    assert {h.id: h.score for h in hits[:2]} == pytest.approx(facts, abs=1e-5)
+    assert [(h.id, h.score) for h in hits[2:]] == [
+        ("ga-ts", pytest.approx(pt, abs=1e-5)),
+        ("ga-js", pytest.approx(pj, abs=1e-5)),
+    ]
+    # Without vector seeds, nothing in that text names an entity.
+    assert await search(pool, graph_config(seed_limit=0), "ga", "tell me about it", vector=typescript) == []
+    assert await search(pool, cfg, "ga", "tell me about it", vector=None) == []
+
+
+async def test_vector_seeds_follow_meaning_above_the_threshold(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]], embedder: Any
+) -> None:
+    rust = await embedder.embed_query("the Rust programming language")
+    hits = await search(pool, graph_config(seed_min_similarity=0.5), "ga", "tell me about it", vector=rust)
+    assert ("fact", "Bob likes Rust.") in summary(hits)
+    assert "ga-rust" in {h.id for h in hits}
+    assert "ga-none" not in {h.id for h in hits}
+    # The named-seed question never reaches Bob when vectors must be near-exact.
+    alex = await embedder.embed_query(ALEX_LIKES)
+    hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, vector=alex)
+    assert not {"Bob likes Rust.", "Bob rewrote the parser in Rust."} & {h.content for h in hits}
+
+
+# --- filters -----------------------------------------------------------------
+
+
+FACTS = [("fact", "Alex prefers TypeScript."), ("fact", "TypeScript compiles to JavaScript.")]
+TS_MEMORY = ("memory", "The web client was rewritten last spring.")
+JS_MEMORY = ("memory", "Browsers only run JavaScript natively.")
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"filters": Filters(kinds=("note",))}, [TS_MEMORY]),
+        ({"filters": Filters(kinds=("note", "preference"))}, [TS_MEMORY, JS_MEMORY]),
+        ({"filters": Filters(kinds=("fact",))}, FACTS),
+        ({"filters": Filters(tags=("frontend",))}, [TS_MEMORY]),
+        ({"filters": Filters(session_id="s1")}, []),
+        ({"filters": Filters(tiers=("session",))}, [TS_MEMORY, JS_MEMORY]),
+        ({"filters": Filters(tiers=("entities",))}, FACTS),
+        ({"filters": Filters(created_before=T0 + timedelta(days=1))}, [TS_MEMORY, JS_MEMORY]),
+        ({"filters": Filters(created_after=T0 + timedelta(days=1))}, FACTS),
+        ({"min_confidence": 0.5}, [*FACTS, TS_MEMORY]),
+    ],
+)
+async def test_filters(
+    pool: AsyncConnectionPool,
+    graph: dict[str, dict[str, int]],
+    fields: dict[str, Any],
+    expected: list[tuple[str, str]],
+) -> None:
+    hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, **fields)
+    assert summary(hits) == expected
