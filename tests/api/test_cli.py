@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from config import DEFAULT_CONFIG_PATH
-from deploy.embedded import free_port
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,3 +134,33 @@ def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
     assert "generated agent key" not in output
     time.sleep(0.5)
     assert descendants_and_servers(proc, home) == []
+
+
+def test_external_backends_start_no_embedded_process(
+    home: Path, postgres: EmbeddedPostgres, typesense: EmbeddedTypesense
+) -> None:
+    import uuid
+
+    import psycopg
+
+    db = f"braid_ext_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    dsn = postgres.dsn().replace("/postgres?", f"/{db}?")
+    (home / "braid.yaml").write_text(
+        f"postgres:\n  dsn: '{dsn}'\n"
+        f"typesense:\n  nodes: ['{typesense.url}']\n  apiKey: '{typesense.api_key}'\n"
+        f"  collection: ext_{db}\n"
+    )
+    port = free_port()
+    proc = start(home, port)
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}")
+        assert not (home / "postgres").exists()
+        assert not (home / "typesense").exists()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert [c.name() for c in children if c.name() in ("postgres", "typesense-server")] == []
+    finally:
+        output = stop(proc)
+    assert proc.returncode == 0, output
+    assert "embedded Postgres" not in output and "embedded Typesense" not in output

@@ -160,7 +160,8 @@ class Writer:
 
 @pytest.fixture(scope="module")
 async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str, int]]:
-    """Tenants: `ga` (the main graph), `gb` (same names), `gv` (validity).
+    """Tenants: `ga` (the main graph), `gb` (same names), `gv` (validity),
+    `gp` (names with punctuation).
 
     Returns each tenant's relation ids by fact sentence.
     """
@@ -214,6 +215,7 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
         {"id": "gv-java", "content": "Java was the old stack."},
         {"id": "gv-python", "content": "Python scripts crunch the data."},
     )
+    await w.graph("gp", ["Ada", "C++", "Node.js"], [RelationInput("Ada", "writes", "C++")])
     out: dict[str, dict[str, int]] = {}
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -346,6 +348,14 @@ async def test_tenants_never_see_each_others_graph(
     b_hits = await search(pool, NAMES_ONLY, "gb", ALEX_LIKES)
     assert {h.id for h in b_hits} == b_ids
     assert await search(pool, NAMES_ONLY, "nobody", ALEX_LIKES) == []
+
+
+async def test_names_with_punctuation_seed_the_walk(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    hits = await search(pool, NAMES_ONLY, "gp", "Who writes C++?")
+    assert summary(hits) == [("fact", "Ada writes C++.")]
+    assert await search(pool, NAMES_ONLY, "gp", "Does anyone use Node.js?") == []  # no relation
 
 
 # --- vector seeding ----------------------------------------------------------

@@ -1,0 +1,305 @@
+"""The Postgres source of truth: migrations and every write, against the real
+embedded Postgres 18. Each test gets a fresh database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import anyio
+import numpy as np
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from deploy.embedded import EmbeddedPostgres
+from indexers.migrations import MIGRATIONS, SchemaMismatch, migrate
+from indexers.postgres import (
+    EntityInput,
+    MemoryInput,
+    PostgresStore,
+    RelationInput,
+    name_candidates,
+    normalize_name,
+    open_pool,
+)
+from tests.api.conftest import fresh_database
+
+pytestmark = pytest.mark.anyio
+
+DIM = 384
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+MISMATCH = (
+    "the database stores 384-d embeddings but embedding.dim is 8; "
+    "use a new database or the matching model"
+)
+
+
+def vector(seed: int) -> tuple[float, ...]:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return tuple(float(x) for x in v / np.linalg.norm(v))
+
+
+def memory(mid: str | None, content: str, **fields: Any) -> MemoryInput:
+    values: dict[str, Any] = {"kind": "note", "tier": "session", "created_at": T0}
+    values.update(fields)
+    return MemoryInput(content=content, id=mid, embedding=vector(len(content)), model="synthetic", **values)
+
+
+def entity(name: str, **fields: Any) -> EntityInput:
+    return EntityInput(name=name, embedding=vector(len(name)), model="synthetic", **fields)
+
+
+@pytest.fixture
+def dsn(postgres: EmbeddedPostgres) -> str:
+    return fresh_database(postgres)
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[PostgresStore]:
+    pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=4)
+    yield PostgresStore(pool)
+    await pool.close()
+
+
+async def rows(store: PostgresStore, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(sql, params or None)
+        return await cur.fetchall()
+
+
+async def outbox(store: PostgresStore, tenant: str) -> list[tuple[str, str]]:
+    return [
+        (mid, op)  # type: ignore[misc]
+        for mid, op in await rows(
+            store, "SELECT memory_id, op FROM outbox WHERE tenant = %s ORDER BY id", tenant
+        )
+    ]
+
+
+async def mentions(store: PostgresStore, tenant: str, memory_id: str) -> list[str]:
+    return [
+        name
+        for (name,) in await rows(
+            store,
+            "SELECT e.name_norm FROM mentions m JOIN entities e ON e.id = m.entity_id"
+            " WHERE m.tenant = %s AND m.memory_id = %s ORDER BY 1",
+            tenant, memory_id,
+        )
+    ]
+
+
+# --- migrations --------------------------------------------------------------
+
+
+async def test_migrations_apply_once(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert await migrate(conn, dim=DIM) == sorted(MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == []
+        cur = await conn.execute("SELECT version FROM braid_migrations ORDER BY 1")
+        assert [v for (v,) in await cur.fetchall()] == sorted(MIGRATIONS)
+        cur = await conn.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = 'public' ORDER BY 1"
+        )
+        assert [t for (t,) in await cur.fetchall()] == [
+            "braid_meta", "braid_migrations", "entities", "memories", "mentions", "outbox",
+            "reindex_jobs", "relations",
+        ]
+        cur = await conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"
+        )
+        assert await cur.fetchone() == ("vector(384)",)
+
+
+async def test_concurrent_migrations_apply_once(dsn: str) -> None:
+    results: list[list[int]] = []
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            results.append(await migrate(conn, dim=DIM))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(run)
+    assert sorted(results) == [[], [], sorted(MIGRATIONS)]
+
+
+async def test_dimension_mismatch_is_refused(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await migrate(conn, dim=DIM)
+        with pytest.raises(SchemaMismatch) as info:
+            await migrate(conn, dim=8)
+        assert str(info.value) == MISMATCH
+        # The advisory lock was released: another session can migrate at once.
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as other:
+            with anyio.fail_after(5):
+                assert await migrate(other, dim=DIM) == []
+    with pytest.raises(SchemaMismatch) as info:
+        await open_pool(dsn, dim=8, min_size=1, max_size=1)
+    assert str(info.value) == MISMATCH
+
+
+# --- memories ----------------------------------------------------------------
+
+
+async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) -> None:
+    assert await store.write_memories("t", [memory("m1", "first version", tags=("a",))]) == ["m1"]
+    later = T0 + timedelta(days=1)
+    await store.write_memories(
+        "t", [memory("m1", "second version", kind="preference", created_at=later, confidence=0.7)]
+    )
+    assert await rows(
+        store, "SELECT id, content, kind, tags, confidence, created_at FROM memories"
+    ) == [("m1", "second version", "preference", [], pytest.approx(0.7), later)]
+    assert await outbox(store, "t") == [("m1", "upsert"), ("m1", "upsert")]
+
+    records = await store.fetch_records([("t", "m1"), ("t", "missing"), ("other", "m1")])
+    assert list(records) == [("t", "m1")]
+    record = records[("t", "m1")]
+    assert (record.content, record.kind, record.created_at) == ("second version", "preference", later)
+    assert record.embedding == pytest.approx(vector(len("second version")), abs=1e-6)
+
+
+async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(
+    store: PostgresStore, dsn: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
+        await listener.execute("LISTEN braid_outbox")
+        ids = await store.write_memories(
+            "t", [memory(None, "one"), memory(None, "two"), memory("three", "three")]
+        )
+        with anyio.fail_after(5):
+            notes = [n async for n in listener.notifies(timeout=5, stop_after=1)]
+        assert [n.channel for n in notes] == ["braid_outbox"]
+    assert len(ids) == len(set(ids)) == 3 and ids[2] == "three"
+    assert await outbox(store, "t") == [(i, "upsert") for i in ids]
+    assert await outbox(store, "other") == []
+    assert await rows(store, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == [(3,)]
+
+
+async def test_same_id_in_two_tenants_is_two_memories(store: PostgresStore) -> None:
+    await store.write_memories("a", [memory("m1", "for a")])
+    await store.write_memories("b", [memory("m1", "for b")])
+    assert await rows(store, "SELECT tenant, content FROM memories ORDER BY 1") == [
+        ("a", "for a"), ("b", "for b"),
+    ]
+
+
+async def test_mentions_come_from_explicit_names_and_known_names_in_the_text(
+    store: PostgresStore,
+) -> None:
+    await store.write_graph("t", [entity("TypeScript"), entity("Alex"), entity("Node")], [])
+    await store.write_memories(
+        "t",
+        [
+            memory("m1", "The web client was rewritten.", entities=("  typescript",)),
+            memory("m2", "Alex likes TYPESCRIPT a lot."),
+        ],
+    )
+    assert await mentions(store, "t", "m1") == ["typescript"]
+    assert await mentions(store, "t", "m2") == ["alex", "typescript"]
+    # An upsert recomputes the links.
+    await store.write_memories("t", [memory("m2", "Node runs the server.")])
+    assert await mentions(store, "t", "m2") == ["node"]
+    # Names of another tenant's entities do not link.
+    await store.write_memories("u", [memory("m3", "Alex likes TypeScript.")])
+    assert await mentions(store, "u", "m3") == []
+
+
+async def test_names_with_inner_punctuation_are_found_in_text(store: PostgresStore) -> None:
+    await store.write_graph("t", [entity("Node.js"), entity("C++"), entity("C#"), entity("Go")], [])
+    await store.write_memories(
+        "t", [memory("m1", "We moved the API from C++ (and some C#) to Node.js, not Go.")]
+    )
+    assert await mentions(store, "t", "m1") == ["c#", "c++", "go", "node.js"]
+
+
+def test_name_candidates() -> None:
+    assert name_candidates("Alex likes Node.js!", max_words=2) == [
+        "alex", "alex likes", "js", "likes", "likes node", "likes node.js", "node", "node js",
+        "node.js",
+    ]
+
+
+async def test_new_entities_are_created_with_the_memories_and_never_overwritten(
+    store: PostgresStore,
+) -> None:
+    await store.write_graph("t", [entity("TypeScript", type="language", summary="typed JS")], [])
+    await store.write_memories(
+        "t",
+        [memory("m1", "x", entities=("typescript", "Rust"))],
+        new_entities=[entity("typescript "), entity("Rust")],
+    )
+    assert await rows(
+        store, "SELECT name, name_norm, type, summary FROM entities WHERE tenant = 't' ORDER BY 2"
+    ) == [("Rust", "rust", None, None), ("TypeScript", "typescript", "language", "typed JS")]
+    assert await mentions(store, "t", "m1") == ["rust", "typescript"]
+    assert await store.existing_entities("t", ["RUST", " type  script", "TypeScript"]) == {
+        "rust", "typescript",
+    }
+    assert await store.existing_entities("u", ["Rust"]) == set()
+
+
+async def test_delete_removes_the_memory_and_its_mentions(store: PostgresStore) -> None:
+    await store.write_graph("t", [entity("TypeScript")], [])
+    await store.write_memories("t", [memory("m1", "TypeScript notes"), memory("m2", "TypeScript too")])
+    assert await mentions(store, "t", "m1") == ["typescript"]
+
+    assert await store.delete_memory("t", "m1") is True
+    assert await rows(store, "SELECT id FROM memories") == [("m2",)]
+    assert await mentions(store, "t", "m1") == []
+    assert await mentions(store, "t", "m2") == ["typescript"]
+    assert await rows(store, "SELECT count(*) FROM entities") == [(1,)]
+    assert await outbox(store, "t") == [("m1", "upsert"), ("m2", "upsert"), ("m1", "delete")]
+
+    assert await store.delete_memory("t", "m1") is False
+    assert await store.delete_memory("other", "m2") is False
+    assert await rows(store, "SELECT id FROM memories") == [("m2",)]
+    assert len(await outbox(store, "t")) == 3
+
+
+# --- graph -------------------------------------------------------------------
+
+
+def test_normalize_name() -> None:
+    assert normalize_name("  Type\tScript  Lang ") == "type script lang"
+    assert normalize_name("STRASSE") == normalize_name("straße")
+
+
+async def test_entity_names_are_unique_case_and_space_insensitively(store: PostgresStore) -> None:
+    await store.write_graph("t", [entity("TypeScript")], [])
+    await store.write_graph("t", [entity("typescript ")], [])
+    await store.write_graph("t", [entity("TYPESCRIPT"), entity("  TypeScript")], [])
+    await store.write_graph("u", [entity("TypeScript")], [])
+    assert await rows(store, "SELECT tenant, name_norm FROM entities ORDER BY 1") == [
+        ("t", "typescript"), ("u", "typescript"),
+    ]
+
+
+async def test_relations_upsert_by_identity(store: PostgresStore) -> None:
+    since = T0 - timedelta(days=30)
+    counts = await store.write_graph(
+        "t",
+        [entity("Alex"), entity("TypeScript")],
+        [
+            RelationInput("Alex", "prefers", "TypeScript"),
+            RelationInput("alex", "prefers", "typescript", weight=2.0),  # same identity
+            RelationInput("Alex", "prefers", "TypeScript", valid_from=since),  # another period
+        ],
+    )
+    assert counts == {"entities": 2, "relations": 3}
+    assert await rows(
+        store,
+        "SELECT s.name, r.relation, t.name, r.weight, r.valid_from FROM relations r"
+        " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"
+        " ORDER BY r.valid_from NULLS FIRST",
+    ) == [
+        ("Alex", "prefers", "TypeScript", 2.0, None),
+        ("Alex", "prefers", "TypeScript", 1.0, since),
+    ]
+    # A relation naming an entity that does not exist is not written.
+    await store.write_graph("t", [], [RelationInput("Alex", "knows", "Nobody")])
+    assert await rows(store, "SELECT count(*) FROM relations") == [(2,)]
