@@ -181,6 +181,14 @@ class BraidConfig(_Base):
             raise ValueError(
                 f"rrf.weights names unknown source(s) {sorted(unknown)}; known: {list(SOURCE_NAMES)}"
             )
+        folded: dict[str, str] = {}
+        for name in self.tiers:
+            key = name.lower().replace("-", "_")
+            if key in folded:
+                raise ValueError(
+                    f"tiers {folded[key]!r} and {name!r} would share one index name; rename one"
+                )
+            folded[key] = name
         holds = [t.holds for t in self.tiers.values()]
         if holds.count("entities") != 1:
             raise ValueError("tiers: exactly one tier must hold `entities`")

@@ -290,7 +290,7 @@ class PostgresStore:
         overwrite: bool,
     ) -> None:
         conflict = (
-            """DO UPDATE SET name = EXCLUDED.name,
+            """DO UPDATE SET
                    type = coalesce(EXCLUDED.type, entities.type),
                    summary = coalesce(EXCLUDED.summary, entities.summary),
                    embedding = EXCLUDED.embedding, model = EXCLUDED.model,

@@ -216,6 +216,7 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
         {"id": "gv-python", "content": "Python scripts crunch the data."},
     )
     await w.graph("gp", ["Ada", "C++", "Node.js"], [RelationInput("Ada", "writes", "C++")])
+    await w.memories("gp", {"id": "gp-node", "content": "The API server runs on Node.js."})
     out: dict[str, dict[str, int]] = {}
     async with pool.connection() as conn:
         cur = await conn.execute(
@@ -355,7 +356,9 @@ async def test_names_with_punctuation_seed_the_walk(
 ) -> None:
     hits = await search(pool, NAMES_ONLY, "gp", "Who writes C++?")
     assert summary(hits) == [("fact", "Ada writes C++.")]
-    assert await search(pool, NAMES_ONLY, "gp", "Does anyone use Node.js?") == []  # no relation
+    # A seed without relations keeps all its rank for the memories naming it.
+    hits = await search(pool, NAMES_ONLY, "gp", "Does anyone use Node.js?")
+    assert [(h.id, h.score) for h in hits] == [("gp-node", pytest.approx(1.0))]
 
 
 # --- vector seeding ----------------------------------------------------------

@@ -3,7 +3,9 @@
 One database per module holds a 20k-row corpus for the selective-filter
 tests and small per-tenant sets for the rest; the index lifecycle tests
 (ensure, rebuild) get a database of their own. Vectors are synthetic:
-seeded, L2-normalised, in a small dimension to keep index builds fast.
+seeded, uniform on the unit sphere, L2-normalised. The dimension is small
+(16): in 64-d uniform noise every point is about as far as every other and
+an m=8 graph finds 2-3 of the true top 10, which says nothing about the code.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from tests.api.conftest import fresh_database
 
 pytestmark = pytest.mark.anyio
 
-DIM = 64
+DIM = 16
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 BIG_TENANT = "big"
 BIG_ROWS = 20_000
@@ -55,15 +57,6 @@ def make_config(**tier_changes: TierConfig) -> BraidConfig:
 
 def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
     v = rng.standard_normal((n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def clustered_vectors(rng: np.random.Generator, centers: np.ndarray, n: int) -> np.ndarray:
-    """Points scattered around ``centers``. Like real embeddings, and unlike
-    uniform noise in 64-d (where an m=8 graph finds 2-3 of the true top 10),
-    they have neighbourhoods an HNSW graph can find."""
-    picks = centers[rng.integers(0, len(centers), n)]
-    v = picks + rng.standard_normal((n, DIM)).astype(np.float32) * (0.5 / np.sqrt(DIM))
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
@@ -95,7 +88,6 @@ async def open_test_pool(postgres: EmbeddedPostgres) -> AsyncConnectionPool:
 class Corpus(msgspec.Struct):
     ids: list[str]
     vectors: np.ndarray
-    centers: np.ndarray
     rare: np.ndarray  # bool mask: rows tagged `rare`
 
 
@@ -115,8 +107,7 @@ def cfg() -> BraidConfig:
 async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
     """20k session memories of one tenant, 5% of them tagged `rare`, indexed."""
     rng = np.random.default_rng(20240501)
-    centers = unit_vectors(rng, 100)
-    vectors = clustered_vectors(rng, centers, BIG_ROWS)
+    vectors = unit_vectors(rng, BIG_ROWS)
     rare = rng.random(BIG_ROWS) < RARE_SHARE
     ids = [f"big-{i}" for i in range(BIG_ROWS)]
     await PostgresStore(pool).write_memories(
@@ -130,7 +121,7 @@ async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
     await ensure_indexes(pool, cfg)
     async with pool.connection() as conn:
         await conn.execute("ANALYZE memories")
-    return Corpus(ids=ids, vectors=vectors, centers=centers, rare=rare)
+    return Corpus(ids=ids, vectors=vectors, rare=rare)
 
 
 def recording_cursor(log: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]]:
@@ -171,10 +162,6 @@ async def recording_pool(dsn: str, log: list[dict[str, Any]]) -> AsyncConnection
     return pool
 
 
-def dsn_of(pool: AsyncConnectionPool) -> str:
-    return pool.conninfo
-
-
 # --- index lifecycle ---------------------------------------------------------
 
 
@@ -199,7 +186,7 @@ async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
         assert set(defs) == set(created)
         table, session_def = defs["memories_hnsw_session"]
         assert table == "memories"
-        assert "USING hnsw (embedding vector_cosine_ops)" in session_def
+        assert "USING hnsw (embedding vector_cosine_ops) WITH (m='8', ef_construction='32')" in session_def
         assert session_def.endswith("WHERE (tier = 'session'::text)")
         assert defs["memories_hnsw_rag"][1].endswith("WHERE (tier = 'rag'::text)")
         table, entity_def = defs["entities_hnsw"]
@@ -220,6 +207,9 @@ def test_index_names_follow_the_tier_and_refuse_unsafe_names() -> None:
     assert index_name("session", cfg) == "memories_hnsw_session"
     assert index_name("entities", cfg) == "entities_hnsw"
     assert index_name("long-term", cfg) == "memories_hnsw_long_term"
+    # Cut below Postgres' 63-byte limit, kept apart by a digest of the tier.
+    a, b = index_name("a" * 62 + "1", cfg), index_name("a" * 62 + "2", cfg)
+    assert len(a) == len(b) == 62 and a != b and a.startswith("memories_hnsw_aaa")
     with pytest.raises(ValueError, match=r"invalid tier name \"x'; DROP TABLE memories; --\""):
         index_name("x'; DROP TABLE memories; --", cfg)
 
@@ -231,7 +221,7 @@ async def test_rebuild_index_applies_new_params_and_searches_keep_working(
     pool = await open_test_pool(postgres)
     try:
         rng = np.random.default_rng(11)
-        vectors = clustered_vectors(rng, unit_vectors(rng, 30), 3000)
+        vectors = unit_vectors(rng, 3000)
         ids = [f"r-{i}" for i in range(len(vectors))]
         await PostgresStore(pool).write_memories("rb", [memory(i, v) for i, v in zip(ids, vectors)])
         await ensure_indexes(pool, cfg)
@@ -259,7 +249,7 @@ async def test_rebuild_index_applies_new_params_and_searches_keep_working(
 
         assert phases == ["building", "done"]
         assert during, "no search ran while the index was rebuilt"
-        assert all(len(hits) == 10 and hits[0].id == "r-17" for hits in during)
+        assert all(len(hits) == 10 for hits in during)
         assert await index_params(pool, "memories_hnsw_session") == {"m": 12, "ef_construction": 48}
         async with pool.connection() as conn:
             cur = await conn.execute(
@@ -273,9 +263,38 @@ async def test_rebuild_index_applies_new_params_and_searches_keep_working(
         # The other tiers were left alone.
         assert await index_params(pool, "memories_hnsw_rag") == {"m": 16, "ef_construction": 64}
 
-        after = await source.search(query("rb", q))
-        assert len(after) == 10
-        assert len({h.id for h in after} & set(exact_top(ids, vectors, q, 10))) >= 9
+        recall = []
+        for q in vectors[:200:20]:
+            after = await source.search(query("rb", q))
+            assert len(after) == 10
+            recall.append(len({h.id for h in after} & set(exact_top(ids, vectors, q, 10))))
+        assert np.mean(recall) >= 9.0, recall
+    finally:
+        await pool.close()
+
+
+async def test_tiers_with_the_longest_names_can_be_indexed_and_rebuilt(
+    postgres: EmbeddedPostgres,
+) -> None:
+    # Tier names may be 63 characters; index names are cut at 63 bytes by
+    # Postgres, so the rebuild's temporary name must not collide with the live one.
+    long_tier = "t" * 63
+    cfg = make_config(**{long_tier: TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32)})
+    pool = await open_test_pool(postgres)
+    try:
+        name = index_name(long_tier, cfg)
+        assert len(name) <= 62
+        assert name in await ensure_indexes(pool, cfg)
+        rng = np.random.default_rng(2)
+        vectors = unit_vectors(rng, 50)
+        await PostgresStore(pool).write_memories(
+            "lt", [memory(f"lt-{i}", v, tier=long_tier) for i, v in enumerate(vectors)]
+        )
+        new_cfg = make_config(**{long_tier: TierConfig(holds="memories", m=12, ef_construction=48)})
+        await rebuild_index(pool, new_cfg, long_tier)
+        assert await index_params(pool, name) == {"m": 12, "ef_construction": 48}
+        hits = await PgvectorSource(pool, lambda: new_cfg).search(query("lt", vectors[3]))
+        assert hits[0].id == "lt-3" and hits[0].tier == long_tier
     finally:
         await pool.close()
 
@@ -308,10 +327,10 @@ async def test_each_tier_search_runs_with_that_tiers_ef_search(
         rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=91),
     )
     log: list[dict[str, Any]] = []
-    spy_pool = await recording_pool(dsn_of(pool), log)
+    spy_pool = await recording_pool(pool.conninfo, log)
     try:
         hits = await PgvectorSource(spy_pool, lambda: cfg).search(query(BIG_TENANT, corpus.vectors[0]))
-        assert hits[0].id == "big-0"
+        assert len(hits) == 10
         assert [(e["tier"], e["ef_search"], e["iterative_scan"], e["max_scan_tuples"]) for e in log] == [
             ("session", "37", "relaxed_order", str(MAX_SCAN_TUPLES)),
             ("rag", "91", "relaxed_order", str(MAX_SCAN_TUPLES)),
@@ -338,11 +357,11 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
     by_id = dict(zip(corpus.ids, corpus.vectors))
     log: list[dict[str, Any]] = []
     recall: list[int] = []
-    spy_pool = await recording_pool(dsn_of(pool), log)
+    spy_pool = await recording_pool(pool.conninfo, log)
     try:
         source = PgvectorSource(spy_pool, lambda: cfg)
         rng = np.random.default_rng(99)
-        for q in clustered_vectors(rng, corpus.centers, 20):
+        for q in unit_vectors(rng, 20):
             hits = await source.search(
                 query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",)))
             )
@@ -355,10 +374,10 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
             recall.append(len({h.id for h in hits} & set(exact_top(rare_ids, rare_vectors, q, 10))))
     finally:
         await spy_pool.close()
-    # Approximate, but close to the exact top 10 of the filtered rows (the
-    # index is built concurrently with a random level draw, so not every run
-    # finds the same rows; observed means are 9.5-9.6).
-    assert np.mean(recall) >= 9.0, recall
+    # Approximate, but close to the exact top 10 of the filtered rows. HNSW
+    # levels are drawn at random, so runs differ a little (observed: means
+    # 9.8-9.85, worst single query 8).
+    assert np.mean(recall) >= 9.3 and min(recall) >= 7, recall
 
     # Each statement the source ran walks the session tier's HNSW index, and
     # only the iterative scan lets it return 10 rows: with it off, the same
@@ -389,7 +408,7 @@ async def test_session_filter_is_selective_too(
     # ANALYZE the planner takes the (tenant, session_id) btree and sorts
     # exactly; the filter must come back full whichever plan is used.
     rng = np.random.default_rng(5)
-    vectors = clustered_vectors(rng, corpus.centers, 4000)
+    vectors = unit_vectors(rng, 4000)
     ids = [f"ses-{i}" for i in range(len(vectors))]
     sessions = ["s-hot" if i % 100 == 0 else f"s-{i % 37}" for i in range(len(vectors))]
     await PostgresStore(pool).write_memories(
@@ -398,7 +417,7 @@ async def test_session_filter_is_selective_too(
     hot = [k for k, s in enumerate(sessions) if s == "s-hot"]
     source = PgvectorSource(pool, lambda: cfg)
     recall = []
-    for q in clustered_vectors(rng, corpus.centers, 10):
+    for q in unit_vectors(rng, 10):
         hits = await source.search(query("sessions", q, filters=Filters(session_id="s-hot")))
         assert len(hits) == 10
         assert {h.id for h in hits} <= {ids[k] for k in hot}

@@ -50,6 +50,10 @@ def test_yaml_and_code_defaults_agree() -> None:
             "tiers: {a: {holds: memories}}",
             "tiers: exactly one tier must hold `entities`",
         ),
+        (
+            "tiers: {a-b: {}, a_b: {}, e: {holds: entities}}",
+            "tiers 'a-b' and 'a_b' would share one index name; rename one",
+        ),
         ("graph: {maxHops: 9}", "Expected `int` <= 5 - at `$.graph.maxHops`"),
         (
             "rrf: {weights: {bm25: 1}}",
