@@ -79,6 +79,7 @@ async def open_runtime(
     if embedder is None:
         model = create_embedder(cfg.embedding.model, cache_size=cfg.embedding.cache_size)
         await anyio.to_thread.run_sync(model.load)
+        await model.embed(["warm up"])  # the first inference is slow; not on a user's recall
         embedder = model
     if embedder.dim != cfg.embedding.dim:
         raise ValueError(f"embedding.dim is {cfg.embedding.dim} but {embedder.model} makes {embedder.dim}-d vectors")
