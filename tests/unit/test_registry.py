@@ -1,0 +1,82 @@
+"""The fan-out: each source under its own deadline; failures and stalls degrade, never fail."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import anyio
+import msgspec
+import pytest
+
+from config import BraidConfig, SourceConfig, SourcesConfig
+from indexers.base import Hit, SearchQuery, SourceUnavailable
+from indexers.registry import search_all
+
+pytestmark = pytest.mark.anyio
+
+HIT = Hit(
+    id="m1", content="c", kind="note", tier="session",
+    created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), confidence=1.0, score=1.0,
+)
+
+
+class Answers:
+    name = "typesense"
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        return [HIT]
+
+    async def aclose(self) -> None: ...
+
+
+class Fails(Answers):
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        raise SourceUnavailable("pgvector", "connection refused")
+
+
+class Stalls(Answers):
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+
+class Buggy(Answers):
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        raise KeyError("oops")
+
+
+def config(deadline_ms: int = 50) -> BraidConfig:
+    src = SourceConfig(deadline_ms=deadline_ms)
+    return msgspec.structs.replace(
+        BraidConfig(), sources=SourcesConfig(typesense=src, pgvector=src, graph=src)
+    )
+
+
+QUERY = SearchQuery(tenant="t", text="q", vector=None, limit=10)
+
+
+async def test_each_source_reports_its_own_outcome() -> None:
+    sources = {"typesense": Answers(), "pgvector": Fails(), "graph": Stalls()}
+    with anyio.fail_after(5):
+        out = await search_all(sources, {n: QUERY for n in sources}, config())
+    assert out["typesense"].status == "ok" and out["typesense"].hits == [HIT]
+    assert out["pgvector"].status == "error"
+    assert out["pgvector"].error == "pgvector unavailable: connection refused"
+    assert out["graph"].status == "timeout"
+    assert out["graph"].error == "no answer within 50 ms"
+    assert out["graph"].hits == []
+
+
+async def test_unexpected_exception_degrades_the_source_only() -> None:
+    sources = {"typesense": Answers(), "graph": Buggy()}
+    out = await search_all(sources, {n: QUERY for n in sources}, config())
+    assert out["typesense"].status == "ok"
+    assert out["graph"].status == "error"
+    assert out["graph"].error == "KeyError: 'oops'"
+
+
+async def test_source_without_query_is_skipped() -> None:
+    sources = {"typesense": Answers(), "pgvector": Answers()}
+    out = await search_all(sources, {"typesense": QUERY}, config())
+    assert list(out) == ["typesense", "pgvector"]
+    assert out["pgvector"].status == "skipped"
