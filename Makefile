@@ -6,7 +6,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: install
 
 bench: install
 	$(PY) -m benchmarks.recall_latency
+
+# LoCoMo retrieval quality through the API; DATA=<dir> picks another folder.
+bench-quality: install
+	$(PY) -m benchmarks.quality $(if $(DATA),--data $(DATA))
 
 clean:
 	rm -rf $(VENV) .braid .pytest_cache

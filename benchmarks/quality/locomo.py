@@ -1,0 +1,175 @@
+"""LoCoMo conversations as Braid memories, and their questions with evidence.
+
+A LoCoMo file (``locomo10_v2`` layout) is one conversation: ``session_N`` turn
+lists, ``session_N_date_time`` strings, and a ``qa`` list. The mapping from
+conversation to memories lives in :func:`conversation_memories` alone and
+reads only the sessions, never ``qa``, ``events_*``, ``*_observation`` or
+``*_summary``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Conversation",
+    "MappingOptions",
+    "Question",
+    "conversation_memories",
+    "load_conversations",
+    "parse_session_date",
+]
+
+SCORED_CATEGORIES = (1, 2, 3, 4)
+_SESSION = re.compile(r"^session_(\d+)$")
+_DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("january", "february", "march", "april", "may", "june", "july",
+         "august", "september", "october", "november", "december"),
+        start=1,
+    )
+}
+# Evidence ids as written in the files, including the odd ones ("D:11:26").
+_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
+
+
+@dataclass(frozen=True)
+class MappingOptions:
+    """Derived extras added to each memory; all off by default.
+
+    ``context_turns``: append up to this many preceding turns of the same
+    session to the memory's content (as ``"\\n[before] Speaker: text"``).
+    """
+
+    context_turns: int = 0
+
+
+@dataclass(frozen=True)
+class Question:
+    index: int  # position in the file's qa list
+    text: str
+    category: int
+    evidence: frozenset[str]  # normalized dia_ids that name a turn of the conversation
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str  # the file stem, e.g. "26"
+    raw: dict[str, Any]
+    questions: tuple[Question, ...]
+    dropped_evidence: tuple[str, ...]  # evidence entries naming no turn
+    unscored: int  # questions of categories 1-4 left with no evidence
+
+    @property
+    def tenant(self) -> str:
+        return f"locomo-{self.id}"
+
+    def memory_id(self, dia_id: str) -> str:
+        return f"{self.tenant}:{dia_id}"
+
+    def dia_id(self, memory_id: str) -> str | None:
+        prefix = f"{self.tenant}:"
+        return memory_id[len(prefix):] if memory_id.startswith(prefix) else None
+
+
+def parse_session_date(text: str) -> datetime:
+    """``"1:56 pm on 8 May, 2023"`` -> 2023-05-08 13:56 UTC."""
+    m = _DATE.match(text)
+    if m is None or m.group(5).lower() not in _MONTHS:
+        raise ValueError(f"unrecognized session date: {text!r}")
+    hour, minute, ampm, day, month, year = m.groups()
+    h = int(hour) % 12 + (12 if ampm.lower() == "pm" else 0)
+    return datetime(int(year), _MONTHS[month.lower()], int(day), h, int(minute), tzinfo=timezone.utc)
+
+
+def sessions(conv: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]]:
+    """``[(N, turns)]`` in session order, for the non-empty ``session_N`` lists."""
+    found = []
+    for key, value in conv.items():
+        m = _SESSION.match(key)
+        if m and isinstance(value, list) and value:
+            found.append((int(m.group(1)), value))
+    return sorted(found, key=lambda s: s[0])
+
+
+def _turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [image: {turn['blip_caption']}]"
+    return text
+
+
+def conversation_memories(conv: Conversation, options: MappingOptions = MappingOptions()) -> list[dict[str, Any]]:
+    """Every turn as one ``POST /v1/memories`` item in the ``session`` tier.
+
+    ``id`` is ``<tenant>:<dia_id>`` (see :meth:`Conversation.dia_id`);
+    ``created_at`` is the session's date (UTC). Reads the sessions only.
+    """
+    memories = []
+    for n, turns in sessions(conv.raw):
+        created = parse_session_date(conv.raw[f"session_{n}_date_time"]).isoformat().replace("+00:00", "Z")
+        for i, turn in enumerate(turns):
+            content = _turn_text(turn)
+            for prev in turns[max(0, i - options.context_turns) : i]:
+                content += f"\n[before] {_turn_text(prev)}"
+            memories.append(
+                {
+                    "id": conv.memory_id(turn["dia_id"]),
+                    "content": content,
+                    "kind": "turn",
+                    "tier": "session",
+                    "session_id": f"session_{n}",
+                    "created_at": created,
+                    "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
+                }
+            )
+    return memories
+
+
+def _normalize_evidence(raw: list[str], known: set[str]) -> tuple[set[str], list[str]]:
+    kept: set[str] = set()
+    dropped: list[str] = []
+    for entry in raw:
+        for part in re.split(r"[;,]", entry):
+            m = _EVIDENCE.match(part.strip())
+            dia = f"D{m.group(1)}:{m.group(2)}" if m else part.strip()
+            if dia in known:
+                kept.add(dia)
+            else:
+                dropped.append(part.strip())
+    return kept, dropped
+
+
+def load_conversations(data: Path) -> list[Conversation]:
+    """Every ``*.json`` under ``data``, with its scored questions (categories 1-4).
+
+    Evidence is normalized (``"D8:6; D9:17"`` is two ids, ``"D:11:26"`` is
+    ``D11:26``); entries naming no turn are dropped and recorded, and a
+    question left with no evidence is not scored.
+    """
+    conversations = []
+    for file in sorted(data.glob("*.json")):
+        raw = json.loads(file.read_text())
+        known = {t["dia_id"] for _, turns in sessions(raw) for t in turns}
+        questions, dropped, unscored = [], [], 0
+        for index, qa in enumerate(raw.get("qa", [])):
+            if qa.get("category") not in SCORED_CATEGORIES:
+                continue
+            evidence, bad = _normalize_evidence(qa.get("evidence", []), known)
+            dropped += bad
+            if evidence:
+                questions.append(Question(index, qa["question"], qa["category"], frozenset(evidence)))
+            else:
+                unscored += 1
+        conv_id = re.sub(r"[^A-Za-z0-9_\-]", "_", file.stem)
+        conversations.append(Conversation(conv_id, raw, tuple(questions), tuple(dropped), unscored))
+    if not conversations:
+        raise SystemExit(f"no LoCoMo *.json files under {data}")
+    return conversations

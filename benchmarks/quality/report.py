@@ -1,0 +1,152 @@
+"""The Markdown report, JSON dump and recall@k plot of one quality run."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.recall_latency import RESULTS
+
+__all__ = ["REFERENCE", "summary_line", "write_outputs"]
+
+#: shared/data/locomo/README.md: plain "Speaker: text", exact search, no tuning.
+REFERENCE = {
+    "BM25 (rank_bm25, Okapi defaults)": {"R@5": 0.449, "R@10": 0.523, "R@20": 0.603, "nDCG@10": 0.388},
+    "all-MiniLM-L6-v2 cosine": {"R@5": 0.400, "R@10": 0.501, "R@20": 0.600, "nDCG@10": 0.338},
+    "RRF k=60 of the two": {"R@5": 0.482, "R@10": 0.574, "R@20": 0.636, "nDCG@10": 0.409},
+}
+CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop"}
+METRICS = ("R@5", "R@10", "R@20", "nDCG@10")
+SINGLE = ("typesense", "pgvector", "graph")
+
+
+def _f(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:.3f}"
+
+
+def best_single(report: dict[str, Any]) -> tuple[str, float]:
+    configs = report["configs"]
+    name = max((n for n in SINGLE if n in configs), key=lambda n: configs[n]["overall"]["R@10"])
+    return name, configs[name]["overall"]["R@10"]
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    fused = report["configs"]["fused"]["overall"]
+    name, r10 = best_single(report)
+    return f"quality: fused R@10={fused['R@10']:.3f} nDCG@10={fused['nDCG@10']:.3f} best_single R@10={r10:.3f} ({name})"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    convs = report["conversations"]
+    configs = report["configs"]
+    n_questions = sum(c["questions"] for c in convs)
+    dropped = [f"{c['id']}: {', '.join(repr(d) for d in c['dropped_evidence'])}" for c in convs if c["dropped_evidence"]]
+    unscored = sum(c["unscored"] for c in convs)
+    w = report["write"]
+    lines = [
+        "# Retrieval quality on LoCoMo (through the HTTP API)",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Data: `{report['data']}`; mapping options: {report['options']}  ",
+        f"Corpus: {len(convs)} conversations, one tenant each; {w['memories']} turns as `session` memories "
+        f"({_per_conv(convs, 'turns')}).  ",
+        f"Questions: {n_questions} of categories 1-4 "
+        f"({_per_conv(convs, 'questions')}); "
+        f"{unscored} left unscored for having no evidence; {report['scored']} asked.  ",
+        "Evidence normalized (`D8:6; D9:17` is two ids, `D:11:26` is `D11:26`); "
+        f"entries naming no turn dropped: {'; '.join(dropped) or 'none'}.  ",
+        f"Each recall: `top_k` 20, `budget_tokens` 65536, `min_confidence` 0, {report['concurrency']} in flight.  ",
+        f"Run time {report['elapsed_s']:.0f} s: service start {report['startup_s']:.0f} s, writes "
+        f"{w['write_s']:.0f} s ({w['per_s']:.0f} memories/s), outbox drain wait {w['sync_wait_s']:.1f} s.",
+        "",
+        "## Overall",
+        "",
+        "| config | R@5 | R@10 | R@20 | nDCG@10 | empty answers | degraded |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, c in configs.items():
+        o = c["overall"]
+        lines.append(
+            f"| {name} | {' | '.join(_f(o[m]) for m in METRICS)} | {c['empty']} | {c['degraded']} |"
+        )
+    lines += ["", "Reference (shared/data/locomo/README.md; exact search, no tuning):", ""]
+    lines += ["| retriever | R@5 | R@10 | R@20 | nDCG@10 |", "|---|---|---|---|---|"]
+    for name, ref in REFERENCE.items():
+        lines.append(f"| {name} | {' | '.join(_f(ref[m]) for m in METRICS)} |")
+
+    cats = sorted({k for c in configs.values() for k in c["by_category"]})
+    lines += ["", "## R@10 per category", ""]
+    lines.append("| config | " + " | ".join(f"{k} {CATEGORIES.get(k, '')} (n={_count(configs, k)})" for k in cats) + " |")
+    lines.append("|---|" + "---|" * len(cats))
+    for name, c in configs.items():
+        lines.append(f"| {name} | " + " | ".join(_f(c["by_category"][k]["R@10"]) for k in cats) + " |")
+    lines += ["", "## nDCG@10 per category", ""]
+    lines.append("| config | " + " | ".join(f"{k} {CATEGORIES.get(k, '')}" for k in cats) + " |")
+    lines.append("|---|" + "---|" * len(cats))
+    for name, c in configs.items():
+        lines.append(f"| {name} | " + " | ".join(_f(c["by_category"][k]["nDCG@10"]) for k in cats) + " |")
+
+    cold = report["cold_embedding_ms"]
+    lines += [
+        "",
+        "## Recall latency",
+        "",
+        f"Client-side, {report['concurrency']} recalls in flight, query embeddings already cached "
+        f"(a warm-up pass computed them: p50 {cold['p50']:.1f} ms, p95 {cold['p95']:.1f} ms per query).",
+        "",
+        "| config | p50 ms | p95 ms | recalls/s | per-source p50 ms (server) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, c in configs.items():
+        src = ", ".join(f"{k} {v:.1f}" for k, v in c["source_ms_p50"].items())
+        lat = c["latency_ms"]
+        lines.append(f"| {name} | {lat['p50']:.1f} | {lat['p95']:.1f} | {c['recalls_per_s']:.0f} | {src} |")
+    lines += ["", f"`{summary_line(report)}`", ""]
+    return "\n".join(lines)
+
+
+def _per_conv(convs: list[dict[str, Any]], key: str) -> str:
+    return ", ".join(f"{c['id']}: {c[key]}" for c in convs)
+
+
+def _count(configs: dict[str, Any], cat: str) -> int:
+    return int(next(iter(configs.values()))["by_category"][cat]["questions"])
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, c in report["configs"].items():
+        curve = c["curve"]
+        ax.plot(range(1, len(curve) + 1), curve, marker=".", label=name, linewidth=2.2 if name == "fused" else 1.4)
+    ax.axhline(REFERENCE["RRF k=60 of the two"]["R@10"], color="grey", linestyle=":", linewidth=1,
+               label="reference RRF R@10 (0.574)")
+    ax.set_xlabel("k")
+    ax.set_ylabel("evidence recall@k")
+    ax.set_xticks(range(1, 21))
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title("Braid on LoCoMo: evidence recall@k per source and fused")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(report: dict[str, Any], name: str = "quality", results: Path = RESULTS) -> list[Path]:
+    results.mkdir(parents=True, exist_ok=True)
+    md, js, png = (results / f"{name}.{ext}" for ext in ("md", "json", "png"))
+    md.write_text(markdown(report))
+    js.write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, png)
+    return [md, js, png]

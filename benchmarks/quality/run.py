@@ -1,0 +1,207 @@
+"""Load the conversations into Braid, ask every question per configuration, score.
+
+Only the public HTTP API is used: ``POST /v1/memories``, ``GET /health`` and
+``POST /v1/recall``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.recall_latency import ROOT, pct
+
+from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations
+from .metrics import hit_ranks, mean, ndcg_at_k, recall_curve
+from .service import TenantService
+
+__all__ = ["CONFIGS", "DEFAULT_DATA", "MAX_K", "run"]
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
+#: Configuration name -> the recall's ``sources`` (None: all of them, fused).
+CONFIGS: dict[str, list[str] | None] = {
+    "typesense": ["typesense"],
+    "pgvector": ["pgvector"],
+    "graph": ["graph"],
+    "fused": None,
+}
+MAX_K = 20
+BATCH = 256
+BUDGET = 65536  # limits.maxBudgetTokens: the block never limits what is scored
+
+
+@dataclass
+class Answer:
+    """One recall: the ranked dia_ids it returned and what it cost."""
+
+    ranked: list[str]
+    ms: float
+    source_ms: dict[str, float]
+    degraded: list[str]
+    embedding_ms: float
+
+
+@dataclass
+class ConfigRun:
+    answers: list[Answer] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+Job = tuple[Conversation, Question]
+
+
+async def write_all(
+    client: httpx.AsyncClient, svc: TenantService, convs: list[Conversation], options: MappingOptions
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    total = 0
+    for conv in convs:
+        memories = conversation_memories(conv, options)
+        headers = svc.headers_by_tenant[conv.tenant]
+        for i in range(0, len(memories), BATCH):
+            r = await client.post("/v1/memories", json={"memories": memories[i : i + BATCH]}, headers=headers)
+            r.raise_for_status()
+        total += len(memories)
+    written = time.perf_counter() - start
+    synced = await asyncio.to_thread(svc.wait_synced)
+    return {"memories": total, "write_s": written, "per_s": total / written, "sync_wait_s": synced}
+
+
+async def recall_all(
+    client: httpx.AsyncClient,
+    svc: TenantService,
+    jobs: list[Job],
+    sources: list[str] | None,
+    concurrency: int,
+    top_k: int = MAX_K,
+) -> ConfigRun:
+    answers: list[Answer | None] = [None] * len(jobs)
+    pending = iter(range(len(jobs)))
+
+    async def worker() -> None:
+        for i in pending:
+            conv, q = jobs[i]
+            body: dict[str, Any] = {"query": q.text, "top_k": top_k, "budget_tokens": BUDGET, "min_confidence": 0}
+            if sources is not None:
+                body["sources"] = sources
+            start = time.perf_counter()
+            r = await client.post("/v1/recall", json=body, headers=svc.headers_by_tenant[conv.tenant])
+            ms = (time.perf_counter() - start) * 1000
+            if r.status_code != 200:
+                raise RuntimeError(f"recall {r.status_code}: {r.text[:500]}")
+            out = r.json()
+            ranked = [d for d in (conv.dia_id(item["id"]) for item in out["items"]) if d is not None]
+            answers[i] = Answer(
+                ranked=ranked,
+                ms=ms,
+                source_ms={n: s["ms"] for n, s in out["sources"].items() if s["status"] == "ok"},
+                degraded=list(out["degraded"]),
+                embedding_ms=float(out.get("embedding_ms") or 0.0),
+            )
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    done = [a for a in answers if a is not None]
+    assert len(done) == len(jobs)
+    return ConfigRun(done, time.perf_counter() - start)
+
+
+def score(jobs: list[Job], run: ConfigRun) -> dict[str, Any]:
+    """Overall and per-category metrics, the recall@1..20 curve, latency."""
+    rows = []
+    for (_, q), a in zip(jobs, run.answers, strict=True):
+        curve = recall_curve(a.ranked, q.evidence, MAX_K)
+        rows.append((q.category, curve, ndcg_at_k(a.ranked, q.evidence, 10)))
+
+    def summary(selected: list[tuple[int, list[float], float]]) -> dict[str, Any]:
+        return {
+            "questions": len(selected),
+            "R@5": mean(c[4] for _, c, _ in selected),
+            "R@10": mean(c[9] for _, c, _ in selected),
+            "R@20": mean(c[19] for _, c, _ in selected),
+            "nDCG@10": mean(n for _, _, n in selected),
+        }
+
+    source_ms: dict[str, list[float]] = {}
+    for a in run.answers:
+        for name, ms in a.source_ms.items():
+            source_ms.setdefault(name, []).append(ms)
+    lat = [a.ms for a in run.answers]
+    return {
+        "overall": summary(rows),
+        "by_category": {str(c): summary([r for r in rows if r[0] == c]) for c in sorted({r[0] for r in rows})},
+        "curve": [mean(c[k] for _, c, _ in rows) for k in range(MAX_K)],
+        "latency_ms": {"p50": pct(lat, 50), "p95": pct(lat, 95)},
+        "source_ms_p50": {n: pct(v, 50) for n, v in sorted(source_ms.items())},
+        "recalls_per_s": len(lat) / run.wall_s if run.wall_s else 0.0,
+        "empty": sum(1 for a in run.answers if not a.ranked),
+        "mean_returned": mean(len(a.ranked) for a in run.answers),
+        "degraded": sum(1 for a in run.answers if a.degraded),
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    convs = load_conversations(args.data)
+    options = MappingOptions(context_turns=args.context_turns)
+    jobs: list[Job] = [(c, q) for c in convs for q in c.questions[: args.max_questions or None]]
+    report: dict[str, Any] = {
+        "data": str(args.data),
+        "concurrency": args.concurrency,
+        "scored": len(jobs),
+        "options": {"context_turns": options.context_turns},
+        "conversations": [
+            {
+                "id": c.id,
+                "tenant": c.tenant,
+                "turns": len(conversation_memories(c, options)),
+                "questions": len(c.questions),
+                "unscored": c.unscored,
+                "dropped_evidence": list(c.dropped_evidence),
+            }
+            for c in convs
+        ],
+    }
+    started = time.perf_counter()
+    svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs])
+    report["startup_s"] = time.perf_counter() - started
+    try:
+        async with httpx.AsyncClient(base_url=svc.url, timeout=120) as client:
+            report["write"] = await write_all(client, svc, convs, options)
+            # Warm-up: every question's embedding computed once (and timed), so each
+            # configuration below is measured with the same warm query-embedding cache.
+            warm = await recall_all(client, svc, jobs, ["graph"], args.concurrency, top_k=1)
+            report["cold_embedding_ms"] = {
+                "p50": pct([a.embedding_ms for a in warm.answers], 50),
+                "p95": pct([a.embedding_ms for a in warm.answers], 95),
+            }
+            runs = {}
+            for name, sources in CONFIGS.items():
+                runs[name] = await recall_all(client, svc, jobs, sources, args.concurrency)
+    finally:
+        await asyncio.to_thread(svc.stop)
+    report["configs"] = {name: score(jobs, r) for name, r in runs.items()}
+    report["questions"] = [
+        {
+            "conversation": c.id,
+            "qa_index": q.index,
+            "category": q.category,
+            "evidence": sorted(q.evidence),
+            "hit_ranks": {name: hit_ranks(r.answers[i].ranked, q.evidence) for name, r in runs.items()},
+        }
+        for i, (c, q) in enumerate(jobs)
+    ]
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of LoCoMo *.json files")
+    parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
+    parser.add_argument("--context-turns", type=int, default=0, help="preceding turns appended to each memory")
+    parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")
+    parser.add_argument("--name", default="quality", help="output file stem under benchmarks/results/")
