@@ -168,7 +168,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ],
     }
     started = time.perf_counter()
-    svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs])
+    svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs], args.config)
     report["startup_s"] = time.perf_counter() - started
     try:
         async with httpx.AsyncClient(base_url=svc.url, timeout=120) as client:
@@ -204,4 +204,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
     parser.add_argument("--context-turns", type=int, default=0, help="preceding turns appended to each memory")
     parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")
+    parser.add_argument(
+        "--config", type=Path, default=ROOT / "config" / "braid.yaml",
+        help="base service config (the tenants' keys are added to it)",
+    )
     parser.add_argument("--name", default="quality", help="output file stem under benchmarks/results/")
