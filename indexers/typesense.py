@@ -58,7 +58,9 @@ __all__ = [
     "TypesenseSource",
     "build_filter",
     "document_id",
+    "idf_ranking",
     "keyword_query",
+    "keyword_terms",
     "record_document",
 ]
 
@@ -66,6 +68,9 @@ SOURCE = "typesense"
 
 #: Typesense refuses ``per_page`` above this ("Only upto 250 hits ...").
 MAX_PER_PAGE = 250
+#: Query terms searched one by one, and hits fetched per term.
+MAX_TERMS = 8
+TERM_PER_PAGE = 100
 
 #: Ids per ``DELETE ...?filter_by=id:=[...]`` request, to keep URLs short.
 _DELETE_CHUNK = 100
@@ -480,6 +485,35 @@ def keyword_query(text: str) -> str:
     return " ".join(content or words)
 
 
+def keyword_terms(text: str, cap: int = MAX_TERMS) -> list[str]:
+    """The distinct terms of :func:`keyword_query`, normalised as Typesense
+    indexes them (alphanumerics only, lower case), at most ``cap``."""
+    terms: list[str] = []
+    for word in keyword_query(text).split():
+        term = "".join(c for c in word if c.isalnum()).lower()
+        if term and term not in terms:
+            terms.append(term)
+    return terms[:cap]
+
+
+def idf_ranking(term_results: Sequence[Mapping[str, Any]], total: int) -> list[str]:
+    """Memory ids ranked by the summed idf of the term searches that found them.
+
+    ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` with ``df`` each search's
+    ``found``; ties go to the document that ranked best in any term search.
+    """
+    scores: dict[str, float] = {}
+    first: dict[str, tuple[int, int]] = {}
+    for ti, result in enumerate(term_results):
+        df = int(result.get("found", 0))
+        idf = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+        for pos, hit in enumerate(result.get("hits", [])):
+            mid = hit["document"]["memory_id"]
+            scores[mid] = scores.get(mid, 0.0) + idf
+            first.setdefault(mid, (pos, ti))
+    return sorted(scores, key=lambda m: (-scores[m], first[m], m))
+
+
 def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Sequence[str]) -> str:
     """The ``filter_by`` shared by both searches. ``tiers`` must not be empty.
 
@@ -527,41 +561,51 @@ class TypesenseSource:
             return []
         filter_by = build_filter(query.tenant, query.filters, query.min_confidence, tiers)
         candidates = min(config.sources.typesense.candidates, MAX_PER_PAGE)
-        searches: dict[str, dict[str, Any]] = {}
-        text = keyword_query(query.text)
-        if text:
-            searches["keyword"] = {
-                "q": text,
+        # Keyword: one search per query term, each document scored by the summed
+        # idf of the terms that found it (Typesense 0.24 ranks a multi-word query
+        # by how many words match, not by their rarity); one more search counts
+        # the documents the filter allows, for the idf. Vector: one k-NN search.
+        # All in a single multi_search.
+        terms = keyword_terms(query.text)
+        searches = [
+            {
+                "q": term,
                 "query_by": "content",
-                "prefix": False,
+                "prefix": True,
                 "num_typos": 1,
-                "drop_tokens_threshold": candidates,
+                "drop_tokens_threshold": 0,
+                "typo_tokens_threshold": 1,
+                "per_page": min(TERM_PER_PAGE, MAX_PER_PAGE),
+                "highlight_fields": "none",
             }
+            for term in terms
+        ]
+        if terms:
+            searches.append({"q": "*", "per_page": 0})
         if query.vector is not None:
             vector = ",".join(repr(float(x)) for x in query.vector)
-            searches["vector"] = {
-                "q": "*",
-                "vector_query": f"embedding:([{vector}], k:{candidates})",
-            }
+            searches.append(
+                {
+                    "q": "*",
+                    "vector_query": f"embedding:([{vector}], k:{candidates})",
+                    "per_page": candidates,
+                }
+            )
         if not searches:
             return []
-        common = {
-            "collection": self.alias,
-            "filter_by": filter_by,
-            "per_page": candidates,
-            "include_fields": _HIT_FIELDS,
-        }
-        results = await self.client.multi_search([{**common, **s} for s in searches.values()])
+        common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
+        results = await self.client.multi_search([{**common, **s} for s in searches])
 
         docs: dict[str, dict[str, Any]] = {}
-        rankings: dict[str, list[str]] = {}
-        for source, result in zip(searches, results):
-            ids: list[str] = []
+        for result in results:
             for hit in result.get("hits", []):
-                doc = hit["document"]
-                ids.append(doc["memory_id"])
-                docs.setdefault(doc["memory_id"], doc)
-            rankings[source] = ids
+                docs.setdefault(hit["document"]["memory_id"], hit["document"])
+        rankings: dict[str, list[str]] = {}
+        if terms:
+            total = int(results[len(terms)].get("found", 0))
+            rankings["keyword"] = idf_ranking(results[: len(terms)], total)[:candidates]
+        if query.vector is not None:
+            rankings["vector"] = [h["document"]["memory_id"] for h in results[-1].get("hits", [])]
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [
