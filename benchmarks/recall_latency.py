@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,31 +55,54 @@ def pct(values: list[float], p: float) -> float:
 
 
 class Service:
-    def __init__(self) -> None:
-        self.home = Path(tempfile.mkdtemp(prefix="braid-bench-"))
+    """``python -m service`` on the embedded stack, in a fresh ``BRAID_HOME`` on a free port.
+
+    ``config_text`` (YAML) becomes the service's ``BRAID_CONFIG``; without it
+    the shipped config and the generated default keys are used.
+    """
+
+    def __init__(self, *, config_text: str | None = None, prefix: str = "braid-bench-") -> None:
+        self.home = Path(tempfile.mkdtemp(prefix=prefix))
         self.home.chmod(0o755)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
         env.update(BRAID_HOME=str(self.home), BRAID_PORT=str(self.port), BRAID_LOG_LEVEL="WARNING")
+        if config_text is not None:
+            config = self.home / "braid.yaml"
+            config.write_text(config_text)
+            env["BRAID_CONFIG"] = str(config)
         self.log = open(self.home / "service.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 180
+        try:
+            self._wait_healthy(180)
+        except BaseException:
+            self.stop()
+            raise
+        keys_file = self.home / "keys.json"
+        if keys_file.exists():
+            keys = json.loads(keys_file.read_text())
+            self.headers = {"Authorization": f"Bearer {keys['agent']}"}
+        self.ts_key = (self.home / "typesense" / "api-key").read_text().strip()
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited; see {self.home / 'service.log'}")
+                raise RuntimeError(f"service exited:\n{self._log_tail()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        keys = json.loads((self.home / "keys.json").read_text())
-        self.headers = {"Authorization": f"Bearer {keys['agent']}"}
-        ts_dir = self.home / "typesense"
-        self.ts_key = (ts_dir / "api-key").read_text().strip()
+        raise RuntimeError(f"service not healthy after {timeout:.0f} s:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        self.log.flush()
+        return (self.home / "service.log").read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

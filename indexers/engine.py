@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 import msgspec
 

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,13 +25,12 @@ import networkx as nx
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .pgvector import set_search_params
-from .postgres import filter_clause, name_candidates
+from .postgres import PoolSource, filter_clause, hit_from_row, name_candidates
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
 
@@ -68,15 +66,8 @@ def personalized_pagerank(
     )
 
 
-class GraphSource:
+class GraphSource(PoolSource):
     name = "graph"
-
-    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
-        self._pool = pool
-        self._get_config = get_config
-
-    async def aclose(self) -> None:
-        return None
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         cfg = self._get_config()
@@ -258,15 +249,4 @@ class GraphSource:
                 params,
             )
             rows = await cur.fetchall()
-        return [
-            Hit(
-                id=r["id"],
-                content=r["content"],
-                kind=r["kind"],
-                tier=r["tier"],
-                created_at=r["created_at"].astimezone(timezone.utc),
-                confidence=float(r["confidence"]),
-                score=float(r["score"]),
-            )
-            for r in rows
-        ]
+        return [hit_from_row(r, float(r["score"])) for r in rows]

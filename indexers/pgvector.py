@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
-from .postgres import filter_clause, hit_from_row
+from .postgres import PoolSource, filter_clause, hit_from_row
 
 __all__ = [
     "PgvectorSource",
@@ -135,17 +135,10 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     )
 
 
-class PgvectorSource:
+class PgvectorSource(PoolSource):
     """Nearest memories by cosine distance, over every memory tier allowed."""
 
     name = "pgvector"
-
-    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
-        self._pool = pool
-        self._get_config = get_config
-
-    async def aclose(self) -> None:
-        return None
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         if query.vector is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from config.schema import is_safe_name
+from config.schema import BraidConfig, is_safe_name
 
 from .base import Filters, Hit, MemoryRecord, SourceUnavailable
 from .migrations import migrate
@@ -30,6 +30,7 @@ from .migrations import migrate
 __all__ = [
     "EntityInput",
     "MemoryInput",
+    "PoolSource",
     "PostgresStore",
     "RECORD_COLUMNS",
     "RelationInput",
@@ -142,6 +143,19 @@ def name_candidates(text: str, *, max_words: int = 4) -> list[str]:
             for i in range(len(words) - n + 1)
         )
     return sorted(grams)
+
+
+class PoolSource:
+    """Base of the sources that read Postgres: a shared pool and the live config."""
+
+    name: str
+
+    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
+        self._pool = pool
+        self._get_config = get_config
+
+    async def aclose(self) -> None:
+        """Nothing to release: the pool belongs to the runtime."""
 
 
 class PostgresStore:

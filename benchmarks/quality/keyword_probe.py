@@ -31,7 +31,7 @@ import msgspec
 from benchmarks.quality.locomo import Conversation, conversation_memories, load_conversations, sessions
 from benchmarks.quality.metrics import mean, recall_at_k
 from deploy.embedded import EmbeddedTypesense
-from indexers.typesense import STOPWORDS, keyword_query
+from indexers.typesense import keyword_query
 
 COLLECTION = "probe"
 KS = (5, 10, 20)

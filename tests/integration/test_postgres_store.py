@@ -11,7 +11,6 @@ import anyio
 import numpy as np
 import psycopg
 import pytest
-from psycopg_pool import AsyncConnectionPool
 
 from deploy.embedded import EmbeddedPostgres
 from indexers.migrations import MIGRATIONS, SchemaMismatch, migrate
