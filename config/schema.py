@@ -21,6 +21,7 @@ __all__ = [
     "GraphConfig",
     "LimitsConfig",
     "PostgresConfig",
+    "QueryConfig",
     "RrfConfig",
     "ServerConfig",
     "SourceConfig",
@@ -52,6 +53,24 @@ class RrfConfig(_Base):
     weights: dict[str, Annotated[float, Meta(ge=0.0, le=100.0)]] = msgspec.field(
         default_factory=lambda: {"typesense": 1.0, "pgvector": 1.0, "graph": 1.0}
     )
+
+
+Boost = Annotated[float, Meta(ge=0.0, le=100.0)]
+
+
+class QueryConfig(_Base):
+    """Query analysis (:mod:`fusion.query`) and the post-fusion factors."""
+
+    #: Take the known speakers the query names out of the searched text.
+    strip_speakers: bool = True
+    #: Take the calendar dates the query names out of the searched text.
+    strip_dates: bool = True
+    #: score x (1 + speakerBoost) for a memory whose speaker the query names.
+    speaker_boost: Boost = 0.5
+    #: score x (1 + timeBoost) for a memory created on a day the query names.
+    time_boost: Boost = 0.6
+    #: How long a process reuses a tenant's speaker list before re-reading it.
+    speaker_cache_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 5000
 
 
 class SourceConfig(_Base):
@@ -164,6 +183,7 @@ class BraidConfig(_Base):
     min_confidence: Unit = 0.5
     tokenizer: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
     rrf: RrfConfig = RrfConfig()
+    query: QueryConfig = QueryConfig()
     sources: SourcesConfig = SourcesConfig()
     tiers: dict[Name, TierConfig] = msgspec.field(default_factory=_default_tiers)
     graph: GraphConfig = GraphConfig()

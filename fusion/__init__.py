@@ -1,6 +1,8 @@
 """Pure ranking and formatting: no I/O."""
 
 from fusion.block import Block, BlockItem, format_block
+from fusion.factors import score_factors
+from fusion.query import QueryPlan, analyze_query, date_ranges
 from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
 
@@ -9,7 +11,11 @@ __all__ = [
     "BlockItem",
     "Encoding",
     "Fused",
+    "QueryPlan",
+    "analyze_query",
+    "date_ranges",
     "format_block",
     "get_encoding",
     "rrf",
+    "score_factors",
 ]

@@ -62,6 +62,7 @@ class Hit(msgspec.Struct, frozen=True):
     created_at: datetime
     confidence: float
     score: float
+    speaker: str | None = None
     #: ``"memory"`` for a stored memory, ``"fact"`` for a graph relation
     #: rendered as a sentence (its id starts with ``rel:``).
     type: str = "memory"
@@ -104,6 +105,11 @@ class MemoryRecord(msgspec.Struct, frozen=True):
     importance: float | None = None
     session_id: str | None = None
     tags: tuple[str, ...] = ()
+    #: Who said or wrote it (a person's name, ``user``, ``assistant``).
+    speaker: str | None = None
+    #: Indexed-only text (e.g. the neighbouring turns): searched by keyword,
+    #: never shown in the memory block.
+    context: str | None = None
     #: L2-normalised embedding; ``None`` only for a record that has none yet.
     embedding: tuple[float, ...] | None = None
     #: The model that produced ``embedding`` (e.g. ``all-MiniLM-L6-v2``).

@@ -7,14 +7,15 @@ by :mod:`indexers.runtime` and handed in, so tests can build one from parts.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 import msgspec
 
 from config import SOURCE_NAMES, BraidConfig, ConfigError, load_config
-from fusion import BlockItem, format_block, get_encoding, rrf
+from fusion import BlockItem, QueryPlan, analyze_query, format_block, get_encoding, rrf, score_factors
 
 from .base import Filters, Hit, SearchQuery, Source
 from .embedding import Embedder
@@ -25,6 +26,7 @@ __all__ = [
     "Engine",
     "GraphWrite",
     "MemoryWrite",
+    "QueryInfo",
     "RecallItem",
     "RecallOptions",
     "RecallResult",
@@ -32,6 +34,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("braid")
+
+#: Tenants whose speaker lists one process keeps (cleared whole when full).
+_SPEAKER_CACHE_TENANTS = 10_000
 
 
 #: A memory as the API accepts it, validated; the engine fills in the embedding.
@@ -54,17 +59,34 @@ class RecallOptions(msgspec.Struct, frozen=True):
 
 
 class RecallItem(msgspec.Struct):
+    """One recalled memory and how its score came about:
+    ``score == rrf_score * product(factors.values())`` and
+    ``rrf_score == sum(contributions.values())``."""
+
     id: str
     content: str
     kind: str
     tier: str
     created_at: datetime
     confidence: float
+    speaker: str | None
     score: float
+    rrf_score: float
     ranks: dict[str, int | None]
     contributions: dict[str, float]
+    factors: dict[str, float]
     in_block: bool
     truncated: bool
+
+
+class QueryInfo(msgspec.Struct):
+    """What the query analysis made of the query (:mod:`fusion.query`)."""
+
+    #: The text the sources searched (and the query embedding was made of).
+    text: str
+    speakers: list[str]
+    #: Inclusive ``[first, last]`` day ranges the query names.
+    dates: list[tuple[date, date]]
 
 
 class SourceReport(msgspec.Struct):
@@ -81,6 +103,7 @@ class RecallResult(msgspec.Struct):
     sources: dict[str, SourceReport]
     degraded: list[str]
     embedding_ms: float
+    query: QueryInfo
 
 
 class ConfigHolder:
@@ -106,6 +129,8 @@ class Engine:
         self.store = store
         self.sources = dict(sources)
         self.embedder = embedder
+        # tenant -> (monotonic expiry, speaker names)
+        self._speakers: dict[str, tuple[float, list[str]]] = {}
 
     # --- config -------------------------------------------------------------
 
@@ -139,7 +164,10 @@ class Engine:
             EntityInput(name=n, embedding=v, model=model)
             for n, v in zip(new_names, await self.embedder.embed(new_names), strict=True)
         ]
-        return await self.store.write_memories(tenant, inputs, new_entities)
+        ids = await self.store.write_memories(tenant, inputs, new_entities)
+        if any(m.speaker for m in memories):
+            self._speakers.pop(tenant, None)
+        return ids
 
     async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
         model = self.embedder.model
@@ -165,17 +193,40 @@ class Engine:
 
     # --- recall -------------------------------------------------------------
 
+    async def tenant_speakers(self, tenant: str) -> list[str]:
+        """The tenant's speaker names, cached for ``query.speakerCacheMs``."""
+        now = time.monotonic()
+        cached = self._speakers.get(tenant)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        names = await self.store.speakers(tenant)
+        ttl = self.config.current.query.speaker_cache_ms / 1000.0
+        if ttl > 0:
+            if len(self._speakers) >= _SPEAKER_CACHE_TENANTS:
+                self._speakers.clear()
+            self._speakers[tenant] = (now + ttl, names)
+        return names
+
+    async def plan(self, tenant: str, query: str) -> QueryPlan:
+        q = self.config.current.query
+        wants_speakers = q.strip_speakers or q.speaker_boost > 0
+        speakers = await self.tenant_speakers(tenant) if wants_speakers else []
+        return analyze_query(
+            query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates
+        )
+
     async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
         cfg = self.config.current
         top_k = opts.top_k or cfg.search_top_k
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
+        plan = await self.plan(tenant, opts.query)
 
         embedding_ms = 0.0
         vector = opts.embedding
         if vector is None:
             start = time.perf_counter()
-            vector = await self.embedder.embed_query(opts.query)
+            vector = await self.embedder.embed_query(plan.text)
             embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
 
         wanted = [
@@ -186,7 +237,7 @@ class Engine:
         queries = {
             name: SearchQuery(
                 tenant=tenant,
-                text=opts.query,
+                text=plan.text,
                 vector=vector,
                 limit=max(top_k, getattr(cfg.sources, name).candidates),
                 filters=opts.filters,
@@ -196,13 +247,20 @@ class Engine:
         }
         results = await search_all(self.sources, queries, cfg)
         return self._fuse(
-            cfg, results, top_k=top_k, budget=budget, min_conf=min_conf, embedding_ms=embedding_ms
+            cfg,
+            results,
+            plan,
+            top_k=top_k,
+            budget=budget,
+            min_conf=min_conf,
+            embedding_ms=embedding_ms,
         )
 
     def _fuse(
         self,
         cfg: BraidConfig,
         results: Mapping[str, SourceResult],
+        plan: QueryPlan,
         *,
         top_k: int,
         budget: int,
@@ -217,7 +275,21 @@ class Engine:
             for h in kept:
                 hits.setdefault(h.id, h)
         fused = rrf(rankings, k=cfg.rrf.k, weights={n: cfg.source_weight(n) for n in rankings})
-        top = fused[:top_k]
+        # Post-fusion factors, over every candidate so a boosted memory from
+        # deep in a list can still reach the top.
+        factors = {
+            f.id: score_factors(
+                speaker=hits[f.id].speaker,
+                created_at=hits[f.id].created_at,
+                speakers=plan.speakers,
+                dates=plan.dates,
+                speaker_boost=cfg.query.speaker_boost,
+                time_boost=cfg.query.time_boost,
+            )
+            for f in fused
+        }
+        scores = {f.id: f.score * math.prod(factors[f.id].values()) for f in fused}
+        top = sorted(fused, key=lambda f: (-scores[f.id], min(f.ranks.values()), f.id))[:top_k]
         block = format_block(
             [
                 BlockItem(
@@ -240,9 +312,12 @@ class Engine:
                 tier=hits[f.id].tier,
                 created_at=hits[f.id].created_at,
                 confidence=hits[f.id].confidence,
-                score=f.score,
+                speaker=hits[f.id].speaker,
+                score=scores[f.id],
+                rrf_score=f.score,
                 ranks={name: f.ranks.get(name) for name in SOURCE_NAMES if name in self.sources},
                 contributions=dict(f.contributions),
+                factors=factors[f.id],
                 in_block=i in included,
                 truncated=i in truncated,
             )
@@ -260,6 +335,7 @@ class Engine:
             sources=sources,
             degraded=degraded,
             embedding_ms=embedding_ms,
+            query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates)),
         )
 
 

@@ -30,7 +30,7 @@ from config import BraidConfig
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .pgvector import set_search_params
-from .postgres import PoolSource, filter_clause, hit_from_row, name_candidates
+from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, name_candidates
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
 
@@ -240,7 +240,7 @@ class GraphSource(PoolSource):
                     WHERE mn.tenant = %(tenant)s
                     GROUP BY mn.memory_id
                 )
-                SELECT m.id, m.content, m.kind, m.tier, m.created_at, m.confidence, ranked.score
+                SELECT {HIT_COLUMNS}, ranked.score
                 FROM ranked JOIN memories m ON m.tenant = %(tenant)s AND m.id = ranked.memory_id
                 WHERE {where}
                 ORDER BY ranked.score DESC, m.id

@@ -138,8 +138,21 @@ def _v1(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v2(dim: int) -> list[sql.Composable]:
+    """Who said a memory, and indexed-only context text (keyword search only)."""
+    return [
+        sql.SQL("ALTER TABLE memories ADD COLUMN speaker text"),
+        sql.SQL("ALTER TABLE memories ADD COLUMN context text"),
+        # The speakers each tenant has, read by the query analysis (few rows).
+        sql.SQL(
+            "CREATE TABLE speakers (tenant text NOT NULL, name text NOT NULL,"
+            " PRIMARY KEY (tenant, name))"
+        ),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
-MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1, 2: _v2}
 
 
 async def migrate(conn: psycopg.AsyncConnection, *, dim: int) -> list[int]:

@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
-from .postgres import PoolSource, filter_clause, hit_from_row
+from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row
 
 __all__ = [
     "PgvectorSource",
@@ -179,8 +179,7 @@ class PgvectorSource(PoolSource):
         # rows slightly out of order, so the outer query sorts them again.
         statement = f"""
             WITH nearest AS MATERIALIZED (
-                SELECT m.id, m.content, m.kind, m.tier, m.created_at, m.confidence,
-                       m.embedding <=> %(vec)s AS distance
+                SELECT {HIT_COLUMNS}, m.embedding <=> %(vec)s AS distance
                 FROM memories m
                 WHERE m.tenant = %(tenant)s AND {where}
                 ORDER BY m.embedding <=> %(vec)s

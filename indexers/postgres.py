@@ -29,6 +29,7 @@ from .migrations import migrate
 
 __all__ = [
     "EntityInput",
+    "HIT_COLUMNS",
     "MemoryInput",
     "PoolSource",
     "PostgresStore",
@@ -66,6 +67,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     tags: tuple[str, ...] = ()
     importance: float | None = None
     confidence: float = 1.0
+    speaker: str | None = None
+    context: str | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     entities: tuple[str, ...] = ()
     embedding: tuple[float, ...] | None = None
@@ -209,12 +212,14 @@ class PostgresStore:
                 await cur.executemany(
                     """
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
-                        importance, confidence, metadata, created_at, embedding, model)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                        importance, confidence, speaker, context, metadata, created_at,
+                        embedding, model)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
                         importance = EXCLUDED.importance, confidence = EXCLUDED.confidence,
+                        speaker = EXCLUDED.speaker, context = EXCLUDED.context,
                         metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
                         updated_at = clock_timestamp()
@@ -222,12 +227,20 @@ class PostgresStore:
                     [
                         (
                             tenant, mid, m.content, m.kind, m.tier, m.session_id, list(m.tags),
-                            m.importance, m.confidence, Jsonb(m.metadata), m.created_at,
+                            m.importance, m.confidence, m.speaker, m.context,
+                            Jsonb(m.metadata), m.created_at,
                             _vec(m.embedding or ()), m.model,
                         )
                         for mid, m in zip(ids, memories, strict=True)
                     ],
                 )
+                speakers = sorted({m.speaker for m in memories if m.speaker})
+                if speakers:
+                    await cur.execute(
+                        "INSERT INTO speakers (tenant, name) SELECT %s, unnest(%s::text[])"
+                        " ON CONFLICT DO NOTHING",
+                        (tenant, speakers),
+                    )
                 # Mentions: the names given explicitly plus known entity names in the text.
                 await cur.execute(
                     "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)", (tenant, ids)
@@ -275,6 +288,12 @@ class PostgresStore:
             )
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
         return True
+
+    async def speakers(self, tenant: str) -> list[str]:
+        """Every speaker name the tenant's memories have had."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
+            return [row[0] for row in await cur.fetchall()]
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""
@@ -375,12 +394,15 @@ class PostgresStore:
 
 _RECORD_COLUMNS = (
     "m.tenant, m.id, m.content, m.kind, m.tier, m.session_id, m.tags, m.importance, "
-    "m.confidence, m.created_at, m.embedding, m.model"
+    "m.confidence, m.speaker, m.context, m.created_at, m.embedding, m.model"
 )
+
+#: The memory columns :func:`hit_from_row` reads.
+HIT_COLUMNS = "m.id, m.content, m.kind, m.tier, m.created_at, m.confidence, m.speaker"
 
 
 def hit_from_row(row: dict[str, Any], score: float) -> Hit:
-    """A memory row (id, content, kind, tier, created_at, confidence) as a search hit."""
+    """A memory row (:data:`HIT_COLUMNS`) as a search hit."""
     return Hit(
         id=row["id"],
         content=row["content"],
@@ -389,6 +411,7 @@ def hit_from_row(row: dict[str, Any], score: float) -> Hit:
         created_at=row["created_at"].astimezone(timezone.utc),
         confidence=float(row["confidence"]),
         score=score,
+        speaker=row["speaker"],
     )
 
 
@@ -407,6 +430,8 @@ def record_from_row(row: dict[str, Any]) -> MemoryRecord:
         importance=None if row["importance"] is None else float(row["importance"]),
         session_id=row["session_id"],
         tags=tuple(row["tags"] or ()),
+        speaker=row["speaker"],
+        context=row["context"],
         embedding=None if emb is None else tuple(float(x) for x in emb),
         model=row["model"],
     )

@@ -76,7 +76,7 @@ TERM_PER_PAGE = 100
 _DELETE_CHUNK = 100
 
 #: The fields a search hit needs; the embedding is never sent back.
-_HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence"
+_HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence,speaker"
 
 #: Function words left out of keyword queries (see the module docstring).
 STOPWORDS = frozenset(
@@ -228,6 +228,10 @@ class TypesenseClient:
         result: dict[str, Any] = await self._json("POST", "/collections", json=schema)
         return result
 
+    async def update_collection(self, name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("PATCH", f"/collections/{name}", json=schema)
+        return result
+
     async def get_collection(self, name: str) -> dict[str, Any] | None:
         try:
             result: dict[str, Any] = await self._json("GET", f"/collections/{quote(name, safe='')}")
@@ -363,6 +367,10 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
     }
     if record.session_id is not None:
         doc["session_id"] = record.session_id
+    if record.speaker is not None:
+        doc["speaker"] = record.speaker
+    if record.context:
+        doc["context"] = record.context
     if record.importance is not None:
         doc["importance"] = float(record.importance)
     if record.model is not None:
@@ -394,6 +402,9 @@ class TypesenseIndex:
                 {"name": "memory_id", "type": "string", "index": False, "optional": True},
                 {"name": "tenant", "type": "string", "facet": True},
                 {"name": "content", "type": "string"},
+                # Indexed-only text (neighbouring turns): keyword-searched, never shown.
+                {"name": "context", "type": "string", "optional": True},
+                {"name": "speaker", "type": "string", "index": False, "optional": True},
                 {"name": "kind", "type": "string", "facet": True},
                 {"name": "tier", "type": "string", "facet": True},
                 {"name": "session_id", "type": "string", "facet": True, "optional": True},
@@ -410,10 +421,21 @@ class TypesenseIndex:
         """Make sure the alias points at a collection; returns that collection."""
         current = await self.client.get_alias(self.alias)
         if current is not None:
+            await self.add_missing_fields(current)
             return current
         name = await self.new_collection()
         await self.switch_alias(name)
         return name
+
+    async def add_missing_fields(self, name: str) -> list[str]:
+        """Add the schema's fields a collection made by an older Braid lacks
+        (their values arrive with the next write or reindex); returns them."""
+        collection = await self.client.get_collection(name)
+        have = {f["name"] for f in (collection or {}).get("fields", [])}
+        missing = [f for f in self.schema(name)["fields"] if f["name"] not in have | {"id"}]
+        if collection is not None and missing:
+            await self.client.update_collection(name, {"fields": missing})
+        return [f["name"] for f in missing]
 
     async def new_collection(self) -> str:
         """Create an empty versioned collection (not yet behind the alias)."""
@@ -570,7 +592,7 @@ class TypesenseSource:
         searches = [
             {
                 "q": term,
-                "query_by": "content",
+                "query_by": "content,context",
                 "prefix": True,
                 "num_typos": 1,
                 "drop_tokens_threshold": 0,
@@ -617,6 +639,7 @@ class TypesenseSource:
                 created_at=datetime.fromtimestamp(docs[f.id]["created_at"], tz=timezone.utc),
                 confidence=float(docs[f.id]["confidence"]),
                 score=f.score,
+                speaker=docs[f.id].get("speaker"),
             )
             for f in fused[: query.limit]
         ]

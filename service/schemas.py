@@ -54,6 +54,10 @@ class MemoryIn(_In):
     importance: Unit | None = None
     confidence: Unit = 1.0
     created_at: Stamp | None = None
+    #: Who said or wrote it; a recall naming this speaker boosts the memory.
+    speaker: Name | None = None
+    #: Indexed-only text (e.g. neighbouring turns): keyword-searched, never shown.
+    context: str | None = None
     metadata: dict[str, Any] = {}
     entities: Annotated[list[Name], Meta(max_length=64)] = []
     embedding: Vector | None = None

@@ -70,6 +70,10 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 tags=tuple(dict.fromkeys(m.tags)),
                 importance=m.importance,
                 confidence=m.confidence,
+                speaker=None if m.speaker is None else _text(m.speaker, f"{where}.speaker", 200).strip(),
+                context=None
+                if m.context is None or not m.context.strip()
+                else _text(m.context, f"{where}.context", cfg.limits.max_content_chars),
                 metadata=m.metadata,
                 entities=tuple(m.entities),
                 embedding=_vector(m.embedding, cfg.embedding.dim, f"{where}.embedding"),

@@ -94,3 +94,50 @@ async def test_block_format(braid: Braid) -> None:
     )
     item = out["items"][0]
     assert set(item["ranks"]) == {"typesense", "pgvector", "graph"}
+
+
+async def test_context_is_searched_but_never_shown(braid: Braid) -> None:
+    (mid,) = await braid.remember(
+        {
+            "content": "Melanie: Sure, here it is!",
+            "speaker": "Melanie",
+            "context": "Caroline: Can you show me the sunflower watercolour you painted?",
+        }
+    )
+    await braid.remember(*({"content": c} for c in UNRELATED))
+    await braid.synced()
+    out = await braid.recall("sunflower watercolour", sources=["typesense"])
+    assert out["items"][0]["id"] == mid
+    assert "sunflower" not in out["block"]
+    assert out["items"][0]["content"] == "Melanie: Sure, here it is!"
+
+
+async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> None:
+    said = [
+        ("Caroline", "2023-07-14T10:00:00Z", "I painted a lake at sunrise."),
+        ("Melanie", "2023-07-14T10:00:00Z", "I painted a lake at sunset."),
+        ("Caroline", "2023-03-02T10:00:00Z", "I painted a lake in the rain."),
+        ("Melanie", "2023-03-02T10:00:00Z", "I painted a lake under snow."),
+    ]
+    ids = await braid.remember(
+        *({"content": t, "speaker": s, "created_at": d} for s, d, t in said)
+    )
+    await braid.synced()
+    out = await braid.recall("What did Caroline paint in July 2023?", top_k=4)
+    assert out["query"] == {
+        "text": "What did paint in ?",
+        "speakers": ["Caroline"],
+        "dates": [["2023-07-01", "2023-07-31"]],
+    }
+    items = {i["id"]: i for i in out["items"]}
+    assert set(items) == set(ids)
+    assert out["items"][0]["id"] == ids[0]
+    expected = [{"speaker": 1.5, "time": 1.6}, {"time": 1.6}, {"speaker": 1.5}, {}]
+    assert [items[i]["factors"] for i in ids] == expected
+    for item in out["items"]:
+        assert item["rrf_score"] == pytest.approx(sum(item["contributions"].values()))
+        product = 1.0
+        for f in item["factors"].values():
+            product *= f
+        assert item["score"] == pytest.approx(item["rrf_score"] * product)
+    assert [i["score"] for i in out["items"]] == sorted((i["score"] for i in out["items"]), reverse=True)

@@ -104,7 +104,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
         )
         assert [t for (t,) in await cur.fetchall()] == [
             "braid_meta", "braid_migrations", "entities", "memories", "mentions", "outbox",
-            "reindex_jobs", "relations",
+            "reindex_jobs", "relations", "speakers",
         ]
         cur = await conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"

@@ -117,9 +117,13 @@ def test_exports() -> None:
         "BlockItem",
         "Encoding",
         "Fused",
+        "QueryPlan",
+        "analyze_query",
+        "date_ranges",
         "format_block",
         "get_encoding",
         "rrf",
+        "score_factors",
     ]
     for name in fusion.__all__:
         assert hasattr(fusion, name)

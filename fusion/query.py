@@ -1,0 +1,131 @@
+"""Query analysis: the speakers and calendar dates a recall query names.
+
+``"What did Caroline paint in July 2023?"`` asks about memories Caroline
+said, from July 2023, about painting. The names and dates are structure, not
+topic: left in the searched text they pull the keyword and vector searches
+towards every memory that mentions Caroline or a month. :func:`analyze_query`
+takes them out of the text the sources search and hands them to the
+post-fusion factors (:mod:`fusion.factors`) instead.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Iterable
+from datetime import date
+
+import msgspec
+
+__all__ = ["QueryPlan", "analyze_query", "date_ranges"]
+
+_MONTHS = {
+    name: number
+    for number, full in enumerate(calendar.month_name)
+    if full
+    for name in (full.lower(), full[:3].lower())
+}
+_MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(\d{4})"
+# Most specific first: a span taken by one pattern is not read again by a later one.
+_PATTERNS = (
+    ("dmy", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),
+    ("mdy", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I)),
+    ("my", re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", re.I)),
+    ("y", re.compile(r"\b(?:in\s+)?(19\d\d|20\d\d)\b", re.I)),
+)
+_SPACES = re.compile(r"\s+")
+
+
+class QueryPlan(msgspec.Struct, frozen=True):
+    """What a recall searches for and which factors it may apply.
+
+    ``text`` is the text the sources search; ``speakers`` the known speakers
+    the query names; ``dates`` the inclusive ``(first, last)`` day ranges it
+    names.
+    """
+
+    text: str
+    speakers: tuple[str, ...] = ()
+    dates: tuple[tuple[date, date], ...] = ()
+
+
+def _valid(year: int, month: int, day: int | None = None) -> bool:
+    if not 1 <= month <= 12 or not 1000 <= year <= 9999:
+        return False
+    return day is None or 1 <= day <= calendar.monthrange(year, month)[1]
+
+
+def date_ranges(text: str) -> tuple[list[tuple[date, date]], list[tuple[int, int]]]:
+    """The day ranges named in ``text`` and the character spans naming them.
+
+    ``"13 October 2023"`` and ``"October 13, 2023"`` are one day,
+    ``"July 2023"`` the month, ``"2023"`` the year. An impossible date
+    (``"31 February 2023"``) gives no range but its span is still reported.
+    """
+    ranges: list[tuple[date, date]] = []
+    spans: list[tuple[int, int]] = []
+    for kind, pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            if any(a < m.end() and m.start() < b for a, b in spans):
+                continue
+            g = m.groups()
+            if kind == "dmy":
+                day, month, year = int(g[0]), _MONTHS[g[1].lower()], int(g[2])
+            elif kind == "mdy":
+                month, day, year = _MONTHS[g[0].lower()], int(g[1]), int(g[2])
+            elif kind == "my":
+                day, month, year = 0, _MONTHS[g[0].lower()], int(g[1])
+            else:
+                day, month, year = 0, 0, int(g[0])
+            spans.append((m.start(), m.end()))
+            if kind == "y":
+                first, last = date(year, 1, 1), date(year, 12, 31)
+            elif not _valid(year, month, day or None):
+                continue  # named, but no such day: no range, and no reading as a month
+            elif day:
+                first = last = date(year, month, day)
+            else:
+                first = date(year, month, 1)
+                last = date(year, month, calendar.monthrange(year, month)[1])
+            ranges.append((first, last))
+    return ranges, sorted(spans)
+
+
+def _name_pattern(name: str) -> re.Pattern[str]:
+    # Whole words, any case, with an optional possessive ("Caroline's").
+    return re.compile(rf"(?<!\w){re.escape(name)}(?:'s|’s)?(?!\w)", re.I)
+
+
+def analyze_query(
+    text: str,
+    speakers: Iterable[str] = (),
+    *,
+    strip_speakers: bool = True,
+    strip_dates: bool = True,
+) -> QueryPlan:
+    """Find the known ``speakers`` and the dates ``text`` names.
+
+    With ``strip_*`` they are removed from the searched text, unless nothing
+    would be left, in which case the text stays whole.
+    """
+    named: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for name in sorted({s for s in speakers if s.strip()}, key=lambda s: (-len(s), s)):
+        found = [(m.start(), m.end()) for m in _name_pattern(name).finditer(text)]
+        found = [f for f in found if not any(a < f[1] and f[0] < b for a, b in spans)]
+        if found:
+            named.append(name)
+            if strip_speakers:
+                spans.extend(found)
+    ranges, date_spans = date_ranges(text)
+    if strip_dates:
+        spans.extend(date_spans)
+    searched = text
+    for start, end in sorted(spans, reverse=True):
+        searched = searched[:start] + " " + searched[end:]
+    searched = _SPACES.sub(" ", searched).strip()
+    if not any(c.isalnum() for c in searched):
+        searched = text
+    return QueryPlan(text=searched, speakers=tuple(sorted(named)), dates=tuple(ranges))
