@@ -42,13 +42,21 @@ _EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
 
 @dataclass(frozen=True)
 class MappingOptions:
-    """Derived extras added to each memory; all off by default.
+    """How much of the surrounding session each memory's ``context`` holds.
 
-    ``context_turns``: append up to this many preceding turns of the same
-    session to the memory's content (as ``"\\n[before] Speaker: text"``).
+    ``context``: up to ``context_before`` preceding and ``context_after``
+    following turns of the same session, one per line (preceding first, in
+    order). It is indexed for keyword search but never shown in the memory
+    block; ``content`` is the turn alone.
     """
 
-    context_turns: int = 0
+    context_before: int = 2
+    context_after: int = 1
+
+    def __post_init__(self) -> None:
+        if self.context_before < 0 or self.context_after < 0:
+            got = f"got {self.context_before} before, {self.context_after} after"
+            raise ValueError(f"context turns must be >= 0, {got}")
 
 
 @dataclass(frozen=True)
@@ -110,26 +118,28 @@ def conversation_memories(conv: Conversation, options: MappingOptions = MappingO
     """Every turn as one ``POST /v1/memories`` item in the ``session`` tier.
 
     ``id`` is ``<tenant>:<dia_id>`` (see :meth:`Conversation.dia_id`);
-    ``created_at`` is the session's date (UTC). Reads the sessions only.
+    ``created_at`` is the session's date (UTC); ``speaker`` is who said it;
+    ``context`` (left out when empty) is described in :class:`MappingOptions`.
+    Reads the sessions only.
     """
     memories = []
     for n, turns in sessions(conv.raw):
         created = parse_session_date(conv.raw[f"session_{n}_date_time"]).isoformat().replace("+00:00", "Z")
         for i, turn in enumerate(turns):
-            content = _turn_text(turn)
-            for prev in turns[max(0, i - options.context_turns) : i]:
-                content += f"\n[before] {_turn_text(prev)}"
-            memories.append(
-                {
-                    "id": conv.memory_id(turn["dia_id"]),
-                    "content": content,
-                    "kind": "turn",
-                    "tier": "session",
-                    "session_id": f"session_{n}",
-                    "created_at": created,
-                    "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
-                }
-            )
+            around = turns[max(0, i - options.context_before) : i] + turns[i + 1 : i + 1 + options.context_after]
+            memory: dict[str, Any] = {
+                "id": conv.memory_id(turn["dia_id"]),
+                "content": _turn_text(turn),
+                "speaker": turn["speaker"],
+                "kind": "turn",
+                "tier": "session",
+                "session_id": f"session_{n}",
+                "created_at": created,
+                "metadata": {"dia_id": turn["dia_id"], "speaker": turn["speaker"]},
+            }
+            if around:
+                memory["context"] = "\n".join(_turn_text(t) for t in around)
+            memories.append(memory)
     return memories
 
 

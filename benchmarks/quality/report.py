@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.recall_latency import RESULTS
 
-__all__ = ["REFERENCE", "summary_line", "write_outputs"]
+__all__ = ["REFERENCE", "summary_line", "targets", "write_outputs"]
 
 #: shared/data/locomo/README.md: plain "Speaker: text", exact search, no tuning.
 REFERENCE = {
@@ -21,6 +21,9 @@ REFERENCE = {
 CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop"}
 METRICS = ("R@5", "R@10", "R@20", "nDCG@10")
 SINGLE = ("typesense", "pgvector", "graph")
+NAIVE = {"bm25": "BM25 (k1 1.5, b 0.75)", "minilm": "all-MiniLM-L6-v2 cosine", "rrf": "RRF k=60 of the two"}
+#: Overall R@10 each source alone must reach: the naive retriever of its kind (README).
+SOURCE_FLOORS = {"typesense": 0.523, "pgvector": 0.501}
 
 
 def _f(x: float) -> str:
@@ -37,6 +40,31 @@ def summary_line(report: dict[str, Any]) -> str:
     fused = report["configs"]["fused"]["overall"]
     name, r10 = best_single(report)
     return f"quality: fused R@10={fused['R@10']:.3f} nDCG@10={fused['nDCG@10']:.3f} best_single R@10={r10:.3f} ({name})"
+
+
+def targets(report: dict[str, Any]) -> list[tuple[bool | None, str]]:
+    """``(passed, what)`` per target; ``None`` when it could not be checked."""
+    configs = report["configs"]
+    fused = configs["fused"]
+    r10, ndcg = fused["overall"]["R@10"], fused["overall"]["nDCG@10"]
+    name, single = best_single(report)
+    checks: list[tuple[bool | None, str]] = [
+        (r10 >= 0.75, f"fused R@10 {_f(r10)} >= 0.750"),
+        (ndcg >= 0.55, f"fused nDCG@10 {_f(ndcg)} >= 0.550"),
+        (r10 >= single + 0.05, f"fused R@10 {_f(r10)} >= best single ({name}) {_f(single)} + 0.05"),
+    ]
+    naive = report.get("naive")
+    for cat, c in fused["by_category"].items():
+        what = f"category {cat} {CATEGORIES.get(cat, '')}: fused R@10 {_f(c['R@10'])} >= naive RRF"
+        if naive is None:
+            checks.append((None, f"{what} (not computed: --no-naive)"))
+        else:
+            floor = naive["rrf"]["by_category"][cat]["R@10"]
+            checks.append((c["R@10"] >= floor, f"{what} {_f(floor)}"))
+    for source, floor in SOURCE_FLOORS.items():
+        got = configs[source]["overall"]["R@10"]
+        checks.append((got >= floor, f"{source} R@10 {_f(got)} >= {floor:.3f}"))
+    return checks
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -78,6 +106,31 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | {' | '.join(_f(ref[m]) for m in METRICS)} |")
 
     cats = sorted({k for c in configs.values() for k in c["by_category"]})
+    if naive := report.get("naive"):
+        lines += [
+            "",
+            f"Naive reference, computed in this run ({report['naive_s']:.0f} s; the same questions; "
+            "plain `Speaker: text` turns, exact search, no dates):",
+            "",
+            "| retriever | " + " | ".join([*METRICS, *(f"R@10 {k} {CATEGORIES.get(k, '')}" for k in cats)]) + " |",
+            "|---|" + "---|" * (len(METRICS) + len(cats)),
+        ]
+        for key, label in NAIVE.items():
+            n = naive[key]
+            lines.append(
+                f"| {label} | {' | '.join(_f(n['overall'][m]) for m in METRICS)} | "
+                + " | ".join(_f(n["by_category"][k]["R@10"]) for k in cats) + " |"
+            )
+    factors = configs["fused"].get("factors", {})
+    lines += [
+        "",
+        f"Fused recalls with a ranking factor applied to any item (of {report['scored']}): "
+        + ", ".join(f"{f} {factors.get(f, 0)}" for f in sorted({"speaker", "time", *factors})) + ".",
+    ]
+
+    lines += ["", "## Targets", ""]
+    for passed, what in targets(report):
+        lines.append(f"- {'PASS' if passed else 'not checked' if passed is None else '**FAIL**'}: {what}")
     lines += ["", "## R@10 per category", ""]
     lines.append("| config | " + " | ".join(f"{k} {CATEGORIES.get(k, '')} (n={_count(configs, k)})" for k in cats) + " |")
     lines.append("|---|" + "---|" * len(cats))
@@ -129,6 +182,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
     for name, c in report["configs"].items():
         curve = c["curve"]
         ax.plot(range(1, len(curve) + 1), curve, marker=".", label=name, linewidth=2.2 if name == "fused" else 1.4)
+    if naive := report.get("naive"):
+        curve = naive["rrf"]["curve"]
+        ax.plot(range(1, len(curve) + 1), curve, color="grey", linestyle="--", linewidth=1,
+                label="naive RRF (this run)")
     ax.axhline(REFERENCE["RRF k=60 of the two"]["R@10"], color="grey", linestyle=":", linewidth=1,
                label="reference RRF R@10 (0.574)")
     ax.set_xlabel("k")

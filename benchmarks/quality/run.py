@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ import httpx
 from benchmarks.recall_latency import ROOT, pct
 
 from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations
-from .metrics import hit_ranks, mean, ndcg_at_k, recall_curve
+from .metrics import hit_ranks, mean
+from .naive import MAX_K, naive_reference, summarize
 from .service import TenantService
 
 __all__ = ["CONFIGS", "DEFAULT_DATA", "MAX_K", "run"]
@@ -31,20 +33,21 @@ CONFIGS: dict[str, list[str] | None] = {
     "graph": ["graph"],
     "fused": None,
 }
-MAX_K = 20
 BATCH = 256
 BUDGET = 65536  # limits.maxBudgetTokens: the block never limits what is scored
 
 
 @dataclass
 class Answer:
-    """One recall: the ranked dia_ids it returned and what it cost."""
+    """One recall: the ranked dia_ids it returned, what it cost, and the
+    names of the ranking factors (``items[].factors``) applied to any item."""
 
     ranked: list[str]
     ms: float
     source_ms: dict[str, float]
     degraded: list[str]
     embedding_ms: float
+    factors: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -103,6 +106,9 @@ async def recall_all(
                 source_ms={n: s["ms"] for n, s in out["sources"].items() if s["status"] == "ok"},
                 degraded=list(out["degraded"]),
                 embedding_ms=float(out.get("embedding_ms") or 0.0),
+                factors=frozenset(
+                    name for item in out["items"] for name, f in (item.get("factors") or {}).items() if f != 1
+                ),
             )
 
     start = time.perf_counter()
@@ -113,48 +119,34 @@ async def recall_all(
 
 
 def score(jobs: list[Job], run: ConfigRun) -> dict[str, Any]:
-    """Overall and per-category metrics, the recall@1..20 curve, latency."""
-    rows = []
-    for (_, q), a in zip(jobs, run.answers, strict=True):
-        curve = recall_curve(a.ranked, q.evidence, MAX_K)
-        rows.append((q.category, curve, ndcg_at_k(a.ranked, q.evidence, 10)))
-
-    def summary(selected: list[tuple[int, list[float], float]]) -> dict[str, Any]:
-        return {
-            "questions": len(selected),
-            "R@5": mean(c[4] for _, c, _ in selected),
-            "R@10": mean(c[9] for _, c, _ in selected),
-            "R@20": mean(c[19] for _, c, _ in selected),
-            "nDCG@10": mean(n for _, _, n in selected),
-        }
-
+    """Overall and per-category metrics, the recall@1..20 curve, latency, and how
+    many recalls had each ranking factor applied."""
     source_ms: dict[str, list[float]] = {}
     for a in run.answers:
         for name, ms in a.source_ms.items():
             source_ms.setdefault(name, []).append(ms)
     lat = [a.ms for a in run.answers]
     return {
-        "overall": summary(rows),
-        "by_category": {str(c): summary([r for r in rows if r[0] == c]) for c in sorted({r[0] for r in rows})},
-        "curve": [mean(c[k] for _, c, _ in rows) for k in range(MAX_K)],
+        **summarize((q, a.ranked) for (_, q), a in zip(jobs, run.answers, strict=True)),
         "latency_ms": {"p50": pct(lat, 50), "p95": pct(lat, 95)},
         "source_ms_p50": {n: pct(v, 50) for n, v in sorted(source_ms.items())},
         "recalls_per_s": len(lat) / run.wall_s if run.wall_s else 0.0,
         "empty": sum(1 for a in run.answers if not a.ranked),
         "mean_returned": mean(len(a.ranked) for a in run.answers),
         "degraded": sum(1 for a in run.answers if a.degraded),
+        "factors": dict(sorted(Counter(f for a in run.answers for f in a.factors).items())),
     }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     convs = load_conversations(args.data)
-    options = MappingOptions(context_turns=args.context_turns)
+    options = MappingOptions(context_before=args.context_before, context_after=args.context_after)
     jobs: list[Job] = [(c, q) for c in convs for q in c.questions[: args.max_questions or None]]
     report: dict[str, Any] = {
         "data": str(args.data),
         "concurrency": args.concurrency,
         "scored": len(jobs),
-        "options": {"context_turns": options.context_turns},
+        "options": asdict(options),
         "conversations": [
             {
                 "id": c.id,
@@ -167,6 +159,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for c in convs
         ],
     }
+    if not args.no_naive:  # first: it needs no service, and a failure here costs little
+        started = time.perf_counter()
+        report["naive"] = await asyncio.to_thread(naive_reference, convs, args.max_questions)
+        report["naive_s"] = time.perf_counter() - started
     started = time.perf_counter()
     svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs], args.config)
     report["startup_s"] = time.perf_counter() - started
@@ -202,7 +198,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of LoCoMo *.json files")
     parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
-    parser.add_argument("--context-turns", type=int, default=0, help="preceding turns appended to each memory")
+    for when, default in (("before", 2), ("after", 1)):
+        parser.add_argument(
+            f"--context-{when}", type=int, default=default, metavar="N",
+            help=f"same-session turns {when} the turn in each memory's indexed-only context",
+        )
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (BM25, MiniLM, RRF)")
     parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")
     parser.add_argument(
         "--config", type=Path, default=ROOT / "config" / "braid.yaml",
