@@ -49,9 +49,9 @@ class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="cam
 
 class RrfConfig(_Base):
     k: Annotated[int, Meta(ge=1, le=10_000)] = 60
-    vector_weight: Unit = 0.7
+    vector_weight: Unit = 0.2
     weights: dict[str, Annotated[float, Meta(ge=0.0, le=100.0)]] = msgspec.field(
-        default_factory=lambda: {"typesense": 1.0, "pgvector": 1.0, "graph": 1.0}
+        default_factory=lambda: {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
     )
 
 

@@ -13,7 +13,9 @@
    per-hop tuning: distance is already in the restart probability.
 4. **Results.** Each relation becomes a fact ("Alex prefers TypeScript."),
    scored ``weight * (ppr(source) + ppr(target))``; each memory that mentions
-   reached entities is scored by the sum of their PPR. One list, best first.
+   reached entities gets a share of their PPR, each entity's split evenly
+   among the memories mentioning it (a walk step from entity to memory), so
+   an entity named everywhere weighs little on each. One list, best first.
 """
 
 from __future__ import annotations
@@ -234,11 +236,16 @@ class GraphSource(PoolSource):
                 WITH s AS (
                     SELECT * FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
                 ),
-                ranked AS (
-                    SELECT mn.memory_id, sum(s.score) AS score
+                -- An entity passes its PPR mass on to the memories that mention
+                -- it, split evenly among them (one more step of the walk).
+                linked AS (
+                    SELECT mn.memory_id,
+                           s.score / count(*) OVER (PARTITION BY mn.entity_id) AS share
                     FROM mentions mn JOIN s ON s.entity_id = mn.entity_id
                     WHERE mn.tenant = %(tenant)s
-                    GROUP BY mn.memory_id
+                ),
+                ranked AS (
+                    SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
                 )
                 SELECT {HIT_COLUMNS}, ranked.score
                 FROM ranked JOIN memories m ON m.tenant = %(tenant)s AND m.id = ranked.memory_id

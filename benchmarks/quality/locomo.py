@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from indexers.typesense import STOPWORDS
+
 __all__ = [
     "Conversation",
     "MappingOptions",
@@ -52,6 +54,8 @@ class MappingOptions:
 
     context_before: int = 2
     context_after: int = 1
+    #: Name the turn's entities (see :func:`turn_entities`) for the graph.
+    entities: bool = True
 
     def __post_init__(self) -> None:
         if self.context_before < 0 or self.context_after < 0:
@@ -114,6 +118,42 @@ def _turn_text(turn: dict[str, Any]) -> str:
     return text
 
 
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]")
+_PROPER = re.compile(r"\b[A-Z][a-zA-Z]+(?:\s+[A-Z][a-zA-Z]+)+\b")
+_ENTITY_STOP = STOPWORDS | frozenset(
+    """
+    also just like really much many more most thanks thank yeah yes okay great good
+    glad sure know think thing things stuff that's it's i'm you're i've i'll we're
+    they're what's there's been being have going doing feel feeling felt lots
+    always every even ever still well wow hey awesome amazing cool totally
+    """.split()
+)
+#: Most entities named per memory (the API's limit).
+MAX_ENTITIES = 64
+
+
+def turn_entities(turn: dict[str, Any], speakers: frozenset[str]) -> list[str]:
+    """What a turn talks about, from its text and image caption alone: its
+    multi-word proper names ("Harry Potter") and its content words of four
+    letters or more, lower-cased; the speakers' own names are left out.
+
+    A crude stand-in for the entity extraction an agent runtime would run
+    (an LLM or NER model); the graph links and seeds on these names.
+    """
+    text = f"{turn['text']} {turn.get('blip_caption') or ''}"
+    found: list[str] = []
+    for m in _PROPER.finditer(text):
+        name = m.group(0)
+        if name not in speakers and name.lower() not in found:
+            found.append(name.lower())
+    for m in _WORD.finditer(text):
+        word = m.group(0).lower().strip("'-")
+        if len(word) >= 4 and word not in _ENTITY_STOP and m.group(0) not in speakers:
+            if word not in found:
+                found.append(word)
+    return found[:MAX_ENTITIES]
+
+
 def conversation_memories(conv: Conversation, options: MappingOptions = MappingOptions()) -> list[dict[str, Any]]:
     """Every turn as one ``POST /v1/memories`` item in the ``session`` tier.
 
@@ -123,6 +163,7 @@ def conversation_memories(conv: Conversation, options: MappingOptions = MappingO
     Reads the sessions only.
     """
     memories = []
+    speakers = frozenset(t["speaker"] for _, turns in sessions(conv.raw) for t in turns)
     for n, turns in sessions(conv.raw):
         created = parse_session_date(conv.raw[f"session_{n}_date_time"]).isoformat().replace("+00:00", "Z")
         for i, turn in enumerate(turns):
@@ -139,6 +180,8 @@ def conversation_memories(conv: Conversation, options: MappingOptions = MappingO
             }
             if around:
                 memory["context"] = "\n".join(_turn_text(t) for t in around)
+            if options.entities:
+                memory["entities"] = turn_entities(turn, speakers)
             memories.append(memory)
     return memories
 

@@ -140,7 +140,9 @@ def score(jobs: list[Job], run: ConfigRun) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     convs = load_conversations(args.data)
-    options = MappingOptions(context_before=args.context_before, context_after=args.context_after)
+    options = MappingOptions(
+        context_before=args.context_before, context_after=args.context_after, entities=args.entities
+    )
     jobs: list[Job] = [(c, q) for c in convs for q in c.questions[: args.max_questions or None]]
     report: dict[str, Any] = {
         "data": str(args.data),
@@ -203,6 +205,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             f"--context-{when}", type=int, default=default, metavar="N",
             help=f"same-session turns {when} the turn in each memory's indexed-only context",
         )
+    parser.add_argument(
+        "--no-entities", dest="entities", action="store_false",
+        help="name no entities in the memories (the graph source then finds nothing)",
+    )
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (BM25, MiniLM, RRF)")
     parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")
     parser.add_argument(

@@ -431,3 +431,24 @@ async def test_filters(
 ) -> None:
     hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, **fields)
     assert summary(hits) == expected
+
+
+async def test_an_entity_splits_its_score_among_the_memories_naming_it(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    """No relations: each seed keeps its PPR share (1/2 each here), and hands
+    it to the memories that mention it, split evenly."""
+    w = Writer(PostgresStore(pool), embedder)
+    await w.graph("gs", ["coffee", "espresso"], [])
+    await w.memories(
+        "gs",
+        *({"id": f"gs-c{i}", "content": f"Coffee note {i}."} for i in range(4)),
+        {"id": "gs-e", "content": "An espresso at noon."},
+        {"id": "gs-both", "content": "Espresso is coffee too.", "tags": ("x",)},
+    )
+    hits = await search(pool, NAMES_ONLY, "gs", "coffee espresso")
+    scores = {h.id: h.score for h in hits}
+    assert scores == pytest.approx(
+        {"gs-both": 0.5 / 5 + 0.5 / 2, "gs-e": 0.5 / 2, **{f"gs-c{i}": 0.5 / 5 for i in range(4)}}
+    )
+    assert [h.id for h in hits][:2] == ["gs-both", "gs-e"]

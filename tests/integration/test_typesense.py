@@ -307,7 +307,7 @@ async def test_keyword_search_finds_exact_words(index: TypesenseIndex, source: T
     assert (hit.content, hit.kind, hit.tier, hit.confidence, hit.type) == (
         "The password is Blue", "fact", "rag", 0.9, "memory")
     assert hit.created_at == T0
-    assert hit.score == pytest.approx(0.3 / 61)  # keyword weight 1 - 0.7, rank 1, k=60
+    assert hit.score == pytest.approx(0.8 / 61)  # keyword weight 1 - vectorWeight 0.2, rank 1, k=60
 
 
 @pytest.mark.anyio
@@ -337,7 +337,13 @@ async def test_vector_search_ranks_the_nearest_first(
 
 
 @pytest.mark.anyio
-async def test_hybrid_fusion_rewards_both_lists(index: TypesenseIndex, source: TypesenseSource) -> None:
+async def test_hybrid_fusion_rewards_both_lists(
+    index: TypesenseIndex, source: TypesenseSource, config: ConfigHolder
+) -> None:
+    # Equal weights: a memory in both lists beats one ranked first in only one.
+    config.config = msgspec.structs.replace(
+        config.config, rrf=msgspec.structs.replace(config.config.rrf, vector_weight=0.5)
+    )
     await index.upsert([
         record("both", "the password is Blue", i=0),
         record("kw", "password password reminder", i=1),
@@ -554,3 +560,25 @@ def test_build_filter() -> None:
 )
 def test_keyword_query(text: str, expected: str) -> None:
     assert keyword_query(text) == expected
+
+
+@pytest.mark.anyio
+async def test_older_collection_gains_the_new_fields(client: TypesenseClient) -> None:
+    """A collection made before `context`/`speaker` existed is patched at start."""
+    index = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    old = index.schema(f"{index.alias}_old")
+    old["fields"] = [f for f in old["fields"] if f["name"] not in ("context", "speaker")]
+    await client.create_collection(old)
+    await client.upsert_alias(index.alias, old["name"])
+    try:
+        assert await index.ensure() == old["name"]
+        fields = {f["name"] for f in (await client.get_collection(old["name"]) or {})["fields"]}
+        assert {"context", "speaker"} <= fields
+        assert await index.add_missing_fields(old["name"]) == []
+        rec = msgspec.structs.replace(record("m", "Sure, here it is", i=0), speaker="Mel", context="the sunflower painting")
+        await index.upsert([rec])
+        source = TypesenseSource(client, index.alias, ConfigHolder())
+        hits = await source.search(q("sunflower"))
+        assert [(h.id, h.speaker) for h in hits] == [("m", "Mel")]
+    finally:
+        await client.delete_collection(old["name"])

@@ -15,8 +15,8 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg.context_budget_tokens == 8192
     assert cfg.min_confidence == 0.5
     assert cfg.rrf.k == 60
-    assert cfg.rrf.vector_weight == 0.7
-    assert cfg.rrf.weights == {"typesense": 1.0, "pgvector": 1.0, "graph": 1.0}
+    assert cfg.rrf.vector_weight == 0.2
+    assert cfg.rrf.weights == {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
     tiers = {n: (t.holds, t.m, t.ef_construction, t.ef_search) for n, t in cfg.tiers.items()}
     assert tiers == {
         "session": ("memories", 8, 32, 32),
@@ -24,6 +24,11 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
         "rag": ("memories", 16, 64, 64),
     }
     assert cfg.graph.max_hops == 2
+    q = cfg.query
+    assert (q.strip_speakers, q.strip_dates, q.speaker_boost, q.time_boost, q.speaker_cache_ms) == (
+        True, True, 0.5, 0.6, 5000
+    )
+    assert cfg == BraidConfig(), "braid.yaml and the schema defaults differ"
     assert cfg.memory_tiers == ["session", "rag"]
     assert cfg.entity_tier == "entities"
 

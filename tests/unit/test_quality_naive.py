@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.quality.locomo import Conversation, MappingOptions, Question, conversation_memories
+from benchmarks.quality.locomo import Conversation, MappingOptions, Question, conversation_memories, turn_entities
 from benchmarks.quality.naive import BM25, rrf, summarize, tokenize
 
 
@@ -110,6 +110,7 @@ def test_mapping_memory_shape() -> None:
         "session_id": "session_1",
         "created_at": "2023-05-08T13:56:00Z",
         "metadata": {"dia_id": "D1:2", "speaker": "Bob"},
+        "entities": ["look"],
     }
     assert conversation_memories(CONV)[4] == {
         "id": "locomo-t:D2:1",
@@ -120,9 +121,23 @@ def test_mapping_memory_shape() -> None:
         "session_id": "session_2",
         "created_at": "2023-05-10T09:00:00Z",
         "metadata": {"dia_id": "D2:1", "speaker": "Ann"},
+        "entities": ["back"],
     }
 
 
 def test_mapping_refuses_negative_context() -> None:
     with pytest.raises(ValueError, match=r"^context turns must be >= 0, got -1 before, 1 after$"):
         MappingOptions(context_before=-1)
+
+
+def test_turn_entities_come_from_text_and_caption_only() -> None:
+    turn = {
+        "speaker": "Caroline",
+        "text": "Caroline, I went hiking with Harry Potter fans near Lake Tahoe, really awesome!",
+        "blip_caption": "a photo of mountains",
+    }
+    assert turn_entities(turn, frozenset({"Caroline", "Melanie"})) == [
+        "harry potter", "lake tahoe", "went", "hiking", "harry", "potter", "fans", "near", "lake", "tahoe",
+        "photo", "mountains",
+    ]
+    assert "entities" not in conversation_memories(CONV, MappingOptions(entities=False))[0]
