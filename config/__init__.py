@@ -19,6 +19,7 @@ from .schema import (
     SyncConfig,
     TierConfig,
     TypesenseConfig,
+    TypesenseSourceConfig,
     is_safe_name,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "SyncConfig",
     "TierConfig",
     "TypesenseConfig",
+    "TypesenseSourceConfig",
     "config_path",
     "is_safe_name",
     "load_config",

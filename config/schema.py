@@ -29,6 +29,7 @@ __all__ = [
     "SyncConfig",
     "TierConfig",
     "TypesenseConfig",
+    "TypesenseSourceConfig",
     "NAME_PATTERN",
 ]
 
@@ -79,8 +80,17 @@ class SourceConfig(_Base):
     candidates: Annotated[int, Meta(ge=1, le=1000)] = 50
 
 
+class TypesenseSourceConfig(SourceConfig):
+    """The Typesense source also searches each query term on its own."""
+
+    #: Query terms searched one by one for the keyword list (the first ones).
+    max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
+    #: Hits fetched per term search: Typesense's time grows with it.
+    term_hits: Annotated[int, Meta(ge=1, le=250)] = 100
+
+
 class SourcesConfig(_Base):
-    typesense: SourceConfig = SourceConfig()
+    typesense: TypesenseSourceConfig = TypesenseSourceConfig()
     pgvector: SourceConfig = SourceConfig()
     graph: SourceConfig = SourceConfig()
 

@@ -68,9 +68,8 @@ SOURCE = "typesense"
 
 #: Typesense refuses ``per_page`` above this ("Only upto 250 hits ...").
 MAX_PER_PAGE = 250
-#: Query terms searched one by one, and hits fetched per term.
+#: Query terms searched one by one (``sources.typesense.maxTerms`` in the config).
 MAX_TERMS = 8
-TERM_PER_PAGE = 100
 
 #: Ids per ``DELETE ...?filter_by=id:=[...]`` request, to keep URLs short.
 _DELETE_CHUNK = 100
@@ -588,7 +587,7 @@ class TypesenseSource:
         # by how many words match, not by their rarity); one more search counts
         # the documents the filter allows, for the idf. Vector: one k-NN search.
         # All in a single multi_search.
-        terms = keyword_terms(query.text)
+        terms = keyword_terms(query.text, config.sources.typesense.max_terms)
         searches = [
             {
                 "q": term,
@@ -597,7 +596,7 @@ class TypesenseSource:
                 "num_typos": 1,
                 "drop_tokens_threshold": 0,
                 "typo_tokens_threshold": 1,
-                "per_page": min(TERM_PER_PAGE, MAX_PER_PAGE),
+                "per_page": config.sources.typesense.term_hits,
                 "highlight_fields": "none",
             }
             for term in terms

@@ -582,3 +582,21 @@ async def test_older_collection_gains_the_new_fields(client: TypesenseClient) ->
         assert [(h.id, h.speaker) for h in hits] == [("m", "Mel")]
     finally:
         await client.delete_collection(old["name"])
+
+
+@pytest.mark.anyio
+async def test_term_hits_and_max_terms_bound_the_keyword_searches(
+    index: TypesenseIndex, source: TypesenseSource, config: ConfigHolder
+) -> None:
+    await index.upsert([record(f"p{i}", f"parrot number {i} talks", i=i) for i in range(5)]
+                       + [record("z", "zebra crossing", i=5)])
+    assert len(await ids(source, q("parrot"))) == 5
+    ts = config.config.sources.typesense
+    config.config = msgspec.structs.replace(
+        config.config,
+        sources=msgspec.structs.replace(
+            config.config.sources, typesense=msgspec.structs.replace(ts, term_hits=2, max_terms=1)
+        ),
+    )
+    assert len(await ids(source, q("parrot"))) == 2
+    assert "z" not in await ids(source, q("parrot zebra"))  # only the first term is searched
