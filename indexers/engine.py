@@ -12,7 +12,10 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 
+import anyio
 import msgspec
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from config import SOURCE_NAMES, BraidConfig, ConfigError, load_config
 from fusion import BlockItem, QueryPlan, analyze_query, format_block, get_encoding, rrf, score_factors
@@ -194,13 +197,24 @@ class Engine:
     # --- recall -------------------------------------------------------------
 
     async def tenant_speakers(self, tenant: str) -> list[str]:
-        """The tenant's speaker names, cached for ``query.speakerCacheMs``."""
+        """The tenant's speaker names, cached for ``query.speakerCacheMs``.
+
+        Postgres slow or down must not stop a recall that Typesense can still
+        answer: the lookup gets the pgvector source's deadline, and on failure
+        the last list read (or none) is used.
+        """
+        cfg = self.config.current
         now = time.monotonic()
         cached = self._speakers.get(tenant)
         if cached is not None and cached[0] > now:
             return cached[1]
-        names = await self.store.speakers(tenant)
-        ttl = self.config.current.query.speaker_cache_ms / 1000.0
+        try:
+            with anyio.fail_after(cfg.sources.pgvector.deadline_ms / 1000.0):
+                names = await self.store.speakers(tenant)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            log.warning("speaker list unavailable, query analysis uses the last one read: %s", exc)
+            return [] if cached is None else cached[1]
+        ttl = cfg.query.speaker_cache_ms / 1000.0
         if ttl > 0:
             if len(self._speakers) >= _SPEAKER_CACHE_TENANTS:
                 self._speakers.clear()

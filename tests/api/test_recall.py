@@ -141,3 +141,30 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
             product *= f
         assert item["score"] == pytest.approx(item["rrf_score"] * product)
     assert [i["score"] for i in out["items"]] == sorted((i["score"] for i in out["items"]), reverse=True)
+
+
+@pytest.mark.parametrize("fault", ["error", "stall"])
+async def test_speaker_lookup_failure_does_not_fail_the_recall(
+    braid: Braid, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Fault injection: the speaker list read from Postgres fails or hangs."""
+    import anyio
+    import psycopg
+
+    (mid,) = await braid.remember({"content": "Caroline painted a lake.", "speaker": "Caroline"})
+    await braid.synced()
+    engine = braid.runtime.engine
+    engine._speakers.clear()
+
+    async def broken(tenant: str) -> list[str]:
+        if fault == "error":
+            raise psycopg.OperationalError("connection refused")
+        await anyio.sleep(3600)
+        return []
+
+    monkeypatch.setattr(engine.store, "speakers", broken)
+    with anyio.fail_after(5):
+        out = await braid.recall("What did Caroline paint?")
+    assert out["items"][0]["id"] == mid
+    assert out["query"]["speakers"] == []  # nothing known: no name taken out, no factor
+    assert out["items"][0]["factors"] == {}
