@@ -6,7 +6,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test bench bench-quality clean
+.PHONY: install run test bench bench-quality bench-load clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: install
 # LoCoMo retrieval quality through the API; DATA=<dir> picks another folder.
 bench-quality: install
 	$(PY) -m benchmarks.quality $(if $(DATA),--data $(DATA))
+
+# Load: throughput, freshness and recall latency on a synthetic corpus; SIZE=<n> memories (default 10000).
+bench-load: install
+	$(PY) -m benchmarks.load $(if $(SIZE),--size $(SIZE))
 
 clean:
 	rm -rf $(VENV) .braid .pytest_cache

@@ -1,0 +1,12 @@
+"""Load benchmark (issue 4): throughput, freshness and recall latency at 10k-1M memories.
+
+``make bench-load SIZE=N`` builds a seeded synthetic corpus (``corpus.py``),
+starts the service on the embedded stack and measures, in one run
+(``run.py``): bulk write throughput beside a raw Typesense import of the same
+documents, ack -> visible freshness per source at steady write rates, recall
+latency per source and fused at 1/8/32 clients, direct pgvector and
+Typesense baselines, and HNSW recall (``hnsw.py``, when present).
+``report.py`` writes ``benchmarks/results/load-<size>.{md,json,png}``.
+"""
+
+__all__: list[str] = []

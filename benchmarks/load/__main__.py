@@ -1,0 +1,59 @@
+"""``python -m benchmarks.load [--size N]``: see ``benchmarks/load/__init__.py``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+
+from .corpus import build_corpus, describe
+from .report import summary_line, write_report
+from .run import run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__)
+    parser.add_argument("--size", type=int, default=10000, help="memories in the big tenant")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=200, help="memories per write (<= 256, body < 4 MiB)")
+    parser.add_argument("--writers", type=int, default=3, help="concurrent bulk writers")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per recall-latency row")
+    parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--fresh-rates", default="50,100")
+    parser.add_argument("--fresh-seconds", type=float, default=10.0)
+    parser.add_argument("--fresh-check-every", type=int, default=5, help="pgvector/graph checked on 1 write in N")
+    parser.add_argument("--raw-sample", type=int, default=20000, help="documents in the raw Typesense import")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    corpus = build_corpus(args.size, seed=args.seed)
+    corpus_s = time.perf_counter() - started
+    report = asyncio.run(
+        run(
+            corpus,
+            writers=args.writers,
+            batch=min(args.batch, 256),
+            seconds=args.seconds,
+            clients=tuple(int(c) for c in args.clients.split(",")),
+            fresh_rates=tuple(int(r) for r in args.fresh_rates.split(",")),
+            fresh_seconds=args.fresh_seconds,
+            fresh_check_every=args.fresh_check_every,
+            raw_sample=args.raw_sample,
+        )
+    )
+    report.update(
+        size=args.size,
+        seconds=args.seconds,
+        command="python -m benchmarks.load " + " ".join(sys.argv[1:]),
+        machine=f"{os.cpu_count()} cores (client, service, Postgres and Typesense share them)",
+        corpus=describe(corpus),
+        corpus_s=corpus_s,
+        wall_s=time.perf_counter() - started,
+    )
+    print(f"load: report at {write_report(report)}")
+    print(summary_line(report))
+
+
+if __name__ == "__main__":
+    main()

