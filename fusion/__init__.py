@@ -1,7 +1,7 @@
 """Pure ranking and formatting: no I/O."""
 
 from fusion.block import Block, BlockItem, format_block
-from fusion.factors import score_factors
+from fusion.factors import Scored, apply_factors, score_factors
 from fusion.query import QueryPlan, analyze_query, date_ranges
 from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
@@ -12,7 +12,9 @@ __all__ = [
     "Encoding",
     "Fused",
     "QueryPlan",
+    "Scored",
     "analyze_query",
+    "apply_factors",
     "date_ranges",
     "format_block",
     "get_encoding",

@@ -11,10 +11,23 @@ off. The recall response lists the factors applied to each item, so
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
-__all__ = ["score_factors"]
+import msgspec
+
+from fusion.query import QueryPlan
+from fusion.rrf import Fused
+
+__all__ = ["Scored", "apply_factors", "score_factors"]
+
+
+class Scored(msgspec.Struct, frozen=True):
+    """A fused id with its factors: ``score == fused.score * product(factors)``."""
+
+    fused: Fused
+    factors: dict[str, float]
+    score: float
 
 
 def score_factors(
@@ -44,3 +57,34 @@ def score_factors(
         if any(first <= day <= last for first, last in dates):
             factors["time"] = 1.0 + time_boost
     return factors
+
+
+def apply_factors(
+    fused: Sequence[Fused],
+    memory: Callable[[str], tuple[str | None, datetime]],
+    plan: QueryPlan,
+    *,
+    speaker_boost: float,
+    time_boost: float,
+) -> list[Scored]:
+    """Every fused candidate with its factors, best first.
+
+    ``memory(id)`` gives the memory's ``(speaker, created_at)``. Applied to
+    every candidate, not just the top, so a boosted memory from deep in a list
+    can still reach the top. Ties go to the best single rank, then the id, as
+    in :func:`fusion.rrf`.
+    """
+    scored = []
+    for f in fused:
+        speaker, created_at = memory(f.id)
+        factors = score_factors(
+            speaker=speaker,
+            created_at=created_at,
+            speakers=plan.speakers,
+            dates=plan.dates,
+            speaker_boost=speaker_boost,
+            time_boost=time_boost,
+        )
+        scored.append(Scored(f, factors, f.score * math.prod(factors.values())))
+    scored.sort(key=lambda s: (-s.score, min(s.fused.ranks.values()), s.fused.id))
+    return scored

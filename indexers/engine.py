@@ -7,7 +7,6 @@ by :mod:`indexers.runtime` and handed in, so tests can build one from parts.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
@@ -18,7 +17,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from config import SOURCE_NAMES, BraidConfig, ConfigError, load_config
-from fusion import BlockItem, QueryPlan, analyze_query, format_block, get_encoding, rrf, score_factors
+from fusion import BlockItem, QueryPlan, analyze_query, apply_factors, format_block, get_encoding, rrf
 
 from .base import Filters, Hit, SearchQuery, Source
 from .embedding import Embedder
@@ -289,54 +288,49 @@ class Engine:
             for h in kept:
                 hits.setdefault(h.id, h)
         fused = rrf(rankings, k=cfg.rrf.k, weights={n: cfg.source_weight(n) for n in rankings})
-        # Post-fusion factors, over every candidate so a boosted memory from
-        # deep in a list can still reach the top.
-        factors = {
-            f.id: score_factors(
-                speaker=hits[f.id].speaker,
-                created_at=hits[f.id].created_at,
-                speakers=plan.speakers,
-                dates=plan.dates,
-                speaker_boost=cfg.query.speaker_boost,
-                time_boost=cfg.query.time_boost,
-            )
-            for f in fused
-        }
-        scores = {f.id: f.score * math.prod(factors[f.id].values()) for f in fused}
-        top = sorted(fused, key=lambda f: (-scores[f.id], min(f.ranks.values()), f.id))[:top_k]
+        ranked = apply_factors(
+            fused,
+            lambda id: (hits[id].speaker, hits[id].created_at),
+            plan,
+            speaker_boost=cfg.query.speaker_boost,
+            time_boost=cfg.query.time_boost,
+        )
+        top = ranked[:top_k]
         block = format_block(
             [
                 BlockItem(
-                    kind=hits[f.id].kind,
-                    created_at=hits[f.id].created_at,
-                    content=hits[f.id].content,
-                    confidence=hits[f.id].confidence,
+                    kind=hits[s.fused.id].kind,
+                    created_at=hits[s.fused.id].created_at,
+                    content=hits[s.fused.id].content,
+                    confidence=hits[s.fused.id].confidence,
                 )
-                for f in top
+                for s in top
             ],
             budget,
             get_encoding(cfg.tokenizer),
         )
         included, truncated = set(block.included), set(block.truncated)
-        items = [
-            RecallItem(
-                id=f.id,
-                content=hits[f.id].content,
-                kind=hits[f.id].kind,
-                tier=hits[f.id].tier,
-                created_at=hits[f.id].created_at,
-                confidence=hits[f.id].confidence,
-                speaker=hits[f.id].speaker,
-                score=scores[f.id],
-                rrf_score=f.score,
-                ranks={name: f.ranks.get(name) for name in SOURCE_NAMES if name in self.sources},
-                contributions=dict(f.contributions),
-                factors=factors[f.id],
-                in_block=i in included,
-                truncated=i in truncated,
+        items = []
+        for i, s in enumerate(top):
+            hit = hits[s.fused.id]
+            items.append(
+                RecallItem(
+                    id=hit.id,
+                    content=hit.content,
+                    kind=hit.kind,
+                    tier=hit.tier,
+                    created_at=hit.created_at,
+                    confidence=hit.confidence,
+                    speaker=hit.speaker,
+                    score=s.score,
+                    rrf_score=s.fused.score,
+                    ranks={n: s.fused.ranks.get(n) for n in SOURCE_NAMES if n in self.sources},
+                    contributions=dict(s.fused.contributions),
+                    factors=s.factors,
+                    in_block=i in included,
+                    truncated=i in truncated,
+                )
             )
-            for i, f in enumerate(top)
-        ]
         sources = {
             name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error)
             for name, r in results.items()

@@ -4,7 +4,7 @@ Runs the service once with the post-fusion factors off, keeps every
 question's three per-source lists (top 100, each item's speaker and day), and
 re-fuses them offline under a grid of RRF ``k``, per-source weights and factor
 boosts, exactly as the engine does (:func:`fusion.rrf`, then
-:func:`fusion.score_factors`). One service run answers every fusion question
+:func:`fusion.apply_factors`). One service run answers every fusion question
 in seconds; what happens inside a source (Typesense's ``vectorWeight``, the
 query analysis) stays as configured. Writes
 ``benchmarks/results/<name>.md`` and prints the best row.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import math
 import sys
 import tempfile
 from datetime import date, datetime
@@ -29,7 +28,7 @@ from typing import Any
 import httpx
 import yaml
 
-from fusion import rrf, score_factors
+from fusion import apply_factors, rrf
 from fusion.query import QueryPlan
 
 from .locomo import MappingOptions, load_conversations
@@ -98,14 +97,8 @@ def fuse(row: Row, weights: dict[str, float], k: int, speaker_boost: float, time
     """The engine's fusion and factors over the stored lists."""
     meta = {d: (s, datetime.fromisoformat(t.replace("Z", "+00:00"))) for src in weights for d, s, t in row[src]}
     fused = rrf({src: [d for d, _, _ in row[src]] for src in weights}, k=k, weights=weights)
-    plan: QueryPlan = row["plan"]
-    scores = {}
-    for f in fused:
-        speaker, created = meta[f.id]
-        factors = score_factors(speaker=speaker, created_at=created, speakers=plan.speakers, dates=plan.dates,
-                                speaker_boost=speaker_boost, time_boost=time_boost)
-        scores[f.id] = f.score * math.prod(factors.values())
-    return [f.id for f in sorted(fused, key=lambda f: (-scores[f.id], min(f.ranks.values()), f.id))]
+    ranked = apply_factors(fused, meta.__getitem__, row["plan"], speaker_boost=speaker_boost, time_boost=time_boost)
+    return [s.fused.id for s in ranked]
 
 
 def score(rows: list[Row], rank: Any) -> dict[str, float]:

@@ -122,3 +122,22 @@ def test_bad_boost_is_refused(bad: float) -> None:
         score_factors(
             speaker=None, created_at=JULY_5, speakers=[], dates=[], speaker_boost=bad, time_boost=0
         )
+
+
+def test_apply_factors_reranks_every_candidate() -> None:
+    from fusion import apply_factors, rrf
+
+    fused = rrf({"a": ["x", "y", "z"]}, k=60)
+    memories = {
+        "x": ("Melanie", datetime(2023, 3, 1, tzinfo=timezone.utc)),
+        "y": ("Melanie", datetime(2023, 7, 2, tzinfo=timezone.utc)),
+        "z": ("Caroline", datetime(2023, 7, 3, tzinfo=timezone.utc)),
+    }
+    plan = QueryPlan(text="paint", speakers=("Caroline",), dates=((date(2023, 7, 1), date(2023, 7, 31)),))
+    ranked = apply_factors(fused, memories.__getitem__, plan, speaker_boost=0.5, time_boost=0.6)
+    assert [(s.fused.id, s.factors) for s in ranked] == [
+        ("z", {"speaker": 1.5, "time": 1.6}),
+        ("y", {"time": 1.6}),
+        ("x", {}),
+    ]
+    assert [s.score for s in ranked] == pytest.approx([1.5 * 1.6 / 63, 1.6 / 62, 1 / 61])
