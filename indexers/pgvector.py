@@ -149,47 +149,54 @@ class PgvectorSource(PoolSource):
         ]
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
-        rows: list[dict[str, Any]] = []
         try:
             async with self._pool.connection() as conn:
-                for tier in tiers:
-                    rows.extend(await self._search_tier(conn, cfg, tier, query, vec, limit))
+                rows = await self._search_tiers(conn, cfg, tiers, query, vec, limit)
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         rows.sort(key=lambda r: (r["distance"], r["id"]))
         return [hit_from_row(r, 1.0 - float(r["distance"])) for r in rows[:limit]]
 
-    async def _search_tier(
+    async def _search_tiers(
         self,
         conn: psycopg.AsyncConnection,
         cfg: BraidConfig,
-        tier: str,
+        tiers: list[str],
         query: SearchQuery,
         vec: np.ndarray,
         limit: int,
     ) -> list[dict[str, Any]]:
-        where, params = filter_clause(
-            query.filters,
-            min_confidence=query.min_confidence,
-            memory_tiers=cfg.memory_tiers,
-            tier=tier,
-        )
-        params.update({"tenant": query.tenant, "vec": vec, "limit": limit})
-        # The inner query walks the tier's HNSW index; relaxed_order may return
-        # rows slightly out of order, so the outer query sorts them again.
-        statement = f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT {HIT_COLUMNS}, m.embedding <=> %(vec)s AS distance
-                FROM memories m
-                WHERE m.tenant = %(tenant)s AND {where}
-                ORDER BY m.embedding <=> %(vec)s
-                LIMIT %(limit)s
-            )
-            SELECT * FROM nearest ORDER BY distance
-        """
-        async with conn.transaction():
-            await set_search_params(conn, cfg.tiers[tier].ef_search)
-            async with conn.cursor(row_factory=dict_row) as cur:
+        """Every tier's nearest rows, in one round trip: the statements of all
+        tiers go out in one pipeline (each tier's ef_search set just before
+        its query, inside one transaction) and the results come back together."""
+        cursors = []
+        async with conn.pipeline(), conn.transaction():
+            for tier in tiers:
+                where, params = filter_clause(
+                    query.filters,
+                    min_confidence=query.min_confidence,
+                    memory_tiers=cfg.memory_tiers,
+                    tier=tier,
+                )
+                params.update({"tenant": query.tenant, "vec": vec, "limit": limit})
+                # The inner query walks the tier's HNSW index; relaxed_order may
+                # return rows slightly out of order, so the outer query sorts again.
+                statement = f"""
+                    WITH nearest AS MATERIALIZED (
+                        SELECT {HIT_COLUMNS}, m.embedding <=> %(vec)s AS distance
+                        FROM memories m
+                        WHERE m.tenant = %(tenant)s AND {where}
+                        ORDER BY m.embedding <=> %(vec)s
+                        LIMIT %(limit)s
+                    )
+                    SELECT * FROM nearest ORDER BY distance
+                """
+                await set_search_params(conn, cfg.tiers[tier].ef_search)
+                cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(statement, params)
-                return list(await cur.fetchall())
-
+                cursors.append(cur)
+        rows: list[dict[str, Any]] = []
+        for cur in cursors:
+            rows.extend(await cur.fetchall())
+            await cur.close()
+        return rows
