@@ -112,7 +112,10 @@ def analyze_query(
     """
     named: list[str] = []
     spans: list[tuple[int, int]] = []
-    for name in sorted({s for s in speakers if s.strip()}, key=lambda s: (-len(s), s)):
+    lowered = text.lower()
+    # A plain substring test first: a tenant may have thousands of speakers.
+    candidates = {s for s in speakers if s.strip() and s.lower() in lowered}
+    for name in sorted(candidates, key=lambda s: (-len(s), s)):
         found = [(m.start(), m.end()) for m in _name_pattern(name).finditer(text)]
         found = [f for f in found if not any(a < f[1] and f[0] < b for a, b in spans)]
         if found:
