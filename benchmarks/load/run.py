@@ -8,8 +8,6 @@ dict that ``report.py`` turns into Markdown, JSON and a plot.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import inspect
 import itertools
 import secrets
 import time
@@ -25,12 +23,12 @@ from benchmarks.recall_latency import ROOT, Service, _typesense_port, pct
 from config.loader import parse_config
 
 from .corpus import BIG_TENANT, Corpus
+from .hnsw import measure_hnsw
 
 __all__ = ["run"]
 
 CONFIG = ROOT / "config" / "braid.yaml"
 SOURCES = ("typesense", "pgvector", "graph")
-HNSW_MODULE = Path(__file__).with_name("hnsw.py")
 
 
 def config_text(keys: dict[str, str]) -> str:
@@ -370,19 +368,9 @@ async def direct_typesense(ts: httpx.AsyncClient, corpus: Corpus, n: int, candid
     return stats(lat)
 
 
-async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any] | None:
-    """``measure_hnsw`` from ``benchmarks/load/hnsw.py`` when that module exists (written separately)."""
-    if not HNSW_MODULE.exists():
-        return None  # TODO(issue 4): hnsw.py lands -> this hook runs it; nothing else to change.
-    spec = importlib.util.find_spec("benchmarks.load.hnsw")
-    if spec is None:
-        return None
-    from . import hnsw  # type: ignore[attr-defined]
-
-    measure = hnsw.measure_hnsw
-    args = (dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
-    result = await measure(*args) if inspect.iscoroutinefunction(measure) else await asyncio.to_thread(measure, *args)
-    return dict(result)
+async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
+    """Every tier's HNSW recall curve on the big tenant (``hnsw.measure_hnsw``)."""
+    return await measure_hnsw(dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
 
 
 def postgres_dsn(home: Path) -> str:
