@@ -110,7 +110,7 @@ class TierConfig(_Base):
 
 def _default_tiers() -> dict[str, TierConfig]:
     return {
-        "session": TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32),
+        "session": TierConfig(holds="memories", m=16, ef_construction=64, ef_search=48),
         "entities": TierConfig(holds="entities", m=24, ef_construction=128, ef_search=128),
         "rag": TierConfig(holds="memories", m=16, ef_construction=64, ef_search=64),
     }

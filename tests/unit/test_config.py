@@ -19,7 +19,7 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg.rrf.weights == {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
     tiers = {n: (t.holds, t.m, t.ef_construction, t.ef_search) for n, t in cfg.tiers.items()}
     assert tiers == {
-        "session": ("memories", 8, 32, 32),
+        "session": ("memories", 16, 64, 48),
         "entities": ("entities", 24, 128, 128),
         "rag": ("memories", 16, 64, 64),
     }
