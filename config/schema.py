@@ -83,10 +83,18 @@ class SourceConfig(_Base):
 class TypesenseSourceConfig(SourceConfig):
     """The Typesense source also searches each query term on its own."""
 
+    #: ``terms``: each query term is searched on its own and the hits ranked
+    #: by summed idf (better ranking, one search per term). ``single``: one
+    #: search for all the terms, ranked by Typesense (how many terms match).
+    keyword_mode: Literal["terms", "single"] = "terms"
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.
-    term_hits: Annotated[int, Meta(ge=1, le=250)] = 100
+    term_hits: Annotated[int, Meta(ge=1, le=250)] = 50
+    #: ``always``: the source runs its own vector search in every recall.
+    #: ``alone``: only in recalls where the pgvector source does not run
+    #: (pgvector already brings the same vectors' neighbours to the fusion).
+    vector_search: Literal["always", "alone"] = "always"
 
 
 class SourcesConfig(_Base):

@@ -247,11 +247,13 @@ class Engine:
             for name in self.sources
             if getattr(cfg.sources, name).enabled and (opts.sources is None or name in opts.sources)
         ]
+        # The Typesense source may leave vectors to pgvector (sources.typesense.vectorSearch).
+        ts_vector = cfg.sources.typesense.vector_search == "always" or "pgvector" not in wanted
         queries = {
             name: SearchQuery(
                 tenant=tenant,
                 text=plan.text,
-                vector=vector,
+                vector=vector if name != "typesense" or ts_vector else None,
                 limit=max(top_k, getattr(cfg.sources, name).candidates),
                 filters=opts.filters,
                 min_confidence=min_conf,

@@ -61,6 +61,7 @@ __all__ = [
     "idf_ranking",
     "keyword_query",
     "keyword_terms",
+    "narrow_filter",
     "record_document",
 ]
 
@@ -70,6 +71,11 @@ SOURCE = "typesense"
 MAX_PER_PAGE = 250
 #: Query terms searched one by one (``sources.typesense.maxTerms`` in the config).
 MAX_TERMS = 8
+
+#: How long the count of documents behind a filter (the idf's N) is reused,
+#: and for how many filters at most.
+COUNT_TTL_S = 10.0
+COUNT_CACHE_SIZE = 4096
 
 #: Ids per ``DELETE ...?filter_by=id:=[...]`` request, to keep URLs short.
 _DELETE_CHUNK = 100
@@ -536,14 +542,30 @@ def idf_ranking(term_results: Sequence[Mapping[str, Any]], total: int) -> list[s
 
 
 def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Sequence[str]) -> str:
-    """The ``filter_by`` shared by both searches. ``tiers`` must not be empty.
+    """The full ``filter_by`` of a search. ``tiers`` must not be empty.
 
     ``created_after``/``created_before`` compare whole seconds, as stored.
     Empty ``tags``/``kinds`` do not restrict (as in Postgres).
     """
     if not tiers:
         raise ValueError("tiers must not be empty")
-    parts = [f"tenant:={_quoted(tenant)}", f"tier:={_quoted_list(tiers)}"]
+    return f"{narrow_filter(tenant, filters, tiers)} && confidence:>={float(min_confidence)!r}"
+
+
+def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = None) -> str:
+    """The part of :func:`build_filter` that narrows a tenant's documents: the
+    tenant, the request's filters and ``tiers`` if given; not the confidence
+    floor.
+
+    Typesense 0.24 builds the id list of every filter clause on each search,
+    so a clause that matches most of the collection costs as much as a
+    selective one (at 100k documents, ``tier`` and ``confidence`` clauses
+    added 2-6 ms to each search; ``benchmarks/results/load-*.md``). The
+    source leaves out such clauses and checks them on the hits instead.
+    """
+    parts = [f"tenant:={_quoted(tenant)}"]
+    if tiers is not None:
+        parts.append(f"tier:={_quoted_list(tiers)}")
     if filters.kinds:
         parts.append(f"kind:={_quoted_list(filters.kinds)}")
     if filters.tags:
@@ -554,8 +576,28 @@ def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Se
         parts.append(f"created_at:>={_epoch(filters.created_after)}")
     if filters.created_before is not None:
         parts.append(f"created_at:<={_epoch(filters.created_before)}")
-    parts.append(f"confidence:>={float(min_confidence)!r}")
     return " && ".join(parts)
+
+
+class TtlCache:
+    """A small dict whose entries expire ``ttl`` seconds after they were put;
+    when full it starts over (no LRU bookkeeping on the request path)."""
+
+    def __init__(self, ttl: float, size: int) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._items: dict[str, tuple[float, int]] = {}
+
+    def get(self, key: str) -> int | None:
+        item = self._items.get(key)
+        if item is None or item[0] < time.monotonic():
+            return None
+        return item[1]
+
+    def put(self, key: str, value: int) -> None:
+        if len(self._items) >= self.size:
+            self._items.clear()
+        self._items[key] = (time.monotonic() + self.ttl, value)
 
 
 class TypesenseSource:
@@ -573,6 +615,7 @@ class TypesenseSource:
         self.client = client
         self.alias = alias
         self._get_config = get_config
+        self._totals = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         config = self._get_config()
@@ -580,15 +623,31 @@ class TypesenseSource:
         tiers = [t for t in config.memory_tiers if wanted is None or t in wanted]
         if query.limit < 1 or not tiers:
             return []
-        filter_by = build_filter(query.tenant, query.filters, query.min_confidence, tiers)
+        # Typesense narrows to the tenant and the request's filters; the tier
+        # list (unless the request restricts tiers) and the confidence floor,
+        # which match nearly every document, are checked on the hits.
+        filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers)
+        allowed = frozenset(tiers)
+        floor = query.min_confidence
+
+        def kept(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+            return [
+                h["document"]
+                for h in result.get("hits", [])
+                if h["document"]["tier"] in allowed and h["document"]["confidence"] >= floor
+            ]
+
         candidates = min(config.sources.typesense.candidates, MAX_PER_PAGE)
         # Keyword: one search per query term, each document scored by the summed
         # idf of the terms that found it (Typesense 0.24 ranks a multi-word query
-        # by how many words match, not by their rarity); one more search counts
-        # the documents the filter allows, for the idf. Vector: one k-NN search.
-        # All in a single multi_search.
-        terms = keyword_terms(query.text, config.sources.typesense.max_terms)
-        searches = [
+        # by how many words match, not by their rarity). The idf's N, the number
+        # of documents the filter allows, is counted by one more search and
+        # reused for a few seconds. Vector: one k-NN search. All in a single
+        # multi_search.
+        ts = config.sources.typesense
+        terms = keyword_terms(query.text, ts.max_terms)
+        single = ts.keyword_mode == "single"
+        searches: list[dict[str, Any]] = [
             {
                 "q": term,
                 "query_by": "content,context",
@@ -596,12 +655,18 @@ class TypesenseSource:
                 "num_typos": 1,
                 "drop_tokens_threshold": 0,
                 "typo_tokens_threshold": 1,
-                "per_page": config.sources.typesense.term_hits,
+                "per_page": ts.term_hits,
                 "highlight_fields": "none",
             }
-            for term in terms
+            for term in ([" ".join(terms)] if single and terms else terms)
         ]
-        if terms:
+        if single and searches:
+            # Drop words (right to left) until `candidates` documents match.
+            searches[0].update(drop_tokens_threshold=candidates, per_page=candidates)
+        total = self._totals.get(filter_by) if terms and not single else None
+        count_at = -1
+        if terms and not single and total is None:
+            count_at = len(searches)
             searches.append({"q": "*", "per_page": 0})
         if query.vector is not None:
             vector = ",".join(repr(float(x)) for x in query.vector)
@@ -618,15 +683,29 @@ class TypesenseSource:
         results = await self.client.multi_search([{**common, **s} for s in searches])
 
         docs: dict[str, dict[str, Any]] = {}
-        for result in results:
-            for hit in result.get("hits", []):
-                docs.setdefault(hit["document"]["memory_id"], hit["document"])
         rankings: dict[str, list[str]] = {}
-        if terms:
-            total = int(results[len(terms)].get("found", 0))
-            rankings["keyword"] = idf_ranking(results[: len(terms)], total)[:candidates]
+        if single and terms:
+            ranked = kept(results[0])
+            for d in ranked:
+                docs.setdefault(d["memory_id"], d)
+            rankings["keyword"] = [d["memory_id"] for d in ranked]
+        elif terms:
+            if total is None:
+                total = int(results[count_at].get("found", 0))
+                self._totals.put(filter_by, total)
+            term_results = [
+                {"found": r.get("found", 0), "hits": [{"document": d} for d in kept(r)]}
+                for r in results[: len(terms)]
+            ]
+            for r in term_results:
+                for h in r["hits"]:
+                    docs.setdefault(h["document"]["memory_id"], h["document"])
+            rankings["keyword"] = idf_ranking(term_results, total)[:candidates]
         if query.vector is not None:
-            rankings["vector"] = [h["document"]["memory_id"] for h in results[-1].get("hits", [])]
+            nearest = kept(results[-1])
+            for d in nearest:
+                docs.setdefault(d["memory_id"], d)
+            rankings["vector"] = [d["memory_id"] for d in nearest]
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [

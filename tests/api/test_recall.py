@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import pytest
 
 from fusion import get_encoding
@@ -168,3 +171,32 @@ async def test_speaker_lookup_failure_does_not_fail_the_recall(
     assert out["items"][0]["id"] == mid
     assert out["query"]["speakers"] == []  # nothing known: no name taken out, no factor
     assert out["items"][0]["factors"] == {}
+
+
+async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(braid: Braid) -> None:
+    await braid.remember({"content": "User drives a Honda Civic"}, *({"content": c} for c in UNRELATED))
+    await braid.synced()
+    holder = braid.runtime.engine.config
+    sources = holder.current.sources
+    holder.current = msgspec.structs.replace(
+        holder.current,
+        sources=msgspec.structs.replace(
+            sources, typesense=msgspec.structs.replace(sources.typesense, vector_search="alone")
+        ),
+    )
+    sent: list[list[str]] = []
+    client = braid.runtime.typesense
+    inner = client.multi_search
+
+    async def recording(searches: Any) -> Any:
+        sent.append(["vector" if "vector_query" in s else "keyword" for s in searches])
+        return await inner(searches)
+
+    client.multi_search = recording  # type: ignore[method-assign]
+    fused = await braid.recall("what car does this person have")
+    assert "vector" not in sent[-1] and fused["sources"]["pgvector"]["status"] == "ok"
+    assert fused["items"][0]["content"] == "User drives a Honda Civic"
+    await braid.recall("what car does this person have", sources=["typesense"])
+    assert "vector" in sent[-1]
+    await braid.recall("what car does this person have", sources=["typesense", "graph"])
+    assert "vector" in sent[-1]

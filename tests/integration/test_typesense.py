@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
@@ -27,7 +28,9 @@ from indexers.typesense import (
     TypesenseError,
     TypesenseIndex,
     TypesenseSource,
+    COUNT_TTL_S,
     build_filter,
+    narrow_filter,
     keyword_query,
 )
 
@@ -600,3 +603,81 @@ async def test_term_hits_and_max_terms_bound_the_keyword_searches(
     )
     assert len(await ids(source, q("parrot"))) == 2
     assert "z" not in await ids(source, q("parrot zebra"))  # only the first term is searched
+
+
+def test_narrow_filter_leaves_out_the_confidence_floor() -> None:
+    filters = Filters(session_id="s1", kinds=("fact",))
+    assert narrow_filter("t1", filters) == "tenant:=`t1` && kind:=[`fact`] && session_id:=`s1`"
+    assert narrow_filter("t1", Filters(), ["rag"]) == "tenant:=`t1` && tier:=[`rag`]"
+
+
+def with_typesense(config: ConfigHolder, **changes: object) -> None:
+    ts = msgspec.structs.replace(config.config.sources.typesense, **changes)
+    sources = msgspec.structs.replace(config.config.sources, typesense=ts)
+    config.config = msgspec.structs.replace(config.config, sources=sources)
+
+
+class SentSearches:
+    """Records the searches each multi_search carried (the server still answers)."""
+
+    def __init__(self, client: TypesenseClient) -> None:
+        self.calls: list[list[dict[str, object]]] = []
+        self._inner = client.multi_search
+        client.multi_search = self  # type: ignore[method-assign]
+
+    async def __call__(self, searches: Any) -> list[dict[str, Any]]:
+        self.calls.append([dict(s) for s in searches])
+        return await self._inner(searches)
+
+
+@pytest.mark.anyio
+async def test_confidence_floor_and_tiers_are_checked_on_the_hits(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient
+) -> None:
+    await index.upsert([
+        record("sure", "walrus facts", i=0, confidence=0.9),
+        record("unsure", "walrus rumours", i=1, confidence=0.3),
+        record("gone", "walrus archive", i=2, tier="archive"),  # a tier the config no longer has
+    ])
+    sent = SentSearches(client)
+    found = await ids(source, q("walrus", vector=VECTORS[1], min_confidence=0.5))
+    assert found == ["sure"]
+    assert all("confidence" not in s["filter_by"] and "tier" not in s["filter_by"] for s in sent.calls[0])
+    # A request that names tiers still narrows in Typesense.
+    assert await ids(source, q("walrus", min_confidence=0.0, filters=Filters(tiers=("rag",)))) != []
+    assert "tier:=[`rag`]" in sent.calls[-1][0]["filter_by"]
+
+
+@pytest.mark.anyio
+async def test_the_idf_count_is_reused_until_it_expires(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel", i=3)])
+    sent = SentSearches(client)
+
+    def counts(call: list[dict[str, object]]) -> int:
+        return sum(1 for s in call if s.get("per_page") == 0)
+
+    assert len(await ids(source, q("otter eel"))) == 4
+    assert len(await ids(source, q("otter"))) == 3
+    assert [counts(c) for c in sent.calls] == [1, 0]
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + COUNT_TTL_S + 1)
+    await ids(source, q("otter"))
+    assert counts(sent.calls[-1]) == 1
+
+
+@pytest.mark.anyio
+async def test_single_keyword_mode_sends_one_search_and_drops_words(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, config: ConfigHolder
+) -> None:
+    await index.upsert([
+        record("both", "heron and ibis", i=0),
+        record("heron", "a grey heron", i=1),
+        record("other", "a kestrel", i=2),
+    ])
+    with_typesense(config, keyword_mode="single")
+    sent = SentSearches(client)
+    found = await ids(source, q("heron ibis"))
+    assert found[0] == "both" and set(found) == {"both", "heron"}
+    assert [s["q"] for s in sent.calls[0]] == ["heron ibis"]
