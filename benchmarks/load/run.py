@@ -22,6 +22,7 @@ import psycopg
 from benchmarks.recall_latency import ROOT, Service, _typesense_port, pct
 from config.loader import parse_config
 
+from .client import LeanClient
 from .corpus import BIG_TENANT, Corpus
 from .hnsw import measure_hnsw
 
@@ -29,6 +30,8 @@ __all__ = ["run"]
 
 CONFIG = ROOT / "config" / "braid.yaml"
 SOURCES = ("typesense", "pgvector", "graph")
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
 
 
 def config_text(keys: dict[str, str]) -> str:
@@ -166,9 +169,10 @@ async def raw_typesense_import(
 
 
 async def freshness(
-    client: httpx.AsyncClient,
-    ts: httpx.AsyncClient,
+    client: LeanClient,
+    ts: LeanClient,
     headers: dict[str, str],
+    ts_headers: dict[str, str],
     rates: tuple[int, ...],
     seconds: float,
     poll_s: float,
@@ -187,8 +191,8 @@ async def freshness(
     total = sum(int(r * seconds) for r in rates)
     ents = [{"name": f"Probe Entity {i:06d}", "type": "probe"} for i in range(total)]
     for i in range(0, total, 500):
-        r = await client.post("/v1/graph", json={"entities": ents[i : i + 500]}, headers=headers)
-        r.raise_for_status()
+        code, raw = await client.post("/v1/graph", _encode({"entities": ents[i : i + 500]}), headers)
+        assert code == 201, raw[:200]
     out: dict[str, Any] = {}
     counter = itertools.count()
     for rate in rates:
@@ -204,26 +208,29 @@ async def freshness(
             vec = (v / np.linalg.norm(v)).tolist()
             body = {"memories": [{"id": mid, "content": f"freshness probe {i} mentions {ent}", "session_id": mid,
                                   "entities": [ent], "embedding": vec}]}
+            payload = _encode(body)
             t0 = time.perf_counter()
-            r = await client.post("/v1/memories", json=body, headers=headers)
+            code, raw = await client.post("/v1/memories", payload, headers)
             acked = time.perf_counter()
-            if r.status_code != 201:
-                errors.append(f"write {r.status_code} {r.text[:120]}")
+            if code != 201:
+                errors.append(f"write {code} {raw[:120]!r}")
                 return
             ack.append((acked - t0) * 1000)
             acked_at.append(acked)
 
             async def typesense() -> None:
-                while (await ts.get(f"/collections/braid_memories/documents/{BIG_TENANT}:{mid}")).status_code != 200:
+                path = f"/collections/braid_memories/documents/{BIG_TENANT}:{mid}"
+                while (await ts.get(path, ts_headers))[0] != 200:
                     await asyncio.sleep(poll_s)
                 times["typesense"].append((time.perf_counter() - acked) * 1000)
 
             async def via_recall(source: str, req: dict[str, Any]) -> None:
+                payload = _encode({**req, "sources": [source]})
                 for _ in range(100):
-                    rr = await client.post("/v1/recall", json={**req, "sources": [source]}, headers=headers)
-                    if rr.status_code != 200:
-                        errors.append(f"recall {source} {rr.status_code} {rr.text[:120]}")
-                    elif any(it["id"] == mid for it in rr.json()["items"]):
+                    code, raw = await client.post("/v1/recall", payload, headers)
+                    if code != 200:
+                        errors.append(f"recall {source} {code} {raw[:120]!r}")
+                    elif any(it["id"] == mid for it in _decode(raw)["items"]):
                         times[source].append((time.perf_counter() - acked) * 1000)
                         return
                     await asyncio.sleep(poll_s)
@@ -262,9 +269,10 @@ async def freshness(
 
 
 async def timed(
-    client: httpx.AsyncClient, headers: dict[str, str], bodies: list[dict[str, Any]], clients: int, seconds: float
+    client: LeanClient, headers: dict[str, str], bodies: list[bytes], clients: int, seconds: float
 ) -> dict[str, Any]:
-    """Closed loop: ``clients`` workers cycling over ``bodies`` for ``seconds`` (or one pass if 0)."""
+    """Closed loop: ``clients`` workers cycling over ``bodies`` (encoded recall
+    requests) for ``seconds`` (or one pass if 0)."""
     lat: list[float] = []
     per_source: dict[str, list[float]] = {}
     overhead: list[float] = []
@@ -281,13 +289,13 @@ async def timed(
             if time.perf_counter() > deadline:
                 return
             t0 = time.perf_counter()
-            r = await client.post("/v1/recall", json=body, headers=headers)
+            code, raw = await client.post("/v1/recall", body, headers)
             ms = (time.perf_counter() - t0) * 1000
-            status[str(r.status_code)] = status.get(str(r.status_code), 0) + 1
-            if r.status_code != 200:
+            status[str(code)] = status.get(str(code), 0) + 1
+            if code != 200:
                 continue
             lat.append(ms)
-            data = r.json()
+            data = _decode(raw)
             degraded += bool(data["degraded"])
             src = [s["ms"] for s in data["sources"].values() if s["status"] == "ok"]
             for name, s in data["sources"].items():
@@ -316,18 +324,18 @@ async def timed(
 
 
 async def recall_latency(
-    client: httpx.AsyncClient, headers: dict[str, str], corpus: Corpus, clients: tuple[int, ...], seconds: float
+    client: LeanClient, headers: dict[str, str], corpus: Corpus, clients: tuple[int, ...], seconds: float
 ) -> list[dict[str, Any]]:
     rows = []
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
-    await timed(client, headers, base[:50], 4, 0)  # warm the pools
+    await timed(client, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
-        bodies = [{**b, "sources": sources} if sources else b for b in base]
+        bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
         for c in clients:
             rows.append({"config": label, "clients": c, "embedding": "supplied", **await timed(client, headers, bodies, c, seconds)})
     texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
     for label in ("cold", "cached"):
-        res = await timed(client, headers, [{"query": t} for t in texts], 1, 0)
+        res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0)
         rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
     return rows
 
@@ -393,10 +401,11 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
     try:
         dsn = postgres_dsn(svc.home)
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        ts_url = f"http://127.0.0.1:{_typesense_port(svc)}"
         async with (
             httpx.AsyncClient(base_url=svc.url, timeout=120, limits=limits) as client,
             httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{_typesense_port(svc)}",
+                base_url=ts_url,
                 headers={"X-TYPESENSE-API-KEY": svc.ts_key}, timeout=60, limits=limits,
             ) as ts,
         ):
@@ -412,10 +421,16 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             report["raw_typesense"]["braid_ratio"] = report["write"]["per_s"] / report["raw_typesense"]["per_s"]
             report["raw_typesense"]["braid_ratio_to_typesense"] = report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
             print("load: freshness", flush=True)
-            report["freshness"] = await freshness(client, ts, headers[BIG_TENANT], fresh_rates, fresh_seconds, 0.002, fresh_check_every)
+            async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
+                report["freshness"] = await freshness(
+                    lean, lean_ts, {**headers[BIG_TENANT], "content-type": "application/json"},
+                    {"X-TYPESENSE-API-KEY": svc.ts_key}, fresh_rates, fresh_seconds, 0.002, fresh_check_every,
+                )
             await wait_drained(client)
             print("load: recall latency", flush=True)
-            report["recall"] = await recall_latency(client, headers[BIG_TENANT], corpus, clients, seconds)
+            async with LeanClient(svc.url, max_connections=64) as lean:
+                recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
+                report["recall"] = await recall_latency(lean, recall_headers, corpus, clients, seconds)
             print("load: direct baselines", flush=True)
             report["direct"] = {
                 "pgvector": await asyncio.to_thread(direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500),
