@@ -111,6 +111,27 @@ def _markdown(report: dict[str, Any]) -> str:
             f"| {r['config']} | {r['embedding']} | {r['clients']} | {r['n']} | {_f(r['p50'])} | {_f(r['p95'])} | {_f(r['p99'])} "
             f"| {r['qps']:.0f} | {src} | {_f(r['overhead_p50'])} | {_f(r['ratio_p50'], 2)} | {_f(r['embedding_ms_p50'], 2)} | {bad} | {r['degraded']} |"
         )
+    lines += [
+        "",
+        "## Where the CPU goes (ms of CPU per recall, by process, same rows)",
+        "",
+        "Read from the processes' CPU counters around each row (psutil): the service (Python), "
+        "Postgres (its long-lived backends), Typesense, and the load client itself. On 2 cores, "
+        "recalls/s can never exceed 2000 / (sum of the row's CPU ms).",
+        "",
+        "| config | embedding | clients | service | postgres | typesense | client | sum | 2000 / sum |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["recall"]:
+        cpu = r.get("cpu_ms") or {}
+        if not cpu:
+            continue
+        total = sum(cpu.values())
+        lines.append(
+            f"| {r['config']} | {r['embedding']} | {r['clients']} | "
+            + " | ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense", "client"))
+            + f" | {_f(total, 2)} | {2000 / total:.0f} |"
+        )
     dp, dt = report["direct"]["pgvector"], report["direct"]["typesense"]
     lines += [
         "",
@@ -124,13 +145,33 @@ def _markdown(report: dict[str, Any]) -> str:
         "## HNSW recall (benchmarks/load/hnsw.py)",
         "",
     ]
-    if report.get("hnsw") is None:
-        lines.append("TODO: `benchmarks/load/hnsw.py` was not there at run time; `run.hnsw_hook` calls its `measure_hnsw` once it is.")
-    else:
-        lines += ["```json", json.dumps(report["hnsw"], indent=2, default=str), "```",
-                  f"Smallest recall over tiers: {hnsw_min_recall(report['hnsw']):.3f}"]
+    lines += _hnsw_table(report.get("hnsw"))
     lines += ["", f"Health at the end: `{json.dumps(report['health_end'])}`"]
     return "\n".join(lines) + "\n"
+
+
+def _hnsw_table(hnsw: dict[str, Any] | None) -> list[str]:
+    if not hnsw or "tiers" not in hnsw:
+        return [f"Not measured: `{json.dumps(hnsw)}`"]
+    lines = [
+        f"Tenant `{hnsw['tenant']}`, {hnsw['queries']} queries, recall@{hnsw['k']} against exact search "
+        "(the full curves are in the JSON).",
+        "",
+        "| tier | rows | m / efConstruction (built) | efSearch | recall@10 | p50 ms | efSearch for 0.95 / 0.98 / 0.99 | index used |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t in hnsw["tiers"].items():
+        if "skipped" in t:
+            lines.append(f"| {name} | {t['rows']} | | | skipped: {t['skipped']} | | | |")
+            continue
+        built = t.get("built_with") or {}
+        need = " / ".join(str(v) if v is not None else "—" for v in t["ef_needed"].values())
+        lines.append(
+            f"| {name} | {t['rows']} | {built.get('m')} / {built.get('ef_construction')} | {t['ef_search']} "
+            f"| {t['recall']:.3f} | {_f(t['latency_p50_ms'], 2)} | {need} | {t['index_used']} |"
+        )
+    lines += ["", f"Smallest recall over tiers: {hnsw_min_recall(hnsw):.3f}"]
+    return lines
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:

@@ -11,12 +11,14 @@ import asyncio
 import itertools
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
 import numpy as np
+import psutil
 import psycopg
 
 from benchmarks.recall_latency import ROOT, Service, _typesense_port, pct
@@ -268,11 +270,49 @@ async def freshness(
     return out
 
 
+class CpuMeter:
+    """CPU seconds used so far by the service's process tree, by kind
+    (``service``, ``postgres``, ``typesense``) and by this process (``client``)."""
+
+    def __init__(self, service_pid: int, postmaster_pid: int) -> None:
+        # pg_ctl detaches the postmaster: it is not in the service's tree.
+        self._roots = [psutil.Process(service_pid), psutil.Process(postmaster_pid)]
+        self._me = psutil.Process()
+
+    @staticmethod
+    def _kind(proc: psutil.Process) -> str:
+        name = proc.name()
+        return "typesense" if "typesense" in name else "postgres" if "postgres" in name else "service"
+
+    def __call__(self) -> dict[str, float]:
+        out = {"client": sum(self._me.cpu_times()[:2])}
+        procs = [p for root in self._roots for p in (root, *root.children(recursive=True))]
+        for proc in dict.fromkeys(procs):
+            try:
+                kind, used = self._kind(proc), sum(proc.cpu_times()[:2])
+            except psutil.Error:
+                continue
+            out[kind] = out.get(kind, 0.0) + used
+        return out
+
+
+def cpu_per_call(before: dict[str, float], after: dict[str, float], calls: int) -> dict[str, float]:
+    """ms of CPU per call by kind; short-lived processes (Postgres backends
+    that exit) are not counted, so a kind never goes below zero."""
+    return {k: max(after[k] - before.get(k, 0.0), 0.0) * 1000 / max(calls, 1) for k in sorted(after)}
+
+
 async def timed(
-    client: LeanClient, headers: dict[str, str], bodies: list[bytes], clients: int, seconds: float
+    client: LeanClient,
+    headers: dict[str, str],
+    bodies: list[bytes],
+    clients: int,
+    seconds: float,
+    cpu: Callable[[], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Closed loop: ``clients`` workers cycling over ``bodies`` (encoded recall
-    requests) for ``seconds`` (or one pass if 0)."""
+    requests) for ``seconds`` (or one pass if 0); with ``cpu`` (a
+    :class:`CpuMeter`), also the CPU each process kind spent per recall."""
     lat: list[float] = []
     per_source: dict[str, list[float]] = {}
     overhead: list[float] = []
@@ -307,11 +347,13 @@ async def timed(
             if data.get("embedding_ms") is not None:
                 embed.append(data["embedding_ms"])
 
+    cpu_before = cpu() if cpu else {}
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(clients)))
     elapsed = time.perf_counter() - start
     return {
         **stats(lat),
+        "cpu_ms": cpu_per_call(cpu_before, cpu(), len(lat)) if cpu else {},
         "qps": len(lat) / elapsed,
         "status": status,
         "degraded": degraded,
@@ -324,7 +366,12 @@ async def timed(
 
 
 async def recall_latency(
-    client: LeanClient, headers: dict[str, str], corpus: Corpus, clients: tuple[int, ...], seconds: float
+    client: LeanClient,
+    headers: dict[str, str],
+    corpus: Corpus,
+    clients: tuple[int, ...],
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
 ) -> list[dict[str, Any]]:
     rows = []
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
@@ -332,10 +379,11 @@ async def recall_latency(
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
         bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
         for c in clients:
-            rows.append({"config": label, "clients": c, "embedding": "supplied", **await timed(client, headers, bodies, c, seconds)})
+            res = await timed(client, headers, bodies, c, seconds, cpu)
+            rows.append({"config": label, "clients": c, "embedding": "supplied", **res})
     texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
     for label in ("cold", "cached"):
-        res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0)
+        res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0, cpu)
         rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
     return rows
 
@@ -379,6 +427,10 @@ async def direct_typesense(ts: httpx.AsyncClient, corpus: Corpus, n: int, candid
 async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
     """Every tier's HNSW recall curve on the big tenant (``hnsw.measure_hnsw``)."""
     return await measure_hnsw(dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
+
+
+def postmaster_pid(home: Path) -> int:
+    return int((home / "postgres" / "postmaster.pid").read_text().split()[0])
 
 
 def postgres_dsn(home: Path) -> str:
@@ -430,7 +482,9 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             print("load: recall latency", flush=True)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
-                report["recall"] = await recall_latency(lean, recall_headers, corpus, clients, seconds)
+                report["recall"] = await recall_latency(
+                    lean, recall_headers, corpus, clients, seconds, CpuMeter(svc.proc.pid, postmaster_pid(svc.home))
+                )
             print("load: direct baselines", flush=True)
             report["direct"] = {
                 "pgvector": await asyncio.to_thread(direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500),
