@@ -130,6 +130,8 @@ class GraphConfig(_Base):
     seed_min_similarity: Annotated[float, Meta(ge=-1.0, le=1.0)] = 0.3
     damping: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.85
     max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
+    #: Memories read per reached entity (newest first); shares still use its full count.
+    mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
 
 
 class EmbeddingConfig(_Base):

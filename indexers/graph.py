@@ -16,6 +16,17 @@
    reached entities gets a share of their PPR, each entity's split evenly
    among the memories mentioning it (a walk step from entity to memory), so
    an entity named everywhere weighs little on each. One list, best first.
+
+   The split uses the entity's true degree (``entities.mention_count``, kept
+   exact by every write), but only the ``graph.mentionsPerEntity`` newest
+   memories of each entity are read, so the step stays bounded however many
+   memories name a hub (reading them all took ~350 ms for ~50k mentions at
+   100k memories; capped, ~6 ms). Below the cap scores are exact. Above it,
+   what is dropped is shares of ``ppr / degree``, tiny per memory; but a
+   memory that earns its rank by naming several reached hubs can be missed
+   (or scored lower) if it is not among their newest, and filters apply after
+   the cap. ``mentionsPerEntity: 100000`` gives the exact ranking back (at
+   ~100 ms on that corpus: still 3-5x faster than before, nothing is dropped).
 """
 
 from __future__ import annotations
@@ -228,29 +239,41 @@ class GraphSource(PoolSource):
                 "eids": list(ppr),
                 "scores": [ppr[e] for e in ppr],
                 "limit": query.limit,
+                "per_entity": cfg.graph.mentions_per_entity,
             }
         )
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"""
-                WITH s AS (
-                    SELECT * FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
-                ),
                 -- An entity passes its PPR mass on to the memories that mention
-                -- it, split evenly among them (one more step of the walk).
+                -- it, split evenly among all of them (one more step of the walk)...
+                WITH s AS (
+                    SELECT e.id AS entity_id, s.score / greatest(e.mention_count, 1) AS share
+                    FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
+                    JOIN entities e ON e.id = s.entity_id AND e.tenant = %(tenant)s
+                ),
+                -- ...of which only the newest few are read.
                 linked AS (
-                    SELECT mn.memory_id,
-                           s.score / count(*) OVER (PARTITION BY mn.entity_id) AS share
-                    FROM mentions mn JOIN s ON s.entity_id = mn.entity_id
-                    WHERE mn.tenant = %(tenant)s
+                    SELECT mn.memory_id, s.share
+                    FROM s CROSS JOIN LATERAL (
+                        SELECT memory_id FROM mentions
+                        WHERE tenant = %(tenant)s AND entity_id = s.entity_id
+                        ORDER BY created_at DESC, memory_id DESC
+                        LIMIT %(per_entity)s
+                    ) mn
                 ),
                 ranked AS (
                     SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
                 )
-                SELECT {HIT_COLUMNS}, ranked.score
-                FROM ranked JOIN memories m ON m.tenant = %(tenant)s AND m.id = ranked.memory_id
-                WHERE {where}
-                ORDER BY ranked.score DESC, m.id
+                -- Best first, then the memory rows: the join stops at the limit
+                -- instead of fetching every candidate.
+                SELECT {HIT_COLUMNS}, r.score
+                FROM (SELECT * FROM ranked ORDER BY score DESC, memory_id) r
+                CROSS JOIN LATERAL (
+                    SELECT * FROM memories m
+                    WHERE m.tenant = %(tenant)s AND m.id = r.memory_id AND {where}
+                ) m
+                ORDER BY r.score DESC, r.memory_id
                 LIMIT %(limit)s
                 """,
                 params,

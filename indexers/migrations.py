@@ -151,8 +151,36 @@ def _v2(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v3(dim: int) -> list[sql.Composable]:
+    """Graph fan-out kept cheap: each entity's mention count, maintained by
+    every write, and its mentions readable newest memory first."""
+    return [
+        sql.SQL("ALTER TABLE entities ADD COLUMN mention_count bigint NOT NULL DEFAULT 0"),
+        sql.SQL(
+            "UPDATE entities e SET mention_count = c.n"
+            " FROM (SELECT entity_id, count(*) AS n FROM mentions GROUP BY entity_id) c"
+            " WHERE e.id = c.entity_id"
+        ),
+        # The memory's created_at, copied onto its mentions (they are rewritten
+        # with the memory, so the copy cannot go stale).
+        sql.SQL("ALTER TABLE mentions ADD COLUMN created_at timestamptz"),
+        sql.SQL(
+            "UPDATE mentions mn SET created_at = m.created_at FROM memories m"
+            " WHERE m.tenant = mn.tenant AND m.id = mn.memory_id"
+        ),
+        sql.SQL("ALTER TABLE mentions ALTER COLUMN created_at SET NOT NULL"),
+        # Replaces mentions_entity (same leading columns); memory_id makes the
+        # capped fetch an index-only scan with a stable order.
+        sql.SQL("DROP INDEX mentions_entity"),
+        sql.SQL(
+            "CREATE INDEX mentions_entity_recent ON mentions"
+            " (tenant, entity_id, created_at DESC, memory_id DESC)"
+        ),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
-MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1, 2: _v2}
+MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1, 2: _v2, 3: _v3}
 
 
 async def migrate(conn: psycopg.AsyncConnection, *, dim: int) -> list[int]:

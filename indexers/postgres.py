@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -148,6 +149,28 @@ def name_candidates(text: str, *, max_words: int = 4) -> list[str]:
     return sorted(grams)
 
 
+async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
+    """Apply net mention-count changes (entity id -> +/-n) in the caller's transaction.
+
+    The rows are locked in id order first, so concurrent writers touching
+    overlapping entities queue instead of deadlocking. ``FOR NO KEY UPDATE``
+    (the lock the UPDATE takes anyway) does not conflict with the key-share
+    locks that the writers' mention inserts hold on the same entities.
+    """
+    changes = sorted((eid, n) for eid, n in delta.items() if n)
+    if not changes:
+        return
+    eids = [eid for eid, _ in changes]
+    await conn.execute(
+        "SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,)
+    )
+    await conn.execute(
+        "UPDATE entities SET mention_count = mention_count + d.n"
+        " FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n) WHERE entities.id = d.id",
+        (eids, [n for _, n in changes]),
+    )
+
+
 class PoolSource:
     """Base of the sources that read Postgres: a shared pool and the live config."""
 
@@ -243,21 +266,29 @@ class PostgresStore:
                     )
                 # Mentions: the names given explicitly plus known entity names in the text.
                 await cur.execute(
-                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)", (tenant, ids)
+                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)"
+                    " RETURNING entity_id",
+                    (tenant, ids),
                 )
+                delta: Counter[int] = Counter()
+                delta.subtract(eid for (eid,) in await cur.fetchall())
                 links: list[tuple[str, str]] = []
                 for mid, m in zip(ids, memories, strict=True):
                     names = {normalize_name(n) for n in m.entities}
                     names.update(name_candidates(m.content))
                     links.extend((mid, n) for n in names)
                 if links:
+                    # created_at is the memory's (copied for the newest-first
+                    # fetch); the memory row is locked by the upsert above.
                     await cur.execute(
                         """
-                        INSERT INTO mentions (tenant, memory_id, entity_id)
-                        SELECT %(tenant)s, l.memory_id, e.id
+                        INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
+                        SELECT %(tenant)s, l.memory_id, e.id, m.created_at
                         FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
                         JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
+                        JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
                         ON CONFLICT DO NOTHING
+                        RETURNING entity_id
                         """,
                         {
                             "tenant": tenant,
@@ -265,6 +296,8 @@ class PostgresStore:
                             "names": [n for _, n in links],
                         },
                     )
+                    delta.update(eid for (eid,) in await cur.fetchall())
+                await _count_mentions(conn, delta)
                 await cur.execute(
                     """
                     INSERT INTO outbox (tenant, memory_id, op)
@@ -277,11 +310,24 @@ class PostgresStore:
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
         async with self.pool.connection() as conn, conn.transaction():
+            # Lock the memory first: a concurrent write of it then either
+            # finished (its mentions are seen below) or waits for us.
             cur = await conn.execute(
+                "SELECT 1 FROM memories WHERE tenant = %s AND id = %s FOR UPDATE",
+                (tenant, memory_id),
+            )
+            if await cur.fetchone() is None:
+                return False
+            cur = await conn.execute(
+                "DELETE FROM mentions WHERE tenant = %s AND memory_id = %s RETURNING entity_id",
+                (tenant, memory_id),
+            )
+            delta: Counter[int] = Counter()
+            delta.subtract(eid for (eid,) in await cur.fetchall())
+            await _count_mentions(conn, delta)
+            await conn.execute(
                 "DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id)
             )
-            if cur.rowcount == 0:
-                return False
             await conn.execute(
                 "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'delete')",
                 (tenant, memory_id),
@@ -343,7 +389,10 @@ class PostgresStore:
                         tenant, " ".join(e.name.split()), normalize_name(e.name), e.type,
                         e.summary, _vec(e.embedding), e.model,
                     )
-                    for e in entities
+                    # In name order (stable: a repeated name's last row still
+                    # wins), so writers creating the same entities cannot
+                    # wait on each other's inserts in opposite orders.
+                    for e in sorted(entities, key=lambda e: normalize_name(e.name))
                 ],
             )
 

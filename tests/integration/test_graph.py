@@ -452,3 +452,42 @@ async def test_an_entity_splits_its_score_among_the_memories_naming_it(
         {"gs-both": 0.5 / 5 + 0.5 / 2, "gs-e": 0.5 / 2, **{f"gs-c{i}": 0.5 / 5 for i in range(4)}}
     )
     assert [h.id for h in hits][:2] == ["gs-both", "gs-e"]
+
+
+async def test_a_hub_over_the_cap_hands_its_share_to_its_newest_memories_only(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    """The share still divides by the entity's full count (5 here), but only
+    ``mentionsPerEntity`` of its memories, the newest, are read."""
+    w = Writer(PostgresStore(pool), embedder)
+    await w.graph("gh", ["tea", "mug"], [])
+    await w.memories(
+        "gh",
+        *(
+            {"id": f"gh-t{i}", "content": f"Tea note {i}.", "created_at": T0 + timedelta(days=i)}
+            for i in range(4)
+        ),
+        # The oldest tea memory also names the mug.
+        {"id": "gh-both", "content": "Tea in the mug.", "created_at": T0 - timedelta(days=1)},
+    )
+    uncapped = await search(pool, NAMES_ONLY, "gh", "tea")
+    assert {h.id: h.score for h in uncapped} == pytest.approx(
+        {**{f"gh-t{i}": 1 / 5 for i in range(4)}, "gh-both": 1 / 5}
+    )
+    capped = graph_config(seed_min_similarity=0.99, mentions_per_entity=2)
+    hits = await search(pool, capped, "gh", "tea")
+    assert [(h.id, h.score) for h in hits] == [  # ties go by id
+        ("gh-t2", pytest.approx(1 / 5)),
+        ("gh-t3", pytest.approx(1 / 5)),
+    ]
+    # Two seeds (1/2 each): the mug's only memory is read, but the tea's share
+    # of it is not (it is not among the two newest tea memories).
+    hits = await search(pool, capped, "gh", "tea mug")
+    assert [(h.id, h.score) for h in hits] == [
+        ("gh-both", pytest.approx(0.5 / 1)),
+        ("gh-t2", pytest.approx(0.5 / 5)),
+        ("gh-t3", pytest.approx(0.5 / 5)),
+    ]
+    # A filter applies after the cap: the older tea memories it keeps are not read.
+    hits = await search(pool, capped, "gh", "tea", filters=Filters(created_before=T0 + timedelta(days=1)))
+    assert hits == []

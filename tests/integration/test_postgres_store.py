@@ -302,3 +302,132 @@ async def test_relations_upsert_by_identity(store: PostgresStore) -> None:
     # A relation naming an entity that does not exist is not written.
     await store.write_graph("t", [], [RelationInput("Alex", "knows", "Nobody")])
     assert await rows(store, "SELECT count(*) FROM relations") == [(2,)]
+
+
+# --- mention counts ----------------------------------------------------------
+
+
+async def counts(store: PostgresStore) -> tuple[dict[str, int], dict[str, int]]:
+    """(entities.mention_count, counted from mentions), by entity name, non-zero only."""
+    kept = await rows(
+        store, "SELECT name_norm, mention_count FROM entities WHERE mention_count <> 0"
+    )
+    real = await rows(
+        store,
+        "SELECT e.name_norm, count(*) FROM mentions m JOIN entities e ON e.id = m.entity_id"
+        " GROUP BY 1",
+    )
+    return dict(kept), dict(real)  # type: ignore[arg-type]
+
+
+async def test_mention_counts_follow_writes_rewrites_and_deletes(store: PostgresStore) -> None:
+    await store.write_graph("t", [entity("Alex"), entity("Rust"), entity("Go")], [])
+    await store.write_memories(
+        "t",
+        [
+            memory("m1", "Alex likes Rust.", entities=("Go",)),
+            memory("m2", "Rust, Rust and Rust.", entities=("rust",)),  # counted once
+            memory("m3", "Nothing known here."),
+        ],
+    )
+    kept, real = await counts(store)
+    assert kept == real == {"alex": 1, "rust": 2, "go": 1}
+    # A rewrite with a different entity list moves the counts.
+    await store.write_memories("t", [memory("m1", "Go only.", created_at=T0 + timedelta(days=2))])
+    kept, real = await counts(store)
+    assert kept == real == {"rust": 1, "go": 1}
+    # A same-entities rewrite changes nothing; mentions carry the memory's date.
+    await store.write_memories("t", [memory("m2", "Still Rust.", created_at=T0 + timedelta(days=1))])
+    assert await counts(store) == ({"rust": 1, "go": 1}, {"rust": 1, "go": 1})
+    assert await rows(store, "SELECT memory_id, created_at FROM mentions ORDER BY 1") == [
+        ("m1", T0 + timedelta(days=2)), ("m2", T0 + timedelta(days=1)),
+    ]
+    # A new entity created by the write is counted too; another tenant is apart.
+    await store.write_memories(
+        "t", [memory("m3", "x", entities=("Zig", "Alex"))], new_entities=[entity("Zig")]
+    )
+    await store.write_graph("u", [entity("Rust")], [])
+    await store.write_memories("u", [memory("m1", "Rust")])
+    assert await rows(
+        store, "SELECT tenant, name_norm, mention_count FROM entities ORDER BY 1, 2"
+    ) == [("t", "alex", 1), ("t", "go", 1), ("t", "rust", 1), ("t", "zig", 1), ("u", "rust", 1)]
+
+    assert await store.delete_memory("t", "m2") is True
+    assert await store.delete_memory("t", "m2") is False
+    kept, real = await counts(store)
+    assert kept == real == {"alex": 1, "go": 1, "zig": 1, "rust": 1}  # u's rust
+    assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't'"
+                      " AND name_norm = 'rust'") == [(0,)]
+
+
+async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresStore) -> None:
+    names = ["Ada", "Bo", "Cy", "Di", "Ed", "Flo"]
+    await store.write_graph("t", [entity(n) for n in names[:3]], [])
+
+    async def writer(w: int) -> None:
+        # Overlapping entity sets in a different order per writer; half of the
+        # names are created by the writes themselves, also in different orders.
+        order = names[w:] + names[:w]
+        if w % 2:
+            order.reverse()
+        for r in range(6):
+            mid = f"w{w}-{r % 3}"  # rewrites: each memory is written twice
+            picked = tuple(order[: 2 + (r + w) % 4])
+            await store.write_memories(
+                "t",
+                [memory(mid, f"note {w} {r}", entities=picked),
+                 memory(f"{mid}-b", " ".join(reversed(picked)))],
+                new_entities=[entity(n) for n in reversed(order[3:])],
+            )
+            if r == 4:
+                await store.delete_memory("t", f"w{w}-0-b")
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for w in range(4):
+                tg.start_soon(writer, w)
+    kept, real = await counts(store)
+    assert kept == real
+    assert sum(real.values()) > 40
+
+
+async def test_migration_v3_backfills_counts_and_dates(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgvector.psycopg import register_vector_async
+
+    from indexers import migrations
+
+    v3 = migrations.MIGRATIONS[3]
+    monkeypatch.delitem(migrations.MIGRATIONS, 3)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert await migrate(conn, dim=DIM) == [1, 2]
+        await register_vector_async(conn)
+        emb = np.asarray(vector(1), dtype=np.float32)
+        for i, name in enumerate(["alex", "rust", "idle"]):
+            await conn.execute(
+                "INSERT INTO entities (id, tenant, name, name_norm, embedding, model)"
+                " VALUES (%s, 't', %s, %s, %s, 'x')",
+                (i + 1, name, name, emb),
+            )
+        for i in range(3):
+            await conn.execute(
+                "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+                " VALUES ('t', %s, 'c', 'note', 'session', %s, %s, 'x')",
+                (f"m{i}", T0 + timedelta(days=i), emb),
+            )
+        await conn.execute(
+            "INSERT INTO mentions (tenant, memory_id, entity_id) VALUES"
+            " ('t', 'm0', 1), ('t', 'm0', 2), ('t', 'm1', 2), ('t', 'm2', 2)"
+        )
+        monkeypatch.setitem(migrations.MIGRATIONS, 3, v3)
+        assert await migrate(conn, dim=DIM) == [3]
+        cur = await conn.execute("SELECT name, mention_count FROM entities ORDER BY id")
+        assert await cur.fetchall() == [("alex", 1), ("rust", 3), ("idle", 0)]
+        cur = await conn.execute("SELECT memory_id, entity_id, created_at FROM mentions ORDER BY 1, 2")
+        assert await cur.fetchall() == [
+            ("m0", 1, T0), ("m0", 2, T0), ("m1", 2, T0 + timedelta(days=1)),
+            ("m2", 2, T0 + timedelta(days=2)),
+        ]
+        cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'mentions' ORDER BY 1")
+        assert [n for (n,) in await cur.fetchall()] == ["mentions_entity_recent", "mentions_pkey"]
