@@ -168,7 +168,8 @@ async def recording_pool(dsn: str, log: list[dict[str, Any]]) -> AsyncConnection
 async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
     postgres: EmbeddedPostgres,
 ) -> None:
-    cfg = make_config()
+    # Three different settings, so a tier built with another's would show.
+    cfg = make_config(session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32))
     pool = await open_test_pool(postgres)
     try:
         created = await ensure_indexes(pool, cfg)
@@ -217,7 +218,7 @@ def test_index_names_follow_the_tier_and_refuse_unsafe_names() -> None:
 async def test_rebuild_index_applies_new_params_and_searches_keep_working(
     postgres: EmbeddedPostgres,
 ) -> None:
-    cfg = make_config()
+    cfg = make_config(session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32))
     pool = await open_test_pool(postgres)
     try:
         rng = np.random.default_rng(11)
