@@ -560,7 +560,7 @@ def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = N
     Typesense 0.24 builds the id list of every filter clause on each search,
     so a clause that matches most of the collection costs as much as a
     selective one (at 100k documents, ``tier`` and ``confidence`` clauses
-    added 2-6 ms to each search; ``benchmarks/results/load-*.md``). The
+    added 2-6 ms to each search; ``benchmarks/results/load-tuning.md``). The
     source leaves out such clauses and checks them on the hits instead.
     """
     parts = [f"tenant:={_quoted(tenant)}"]
