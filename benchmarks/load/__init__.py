@@ -5,8 +5,11 @@ starts the service on the embedded stack and measures, in one run
 (``run.py``): bulk write throughput beside a raw Typesense import of the same
 documents, ack -> visible freshness per source at steady write rates, recall
 latency per source and fused at 1/8/32 clients, direct pgvector and
-Typesense baselines, and HNSW recall (``hnsw.py``, when present).
-``report.py`` writes ``benchmarks/results/load-<size>.{md,json,png}``.
+Typesense baselines, the CPU each process spends per recall, and HNSW
+recall per tier (``hnsw.py``). ``report.py`` writes
+``benchmarks/results/load-<size>.{md,json,png}``; ``growth.py`` puts every
+size measured so far side by side (``load-growth.{md,png}``, log-log).
+Recalls are driven by ``client.py``'s lean keep-alive client.
 """
 
 __all__: list[str] = []

@@ -9,6 +9,7 @@ import sys
 import time
 
 from .corpus import build_corpus, describe
+from .growth import write_growth
 from .report import summary_line, write_report
 from .run import run
 
@@ -52,6 +53,7 @@ def main() -> None:
         wall_s=time.perf_counter() - started,
     )
     print(f"load: report at {write_report(report)}")
+    print(f"load: growth across sizes at {write_growth()}")
     print(summary_line(report))
 
 
