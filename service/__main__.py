@@ -74,7 +74,8 @@ def main() -> int:
             backends=Backends(postgres_dsn=dsn, typesense_nodes=nodes, typesense_api_key=ts_key),
             keyring=Keyring.from_config(cfg, extra),
         )
-        # uvloop: the event loop is most of the service's own CPU per recall.
+        # uvloop: asyncio's loop in C (measured with the other service-side changes in
+        # benchmarks/results/load-tuning.md, not alone).
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(_serve(settings, cfg.server.host, port))
     finally:
