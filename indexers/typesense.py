@@ -630,12 +630,8 @@ class TypesenseSource:
         allowed = frozenset(tiers)
         floor = query.min_confidence
 
-        def kept(result: Mapping[str, Any]) -> list[dict[str, Any]]:
-            return [
-                h["document"]
-                for h in result.get("hits", [])
-                if h["document"]["tier"] in allowed and h["document"]["confidence"] >= floor
-            ]
+        def allowed_doc(doc: Mapping[str, Any]) -> bool:
+            return doc["tier"] in allowed and doc["confidence"] >= floor
 
         candidates = min(config.sources.typesense.candidates, MAX_PER_PAGE)
         # Keyword: one search per query term, each document scored by the summed
@@ -682,30 +678,22 @@ class TypesenseSource:
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
         results = await self.client.multi_search([{**common, **s} for s in searches])
 
+        # Hits outside the allowed tiers or under the confidence floor go first.
         docs: dict[str, dict[str, Any]] = {}
+        for result in results:
+            result["hits"] = [h for h in result.get("hits", []) if allowed_doc(h["document"])]
+            for h in result["hits"]:
+                docs.setdefault(h["document"]["memory_id"], h["document"])
         rankings: dict[str, list[str]] = {}
         if single and terms:
-            ranked = kept(results[0])
-            for d in ranked:
-                docs.setdefault(d["memory_id"], d)
-            rankings["keyword"] = [d["memory_id"] for d in ranked]
+            rankings["keyword"] = [h["document"]["memory_id"] for h in results[0]["hits"]]
         elif terms:
             if total is None:
                 total = int(results[count_at].get("found", 0))
                 self._totals.put(filter_by, total)
-            term_results = [
-                {"found": r.get("found", 0), "hits": [{"document": d} for d in kept(r)]}
-                for r in results[: len(terms)]
-            ]
-            for r in term_results:
-                for h in r["hits"]:
-                    docs.setdefault(h["document"]["memory_id"], h["document"])
-            rankings["keyword"] = idf_ranking(term_results, total)[:candidates]
+            rankings["keyword"] = idf_ranking(results[: len(terms)], total)[:candidates]
         if query.vector is not None:
-            nearest = kept(results[-1])
-            for d in nearest:
-                docs.setdefault(d["memory_id"], d)
-            rankings["vector"] = [d["memory_id"] for d in nearest]
+            rankings["vector"] = [h["document"]["memory_id"] for h in results[-1]["hits"]]
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [
