@@ -10,11 +10,11 @@ size, log-log). With 100k and 1M both measured it also checks the issue's
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.plotting import pyplot
 from benchmarks.recall_latency import RESULTS
 
 from .report import hnsw_min_recall
@@ -112,13 +112,8 @@ def growth_table(reports: dict[int, Report]) -> list[str]:
 
 
 def _plot(reports: dict[int, Report], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     sizes = list(reports)
     fig, (lat, thr) = plt.subplots(1, 2, figsize=(12, 4.5))

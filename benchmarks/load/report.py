@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.plotting import pyplot
 from benchmarks.recall_latency import RESULTS
 
 __all__ = ["hnsw_min_recall", "summary_line", "write_report"]
@@ -175,13 +175,8 @@ def _hnsw_table(hnsw: dict[str, Any] | None) -> list[str]:
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     rows = [r for r in report["recall"] if r["embedding"] == "supplied"]
     configs = list(dict.fromkeys(r["config"] for r in rows))

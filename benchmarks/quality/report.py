@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.plotting import pyplot
 from benchmarks.recall_latency import RESULTS
 
 __all__ = ["REFERENCE", "summary_line", "targets", "write_outputs"]
@@ -170,13 +170,8 @@ def _count(configs: dict[str, Any], cat: str) -> int:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, c in report["configs"].items():
