@@ -108,6 +108,9 @@ class TierConfig(_Base):
     m: Annotated[int, Meta(ge=2, le=100)] = 16
     ef_construction: Annotated[int, Meta(ge=4, le=1000)] = 64
     ef_search: Annotated[int, Meta(ge=1, le=1000)] = 64
+    #: A search whose filter matches at most this many rows of the tier
+    #: compares them all (exact) instead of walking the HNSW index.
+    exact_below: Annotated[int, Meta(ge=0, le=100_000)] = 2000
 
     def __post_init__(self) -> None:
         if self.ef_construction < 2 * self.m:

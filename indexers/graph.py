@@ -42,8 +42,11 @@ from psycopg.rows import dict_row
 from config import BraidConfig
 
 from .base import Hit, SearchQuery, SourceUnavailable
-from .pgvector import set_search_params
+from .pgvector import nearest_sql, set_search_params
 from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, name_candidates
+
+#: The tenant's entities nearest to the query vector (seeds of the walk).
+_SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
 
@@ -113,21 +116,20 @@ class GraphSource(PoolSource):
         for (eid,) in await cur.fetchall():
             seeds[eid] = 1.0
         if query.vector is not None and cfg.graph.seed_limit > 0:
+            tier = cfg.tiers[cfg.entity_tier]
             async with conn.transaction():
-                await set_search_params(conn, cfg.tiers[cfg.entity_tier].ef_search)
+                await set_search_params(conn, tier.ef_search)
                 cur = await conn.execute(
-                    """
-                    SELECT id, 1 - (embedding <=> %(vec)s) AS sim FROM entities
-                    WHERE tenant = %(tenant)s
-                    ORDER BY embedding <=> %(vec)s LIMIT %(limit)s
-                    """,
+                    _SEED_SQL,
                     {
                         "vec": np.asarray(query.vector, dtype=np.float32),
                         "tenant": query.tenant,
                         "limit": cfg.graph.seed_limit,
+                        "exact_below": tier.exact_below,
                     },
                 )
-                for eid, sim in await cur.fetchall():
+                for eid, distance in await cur.fetchall():
+                    sim = 1.0 - float(distance)
                     if sim >= cfg.graph.seed_min_similarity:
                         seeds[eid] = max(seeds.get(eid, 0.0), float(sim))
         return seeds

@@ -179,8 +179,18 @@ def _v3(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v4(dim: int) -> list[sql.Composable]:
+    """The bounded count that picks exact or HNSW search (``pgvector.nearest_sql``)
+    reads a tier's matching rows from this index alone."""
+    return [
+        sql.SQL("CREATE INDEX memories_tenant_tier ON memories (tenant, tier, confidence)"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
-MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {1: _v1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
+    1: _v1, 2: _v2, 3: _v3, 4: _v4,
+}
 
 
 async def migrate(conn: psycopg.AsyncConnection, *, dim: int) -> list[int]:

@@ -308,14 +308,14 @@ async def test_set_search_params_is_local_to_the_transaction(pool: AsyncConnecti
         await conn.execute("SELECT '[1,0]'::vector <=> '[0,1]'::vector")  # loads pgvector's GUCs
         settings = (
             "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'),"
-            " current_setting('hnsw.max_scan_tuples')"
+            " current_setting('hnsw.max_scan_tuples'), current_setting('enable_sort')"
         )
         before = await (await conn.execute(settings)).fetchone()
-        assert before == ("40", "off", "20000")
+        assert before == ("40", "off", "20000", "on")
         async with conn.transaction():
             await set_search_params(conn, 123)
             inside = await (await conn.execute(settings)).fetchone()
-        assert inside == ("123", "relaxed_order", str(MAX_SCAN_TUPLES))
+        assert inside == ("123", "relaxed_order", str(MAX_SCAN_TUPLES), "off")
         after = await (await conn.execute(settings)).fetchone()
         assert after == before
 
@@ -350,8 +350,11 @@ async def test_each_tier_search_runs_with_that_tiers_ef_search(
 
 
 async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
-    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
+    pool: AsyncConnectionPool, corpus: Corpus
 ) -> None:
+    # The ~1000 rare rows are under the default exactBelow; 500 keeps this
+    # search on the index, which is what the test is about.
+    cfg = make_config(session=msgspec.structs.replace(make_config().tiers["session"], exact_below=500))
     rare_ids = [i for i, r in zip(corpus.ids, corpus.rare) if r]
     rare_vectors = corpus.vectors[corpus.rare]
     assert 900 < len(rare_ids) < 1100
@@ -384,7 +387,6 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
     # only the iterative scan lets it return 10 rows: with it off, the same
     # index scan stops after ef_search (32) candidates, about 5% of them rare.
     assert [e["tier"] for e in log] == ["session"] * 20
-    index_scan = "Index Scan using memories_hnsw_session on memories m"
     async with pool.connection() as conn:
         for search in log:
             statement, params = search["statement"], search["params"]
@@ -392,9 +394,7 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
                 async with conn.transaction():
                     await set_search_params(conn, cfg.tiers["session"].ef_search)
                     await conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (mode,))
-                    cur = await conn.execute("EXPLAIN " + statement, params)
-                    plan = "\n".join(row[0] for row in await cur.fetchall())
-                    assert index_scan in plan, plan
+                    assert await executed_branch(conn, statement, params) == "hnsw"
                     rows = await (await conn.execute(statement, params)).fetchall()
                 if mode == "off":
                     assert len(rows) < 10, rows
@@ -425,6 +425,69 @@ async def test_session_filter_is_selective_too(
         exact = exact_top([ids[k] for k in hot], vectors[hot], q, 10)
         recall.append(len({h.id for h in hits} & set(exact)))
     assert np.mean(recall) >= 9.0, recall
+
+
+# --- exact or HNSW: decided by a bounded count, not by the planner --------------
+
+
+async def executed_branch(conn: psycopg.AsyncConnection, statement: str, params: Any) -> str:
+    """Which of the statement's two branches ran: ``exact`` or ``hnsw``."""
+    cur = await conn.execute("EXPLAIN (ANALYZE, COSTS off, BUFFERS off) " + statement, params)
+    plan = [row[0] for row in await cur.fetchall()]
+    hnsw = [line for line in plan if "Index Scan using memories_hnsw_" in line]
+    assert len(hnsw) == 1, "\n".join(plan)
+    return "exact" if "(never executed)" in hnsw[0] else "hnsw"
+
+
+@pytest.mark.parametrize(("exact_below", "branch"), [(100_000, "exact"), (BIG_ROWS - 1, "hnsw"), (0, "hnsw")])
+async def test_the_bounded_count_picks_the_branch(
+    pool: AsyncConnectionPool, corpus: Corpus, exact_below: int, branch: str
+) -> None:
+    tier = msgspec.structs.replace(make_config().tiers["session"], exact_below=exact_below)
+    cfg = make_config(session=tier)
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        q = corpus.vectors[17]
+        hits = await PgvectorSource(spy_pool, lambda: cfg).search(
+            query(BIG_TENANT, q, filters=Filters(tiers=("session",)))
+        )
+    finally:
+        await spy_pool.close()
+    assert hits[0].id == "big-17"
+    (search,) = log
+    async with pool.connection() as conn, conn.transaction():
+        await set_search_params(conn, tier.ef_search)
+        assert await executed_branch(conn, search["statement"], search["params"]) == branch
+    if branch == "exact":
+        assert [h.id for h in hits] == exact_top(corpus.ids, corpus.vectors, q, 10)
+
+
+async def test_a_small_match_set_is_searched_exactly_even_in_a_big_index(
+    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
+) -> None:
+    # 300 rows of a small tenant beside the 20k of the big one, in one fresh
+    # batch (no ANALYZE since): at most exactBelow rows match, so every
+    # distance is compared and the top 10 is the exact one, every time.
+    assert cfg.tiers["session"].exact_below >= 300
+    rng = np.random.default_rng(11)
+    vectors = unit_vectors(rng, 300)
+    ids = [f"small-{i}" for i in range(300)]
+    await PostgresStore(pool).write_memories("small", [memory(i, v) for i, v in zip(ids, vectors)])
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        source = PgvectorSource(spy_pool, lambda: cfg)
+        for q in unit_vectors(rng, 10):
+            hits = await source.search(query("small", q))
+            assert [h.id for h in hits] == exact_top(ids, vectors, q, 10)
+    finally:
+        await spy_pool.close()
+    async with pool.connection() as conn:
+        for search in log:
+            async with conn.transaction():
+                await set_search_params(conn, 64)
+                assert await executed_branch(conn, search["statement"], search["params"]) == "exact"
 
 
 # --- tenants and filters -----------------------------------------------------

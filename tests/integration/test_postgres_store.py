@@ -398,8 +398,9 @@ async def test_migration_v3_backfills_counts_and_dates(
 
     from indexers import migrations
 
-    v3 = migrations.MIGRATIONS[3]
-    monkeypatch.delitem(migrations.MIGRATIONS, 3)
+    later = {v: migrations.MIGRATIONS[v] for v in migrations.MIGRATIONS if v >= 3}
+    for v in later:
+        monkeypatch.delitem(migrations.MIGRATIONS, v)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         assert await migrate(conn, dim=DIM) == [1, 2]
         await register_vector_async(conn)
@@ -420,8 +421,9 @@ async def test_migration_v3_backfills_counts_and_dates(
             "INSERT INTO mentions (tenant, memory_id, entity_id) VALUES"
             " ('t', 'm0', 1), ('t', 'm0', 2), ('t', 'm1', 2), ('t', 'm2', 2)"
         )
-        monkeypatch.setitem(migrations.MIGRATIONS, 3, v3)
-        assert await migrate(conn, dim=DIM) == [3]
+        for v, build in later.items():
+            monkeypatch.setitem(migrations.MIGRATIONS, v, build)
+        assert await migrate(conn, dim=DIM) == sorted(later)
         cur = await conn.execute("SELECT name, mention_count FROM entities ORDER BY id")
         assert await cur.fetchall() == [("alex", 1), ("rust", 3), ("idle", 0)]
         cur = await conn.execute("SELECT memory_id, entity_id, created_at FROM mentions ORDER BY 1, 2")
