@@ -49,6 +49,14 @@ def summary_line(report: dict[str, Any]) -> str:
     )
 
 
+def _cpu(by_kind: dict[str, float] | None) -> str:
+    """CPU ms by process kind, in a fixed order; n/a for reports from before it was measured."""
+    if not by_kind:
+        return "n/a"
+    kinds = ("service", "postgres", "typesense", "client")
+    return " / ".join(f"{by_kind.get(k, 0.0):.2f}" for k in kinds) + f" (sum {sum(by_kind.get(k, 0.0) for k in kinds):.2f})"
+
+
 def _markdown(report: dict[str, Any]) -> str:
     w, raw, d = report["write"], report["raw_typesense"], report["drain"]
     lines = [
@@ -72,6 +80,9 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| raw Typesense import, same fields + 384-d vector, same batch/writers | **{raw['per_s']:.0f} docs/s** ({raw['docs']} docs, {raw['failures']} failed) |",
         f"| ratio Braid ack / raw Typesense | {raw['braid_ratio']:.2f} |",
         f"| ratio Braid into Typesense / raw Typesense | {raw['braid_ratio_to_typesense']:.2f} |",
+        f"| CPU ms per memory while loading (service / Postgres / Typesense / client) | {_cpu(w.get('cpu_ms_per_memory'))} |",
+        f"| CPU ms per memory, load + outbox drain | {_cpu(d.get('cpu_ms_per_memory'))} |",
+        f"| CPU ms per document, raw Typesense import | {_cpu(raw.get('cpu_ms_per_doc'))} |",
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
         "",
@@ -81,15 +92,19 @@ def _markdown(report: dict[str, Any]) -> str:
         "Typesense: every write's document polled by id on Typesense every 2 ms. pgvector and graph share Postgres "
         "with the write: one write in `check every` is looked up with one recall restricted to that source "
         "(pgvector: the memory's own vector + its unique session id; graph: the memory's own entity, created "
-        "beforehand), repeated every 2 ms until found; the time is when that recall returned it.",
+        "beforehand), repeated every 2 ms until found; the time is when that recall returned it. "
+        "`outbox` is the server's own record, untouched by the probes: outbox row inserted (in the write's "
+        "transaction) → Typesense import acknowledged. CPU: ms per write of service / Postgres / Typesense / "
+        "client, probes included.",
         "",
-        "| target rate /s | acked /s | check every | ack p50 / p99 ms | Typesense p50 / p99 ms | pgvector p50 / p99 ms (n) | graph p50 / p99 ms (n) | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target rate /s | acked /s | check every | ack p50 / p99 ms | Typesense p50 / p99 ms | outbox p50 / p99 ms | pgvector p50 / p99 ms (n) | graph p50 / p99 ms (n) | CPU ms per write | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rate, f in report["freshness"].items():
+        f.setdefault("outbox_ms", {"p50": float("nan"), "p99": float("nan")})
         cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("pgvector", "graph") else "")
-                           for s in ("ack_ms", "typesense", "pgvector", "graph"))
-        lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
+                           for s in ("ack_ms", "typesense", "outbox_ms", "pgvector", "graph"))
+        lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
     lines += [
         "",
         "## Recall latency (big tenant, closed loop)",

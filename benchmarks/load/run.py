@@ -179,6 +179,8 @@ async def freshness(
     seconds: float,
     poll_s: float,
     check_every: int,
+    meter: CpuMeter,
+    dsn: str,
 ) -> dict[str, Any]:
     """Single writes at a steady (open-loop) rate; ack -> visible per source.
 
@@ -188,6 +190,11 @@ async def freshness(
     write itself, and checking every write would measure the checks. Each
     probe links to an entity created beforehand, so the write does not embed
     a new entity name on the request path.
+
+    The outbox's own record gives a second Typesense figure that no probe
+    load can inflate: from the outbox row's insert (inside the write's
+    transaction) to the moment Typesense acknowledged the import
+    (``processed_at``). The CPU of every process is read around each rate.
     """
     rng = np.random.default_rng(99)
     total = sum(int(r * seconds) for r in rates)
@@ -247,6 +254,7 @@ async def freshness(
             await asyncio.gather(*checks)
 
         tasks = []
+        cpu_before = meter()
         start = time.perf_counter()
         n = int(rate * seconds)
         for k in range(n):
@@ -256,7 +264,9 @@ async def freshness(
             tasks.append(asyncio.create_task(probe()))
         offered = n / (time.perf_counter() - start)
         results = await asyncio.gather(*tasks, return_exceptions=True)
+        cpu = cpu_per_call(cpu_before, meter(), n)
         errors += [repr(e) for e in results if isinstance(e, BaseException)]
+        lag = await asyncio.to_thread(_outbox_lag_ms, dsn, n)
         out[str(rate)] = {
             "writes": n,
             "offered_per_s": offered,
@@ -264,10 +274,23 @@ async def freshness(
             "check_every": check_every,
             "ack_ms": stats(ack),
             **{s: stats(v) for s, v in times.items()},
+            "outbox_ms": stats(lag),
+            "cpu_ms_per_write": cpu,
             "errors": errors[:10],
             "error_count": len(errors),
         }
     return out
+
+
+def _outbox_lag_ms(dsn: str, n: int) -> list[float]:
+    """Outbox insert -> Typesense import acknowledged, for the last ``n`` probe writes."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM processed_at - created_at) * 1000 FROM outbox"
+            " WHERE memory_id LIKE 'fresh-%%' AND processed_at IS NOT NULL ORDER BY id DESC LIMIT %s",
+            (n,),
+        ).fetchall()
+    return [float(r[0]) for r in rows]
 
 
 class CpuMeter:
@@ -464,12 +487,18 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             print("load: graph", flush=True)
             report["graph_load"] = await graph_load(client, corpus, headers)
             print("load: memories", flush=True)
+            meter = CpuMeter(svc.proc.pid, postmaster_pid(svc.home))
+            cpu_before = meter()
             report["write"] = await bulk_load(client, corpus, headers, batch, writers, cfg.server.max_body_bytes)
+            report["write"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
             print(f"load: {report['write']['per_s']:.0f} memories/s; draining the outbox", flush=True)
             report["drain"] = await wait_drained(client)
+            report["drain"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
             report["write"]["to_typesense_per_s"] = corpus.total / (report["write"]["seconds"] + report["drain"]["seconds"])
             print("load: raw Typesense import", flush=True)
+            cpu_before = meter()
             report["raw_typesense"] = await raw_typesense_import(ts, corpus, batch, writers, raw_sample)
+            report["raw_typesense"]["cpu_ms_per_doc"] = cpu_per_call(cpu_before, meter(), report["raw_typesense"]["docs"])
             report["raw_typesense"]["braid_ratio"] = report["write"]["per_s"] / report["raw_typesense"]["per_s"]
             report["raw_typesense"]["braid_ratio_to_typesense"] = report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
             print("load: freshness", flush=True)
@@ -477,13 +506,14 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
                 report["freshness"] = await freshness(
                     lean, lean_ts, {**headers[BIG_TENANT], "content-type": "application/json"},
                     {"X-TYPESENSE-API-KEY": svc.ts_key}, fresh_rates, fresh_seconds, 0.002, fresh_check_every,
+                    meter, dsn,
                 )
             await wait_drained(client)
             print("load: recall latency", flush=True)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
                 report["recall"] = await recall_latency(
-                    lean, recall_headers, corpus, clients, seconds, CpuMeter(svc.proc.pid, postmaster_pid(svc.home))
+                    lean, recall_headers, corpus, clients, seconds, meter
                 )
             print("load: direct baselines", flush=True)
             report["direct"] = {
