@@ -409,6 +409,16 @@ def test_container_config_is_valid_and_names_the_backends() -> None:
     _assert_no_secrets(cfg, CONTAINER_CONFIG.name)
 
 
+def test_compose_postgres_runs_with_the_embedded_settings() -> None:
+    from deploy.embedded import POSTGRES_SETTINGS
+
+    command = _compose()["services"]["postgres"]["command"]
+    assert command[0] == "postgres"
+    flags = command[1::2]
+    assert flags == ["-c"] * len(POSTGRES_SETTINGS)
+    assert dict(c.split("=", 1) for c in command[2::2]) == POSTGRES_SETTINGS
+
+
 def test_compose_dependencies_exist_and_are_healthchecked() -> None:
     services = _compose()["services"]
     assert {"braid", "postgres", "typesense"} <= set(services)
