@@ -89,20 +89,20 @@ def _markdown(report: dict[str, Any]) -> str:
         "## Freshness (single writes at a steady rate; ack → visible)",
         "",
         "Open loop: writes are sent at the target rate whatever the answers; `acked/s` = acks / (last ack - start). "
-        "Typesense: every write's document polled by id on Typesense every 2 ms. pgvector and graph share Postgres "
-        "with the write: one write in `check every` is looked up with one recall restricted to that source "
+        "One write in `check every` is probed: its document polled by id on Typesense every 2 ms, and "
+        "(pgvector and graph share Postgres with the write) looked up with one recall restricted to each source "
         "(pgvector: the memory's own vector + its unique session id; graph: the memory's own entity, created "
         "beforehand), repeated every 2 ms until found; the time is when that recall returned it. "
         "`outbox` is the server's own record, untouched by the probes: outbox row inserted (in the write's "
         "transaction) → Typesense import acknowledged. CPU: ms per write of service / Postgres / Typesense / "
         "client, probes included.",
         "",
-        "| target rate /s | acked /s | check every | ack p50 / p99 ms | Typesense p50 / p99 ms | outbox p50 / p99 ms | pgvector p50 / p99 ms (n) | graph p50 / p99 ms (n) | CPU ms per write | errors |",
+        "| target rate /s | acked /s | check every | ack p50 / p99 ms | Typesense p50 / p99 ms (n) | outbox p50 / p99 ms (n) | pgvector p50 / p99 ms (n) | graph p50 / p99 ms (n) | CPU ms per write | errors |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rate, f in report["freshness"].items():
-        f.setdefault("outbox_ms", {"p50": float("nan"), "p99": float("nan")})
-        cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("pgvector", "graph") else "")
+        f.setdefault("outbox_ms", {"n": 0, "p50": float("nan"), "p99": float("nan")})
+        cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("typesense", "outbox_ms", "pgvector", "graph") else "")
                            for s in ("ack_ms", "typesense", "outbox_ms", "pgvector", "graph"))
         lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
     lines += [

@@ -184,10 +184,11 @@ async def freshness(
 ) -> dict[str, Any]:
     """Single writes at a steady (open-loop) rate; ack -> visible per source.
 
-    Every write is polled for on Typesense directly. One write in
-    ``check_every`` is also looked up with one recall per Postgres-backed
-    source (pgvector, graph): those recalls cost the service far more than the
-    write itself, and checking every write would measure the checks. Each
+    One write in ``check_every`` is polled for: on Typesense directly (GET by
+    id every ``poll_s``), and with one recall per Postgres-backed source
+    (pgvector, graph). The probes cost more than the write itself (a GET
+    parses the whole document, 384 floats included, about 15 times a write),
+    and probing every write would measure the probes. Each
     probe links to an entity created beforehand, so the write does not embed
     a new entity name on the request path.
 
@@ -245,12 +246,13 @@ async def freshness(
                     await asyncio.sleep(poll_s)
                 errors.append(f"{source}: {mid} not visible after 100 recalls")
 
-            checks = [asyncio.wait_for(typesense(), 30)]
-            if i % check_every == 0:
-                checks += [
-                    via_recall("pgvector", {"query": "freshness probe", "embedding": vec, "session_id": mid}),
-                    via_recall("graph", {"query": ent, "embedding": vec}),
-                ]
+            if i % check_every:
+                return
+            checks = [
+                asyncio.wait_for(typesense(), 30),
+                via_recall("pgvector", {"query": "freshness probe", "embedding": vec, "session_id": mid}),
+                via_recall("graph", {"query": ent, "embedding": vec}),
+            ]
             await asyncio.gather(*checks)
 
         tasks = []
