@@ -52,9 +52,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 #: Server settings of the embedded Postgres (initdb's defaults are sized for a
 #: small machine: 128 MB of shared buffers against ~150 MB of vectors and
 #: ~300 MB of HNSW graphs per 100k memories). ``autovacuum_naptime`` is
-#: shortened so that a bulk load is analyzed within seconds: until then the
-#: planner has no statistics and may answer a nearest-neighbour query with an
-#: exact scan of the tenant (26 ms instead of 5 ms at 20k memories).
+#: shortened so that a bulk load is analyzed within seconds. (Exact search or
+#: HNSW is not left to the planner's statistics: ``pgvector.nearest_sql``
+#: decides it per search.)
 POSTGRES_SETTINGS: dict[str, str] = {
     "shared_buffers": "1GB",
     "effective_cache_size": "4GB",

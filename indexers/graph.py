@@ -131,7 +131,7 @@ class GraphSource(PoolSource):
                 for eid, distance in await cur.fetchall():
                     sim = 1.0 - float(distance)
                     if sim >= cfg.graph.seed_min_similarity:
-                        seeds[eid] = max(seeds.get(eid, 0.0), float(sim))
+                        seeds[eid] = max(seeds.get(eid, 0.0), sim)
         return seeds
 
     async def _walk(

@@ -101,7 +101,8 @@ def _markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rate, f in report["freshness"].items():
-        f.setdefault("outbox_ms", {"n": 0, "p50": float("nan"), "p99": float("nan")})
+        # Reports from before the outbox figure existed show it as "–".
+        f = {"outbox_ms": {"n": 0, "p50": float("nan"), "p99": float("nan")}, **f}
         cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("typesense", "outbox_ms", "pgvector", "graph") else "")
                            for s in ("ack_ms", "typesense", "outbox_ms", "pgvector", "graph"))
         lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
