@@ -6,7 +6,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test bench bench-quality bench-load clean
+.PHONY: install run test bench bench-quality bench-load bench-faults clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench-quality: install
 # Load: throughput, freshness and recall latency on a synthetic corpus; SIZE=<n> memories (default 10000).
 bench-load: install
 	$(PY) -m benchmarks.load $(if $(SIZE),--size $(SIZE))
+
+# Faults and abuse: every fault test (fast and slow) with its counts, then a soak of
+# SOAK_MINUTES (default 10); report in benchmarks/results/faults.md, last line `faults: ...`.
+bench-faults: install
+	$(PY) -m benchmarks.faults $(if $(SOAK_MINUTES),--soak-minutes $(SOAK_MINUTES))
 
 clean:
 	rm -rf $(VENV) .braid .pytest_cache

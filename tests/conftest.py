@@ -17,6 +17,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense  # noqa: E402
 
+from .ledger import Ledger  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
@@ -56,3 +58,9 @@ def embedder():  # type: ignore[no-untyped-def]
     model = MiniLMEmbedder(cache_size=1024)
     model.load()
     return model
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Ledger:
+    """Where fault and abuse tests record what they injected and saw (tests/ledger.py)."""
+    return Ledger.from_env()
