@@ -43,7 +43,14 @@ from config import BraidConfig
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .pgvector import nearest_sql, set_search_params
-from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, name_candidates
+from .postgres import (
+    HIT_COLUMNS,
+    PoolSource,
+    filter_clause,
+    hit_from_row,
+    name_candidates,
+    tenant_transaction,
+)
 
 #: The tenant's entities nearest to the query vector (seeds of the walk).
 _SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
@@ -88,7 +95,7 @@ class GraphSource(PoolSource):
     async def search(self, query: SearchQuery) -> list[Hit]:
         cfg = self._get_config()
         try:
-            async with self._pool.connection() as conn:
+            async with tenant_transaction(self._pool, query.tenant) as conn:
                 seeds = await self._seeds(conn, cfg, query)
                 if not seeds:
                     return []
@@ -117,7 +124,9 @@ class GraphSource(PoolSource):
             seeds[eid] = 1.0
         if query.vector is not None and cfg.graph.seed_limit > 0:
             tier = cfg.tiers[cfg.entity_tier]
-            async with conn.transaction():
+            # A savepoint rolled back after the read: the search settings end
+            # with it and do not reach the walk's statements.
+            async with conn.transaction(force_rollback=True):
                 await set_search_params(conn, tier.ef_search)
                 cur = await conn.execute(
                     _SEED_SQL,

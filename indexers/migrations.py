@@ -12,7 +12,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-__all__ = ["MIGRATIONS", "SchemaMismatch", "migrate"]
+__all__ = ["MIGRATIONS", "SchemaMismatch", "TENANT_ROLE", "TENANT_TABLES", "migrate"]
 
 _LOCK_KEY = 0x42524149  # "BRAI"
 
@@ -187,9 +187,52 @@ def _v4(dim: int) -> list[sql.Composable]:
     ]
 
 
+#: Tables holding one tenant's rows each (a ``tenant`` column); row-level
+#: security scopes them to ``braid.tenant`` for :data:`TENANT_ROLE`.
+TENANT_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
+TENANT_ROLE = "braid_tenant"
+
+
+def _v5(dim: int) -> list[sql.Composable]:
+    """Tenant isolation in depth: row-level security on every tenant table.
+
+    Tenant-scoped transactions switch to ``braid_tenant`` (a role without
+    login, created once per cluster) and set ``braid.tenant``; the policy then
+    shows and accepts that tenant's rows only, whatever a statement's WHERE
+    says. With ``braid.tenant`` unset the role sees nothing. The owner (the
+    role Braid connects as) is not restricted: the outbox worker and reindex
+    read across tenants. A table added later must be granted here too.
+    """
+    role = sql.Identifier(TENANT_ROLE)
+    statements: list[sql.Composable] = [
+        # Roles belong to the cluster, not the database: another database may
+        # have created it already, or be creating it right now.
+        sql.SQL(
+            "DO $$ BEGIN CREATE ROLE {role} NOLOGIN;"
+            " EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        ).format(role=role),
+        # The connecting role must be allowed to SET ROLE to it (a superuser always is).
+        sql.SQL("GRANT {role} TO CURRENT_USER").format(role=role),
+        sql.SQL("GRANT USAGE ON SCHEMA public TO {role}").format(role=role),
+        sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}").format(role=role),
+    ]
+    for table in TENANT_TABLES:
+        t = sql.Identifier(table)
+        statements += [
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}").format(t=t, role=role),
+            sql.SQL("ALTER TABLE {t} ENABLE ROW LEVEL SECURITY").format(t=t),
+            sql.SQL(
+                "CREATE POLICY tenant_rows ON {t} TO {role}"
+                " USING (tenant = current_setting('braid.tenant', true))"
+                " WITH CHECK (tenant = current_setting('braid.tenant', true))"
+            ).format(t=t, role=role),
+        ]
+    return statements
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5,
 }
 
 

@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
-from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row
+from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
 
 __all__ = [
     "PgvectorSource",
@@ -213,6 +213,7 @@ class PgvectorSource(PoolSource):
         its query, inside one transaction) and the results come back together."""
         cursors = []
         async with conn.pipeline(), conn.transaction():
+            await scope_to_tenant(conn, query.tenant)
             for tier in tiers:
                 where, params = filter_clause(
                     query.filters,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from config.schema import BraidConfig, is_safe_name
 
 from .base import Filters, Hit, MemoryRecord, SourceUnavailable
-from .migrations import migrate
+from .migrations import TENANT_ROLE, migrate
 
 __all__ = [
     "EntityInput",
@@ -36,12 +37,15 @@ __all__ = [
     "PostgresStore",
     "RECORD_COLUMNS",
     "RelationInput",
+    "TENANT_ROLE",
     "filter_clause",
     "hit_from_row",
     "name_candidates",
     "normalize_name",
     "record_from_row",
     "open_pool",
+    "scope_to_tenant",
+    "tenant_transaction",
 ]
 
 NOTIFY_CHANNEL = "braid_outbox"
@@ -171,6 +175,31 @@ async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) ->
     )
 
 
+async def scope_to_tenant(conn: psycopg.AsyncConnection, tenant: str) -> None:
+    """Run the rest of the current transaction as :data:`TENANT_ROLE` for ``tenant``.
+
+    Row-level security (migration v5) then lets the transaction see and write
+    ``tenant``'s rows only: a statement that forgot ``tenant = %s`` still sees
+    one tenant. The connecting role is not restricted; the outbox worker and
+    reindex, which work across tenants, run as it. Both settings are transaction-local: they end with the transaction, so a
+    connection goes back to the pool unscoped even after an error.
+    """
+    await conn.execute(
+        "SELECT set_config('role', %s, true), set_config('braid.tenant', %s, true)",
+        (TENANT_ROLE, tenant),
+    )
+
+
+@asynccontextmanager
+async def tenant_transaction(
+    pool: AsyncConnectionPool, tenant: str
+) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection inside a transaction scoped to ``tenant``."""
+    async with pool.connection() as conn, conn.transaction():
+        await scope_to_tenant(conn, tenant)
+        yield conn
+
+
 class PoolSource:
     """Base of the sources that read Postgres: a shared pool and the live config."""
 
@@ -207,7 +236,7 @@ class PostgresStore:
         """The normalised names among ``names`` that already exist."""
         if not names:
             return set()
-        async with self.pool.connection() as conn:
+        async with tenant_transaction(self.pool, tenant) as conn:
             cur = await conn.execute(
                 "SELECT name_norm FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
                 (tenant, [normalize_name(n) for n in names]),
@@ -228,7 +257,7 @@ class PostgresStore:
         if any(m.embedding is None or m.model is None for m in memories):
             raise ValueError("every memory must carry its embedding and model")
         ids = [m.id or str(uuid.uuid4()) for m in memories]
-        async with self.pool.connection() as conn, conn.transaction():
+        async with tenant_transaction(self.pool, tenant) as conn:
             if new_entities:
                 await self._upsert_entities(conn, tenant, new_entities, overwrite=False)
             async with conn.cursor() as cur:
@@ -309,7 +338,7 @@ class PostgresStore:
         return ids
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
-        async with self.pool.connection() as conn, conn.transaction():
+        async with tenant_transaction(self.pool, tenant) as conn:
             # Lock the memory first: a concurrent write of it then either
             # finished (its mentions are seen below) or waits for us.
             cur = await conn.execute(
@@ -337,7 +366,7 @@ class PostgresStore:
 
     async def speakers(self, tenant: str) -> list[str]:
         """Every speaker name the tenant's memories have had."""
-        async with self.pool.connection() as conn:
+        async with tenant_transaction(self.pool, tenant) as conn:
             cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
             return [row[0] for row in await cur.fetchall()]
 
@@ -407,7 +436,7 @@ class PostgresStore:
         Every name a relation uses must be in ``entities`` or already exist;
         the caller makes sure of that (it embeds the missing names).
         """
-        async with self.pool.connection() as conn, conn.transaction():
+        async with tenant_transaction(self.pool, tenant) as conn:
             if entities:
                 await self._upsert_entities(conn, tenant, entities, overwrite=True)
             if relations:

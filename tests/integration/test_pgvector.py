@@ -35,7 +35,7 @@ from indexers.pgvector import (
     rebuild_index,
     set_search_params,
 )
-from indexers.postgres import MemoryInput, PostgresStore, open_pool
+from indexers.postgres import MemoryInput, PostgresStore, open_pool, tenant_transaction
 from tests.api.conftest import fresh_database
 
 pytestmark = pytest.mark.anyio
@@ -456,7 +456,8 @@ async def test_the_bounded_count_picks_the_branch(
         await spy_pool.close()
     assert hits[0].id == "big-17"
     (search,) = log
-    async with pool.connection() as conn, conn.transaction():
+    # As the source runs it: scoped to the tenant, under row-level security.
+    async with tenant_transaction(pool, BIG_TENANT) as conn:
         await set_search_params(conn, tier.ef_search)
         assert await executed_branch(conn, search["statement"], search["params"]) == branch
     if branch == "exact":
