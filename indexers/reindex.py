@@ -12,8 +12,14 @@ them. While a job runs, recalls keep using the old index:
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in.
 
-A job cut short by a crash is marked ``interrupted`` at the next start-up;
-the old index was never touched, and a new job can run.
+A job cut short by a crash is marked ``interrupted`` at the next start-up,
+and a new job can run. What a Typesense job leaves behind is cleared then,
+and again before every Typesense reindex (for a job that failed, or whose
+clean-up found Typesense down): its progress names the collection it was
+filling, the one the alias pointed at before, and the replay's start. If the
+alias was not switched yet, the old collection was never touched and the new
+one is dropped; if it was, the replay is repeated into the alias (the job may
+have died before its second replay) and the old collection is dropped.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from .base import BackendError
 from .engine import ConfigHolder
 from .pgvector import rebuild_index
 from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
@@ -60,13 +67,62 @@ class ReindexJobs:
         self._spawn = spawn
 
     async def mark_interrupted(self) -> int:
+        """At start-up: jobs left queued or running died with their process;
+        mark them ``interrupted`` and clear what they left in Typesense."""
         async with self._store.pool.connection() as conn:
             cur = await conn.execute(
                 "UPDATE reindex_jobs SET status = 'interrupted', finished_at = clock_timestamp(),"
                 " error = 'the service stopped while the job ran'"
                 " WHERE status IN ('queued', 'running')"
             )
-            return cur.rowcount
+            marked = cur.rowcount
+        await self.clear_leftovers()
+        return marked
+
+    async def clear_leftovers(self) -> list[str]:
+        """Drop the collections of interrupted or failed Typesense jobs (see
+        the module's docstring); returns the ids of the jobs cleared. A job
+        whose clean-up fails (Typesense down) is tried again next time."""
+        async with self._store.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, progress->'typesense' FROM reindex_jobs"
+                " WHERE status IN ('interrupted', 'failed')"
+                " AND progress->'typesense' ? 'collection'"
+                " AND NOT progress->'typesense' ? 'cleared'"
+                " ORDER BY created_at"
+            )
+            jobs = await cur.fetchall()
+        cleared = []
+        for job_id, progress in jobs:
+            try:
+                await self._clear(progress)
+            except BackendError as exc:
+                log.warning("reindex %s: its Typesense collection is not cleared yet: %s", job_id, exc)
+                continue
+            async with self._store.pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE reindex_jobs SET progress = jsonb_set(progress, '{typesense,cleared}', 'true')"
+                    " WHERE id = %s",
+                    (job_id,),
+                )
+            cleared.append(job_id)
+        return cleared
+
+    async def _clear(self, progress: dict[str, Any]) -> None:
+        new = progress["collection"]
+        previous = progress.get("previous")
+        if await self._index.current_collection() != new:
+            # Not switched: the alias still serves the old collection.
+            await self._index.drop_collection(new)
+            log.info("dropped %s, the collection of an unfinished reindex", new)
+            return
+        # Switched: finish the job's work (its second replay and the drop).
+        since = progress.get("since")
+        if since is not None:
+            await self._replay(datetime.fromisoformat(since), new)
+        if previous is not None and previous != new:
+            await self._index.drop_collection(previous)
+            log.info("dropped %s, replaced by the unfinished reindex's %s", previous, new)
 
     async def start(self, target: str, tier: str | None) -> str:
         job_id = uuid.uuid4().hex
@@ -135,9 +191,13 @@ class ReindexJobs:
         await report({"pgvector": {"done": len(tiers), "total": len(tiers)}})
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        await self.clear_leftovers()
         pool = self._store.pool
+        previous = await self._index.current_collection()
         new = await self._index.new_collection()
-        await report({"typesense": {"collection": new, "phase": "copying", "done": 0}})
+        # Recorded before anything is copied: a crash from here on leaves
+        # `new` to clear_leftovers.
+        await report({"typesense": {"collection": new, "previous": previous, "phase": "copying", "done": 0}})
         done = 0
         async with pool.connection() as conn:
             await conn.set_autocommit(False)
@@ -159,7 +219,7 @@ class ReindexJobs:
             finally:
                 await conn.set_autocommit(True)
         since = snapshot_at - REPLAY_MARGIN
-        await report({"typesense": {"phase": "replaying"}})
+        await report({"typesense": {"phase": "replaying", "since": since.isoformat()}})
         await self._replay(since, new)
         old = await self._index.switch_alias(new)
         await self._replay(since, new)
