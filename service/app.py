@@ -21,7 +21,7 @@ from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
 )
-from litestar.openapi import OpenAPIConfig
+from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, JSONBody
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
@@ -32,13 +32,16 @@ from indexers.postgres import EntityInput, RelationInput
 from indexers.runtime import Backends, Runtime, open_runtime
 
 from .auth import Keyring, Principal
-from .errors import exception_handlers
+from .errors import exception_handlers, problem_responses
 from .schemas import (
+    BodySchemaPlugin,
+    DeletedOut,
     GraphIn,
     GraphOut,
     HealthOut,
     IdsOut,
     JobOut,
+    JobStartedOut,
     MemoriesIn,
     RecallIn,
     RecallOut,
@@ -92,20 +95,35 @@ async def provide_admin(principal: NamedDependency[Principal]) -> Principal:
 # --- handlers -----------------------------------------------------------------
 
 
-@post("/v1/memories", status_code=HTTP_201_CREATED, summary="Write memories")
+@post(
+    "/v1/memories",
+    status_code=HTTP_201_CREATED,
+    summary="Write memories",
+    responses=problem_responses(400, 401, 413, 429, 503),
+)
 async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> IdsOut:
     writes = memory_writes(data, engine.config.current)
     return IdsOut(ids=await engine.write_memories(principal.tenant, writes))
 
 
-@delete("/v1/memories/{memory_id:str}", status_code=200, summary="Delete a memory from every store")
-async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> dict[str, Any]:
+@delete(
+    "/v1/memories/{memory_id:str}",
+    status_code=200,
+    summary="Delete a memory from every store",
+    responses=problem_responses(400, 401, 404, 429, 503),
+)
+async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> DeletedOut:
     if not await engine.delete_memory(principal.tenant, memory_id):
         raise NotFoundException(f"no memory {memory_id!r}")
-    return {"deleted": memory_id}
+    return DeletedOut(deleted=memory_id)
 
 
-@post("/v1/graph", status_code=HTTP_201_CREATED, summary="Write entities and relations")
+@post(
+    "/v1/graph",
+    status_code=HTTP_201_CREATED,
+    summary="Write entities and relations",
+    responses=problem_responses(400, 401, 413, 429, 503),
+)
 async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> GraphOut:
     if not data.entities and not data.relations:
         raise InputError("give at least one entity or relation")
@@ -133,7 +151,12 @@ async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Princi
     return GraphOut(**counts)
 
 
-@post("/v1/recall", status_code=200, summary="Recall: the pre-inference memory block")
+@post(
+    "/v1/recall",
+    status_code=200,
+    summary="Recall: the pre-inference memory block",
+    responses=problem_responses(400, 401, 413, 429, 503),
+)
 async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
     opts = recall_options(data, engine.config.current)
     return await engine.recall(principal.tenant, opts)
@@ -144,21 +167,23 @@ async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal]
     status_code=HTTP_202_ACCEPTED,
     dependencies={"admin": Provide(provide_admin)},
     summary="Rebuild Typesense and/or pgvector indexes online",
+    responses=problem_responses(400, 401, 403, 413, 429, 503),
 )
-async def start_reindex(data: JSONBody[ReindexIn], admin: NamedDependency[Principal], state: State) -> dict[str, str]:
+async def start_reindex(data: JSONBody[ReindexIn], admin: NamedDependency[Principal], state: State) -> JobStartedOut:
     cfg = _runtime(state).engine.config.current
     if data.tier is not None and data.tier not in cfg.tiers:
         raise InputError(f"tier: unknown tier {data.tier!r}; tiers are {list(cfg.tiers)}")
     if data.tier is not None and data.target == "typesense":
         raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
     job_id = await _runtime(state).jobs.start(data.target, data.tier)
-    return {"job_id": job_id}
+    return JobStartedOut(job_id=job_id)
 
 
 @get(
     "/admin/reindex/{job_id:str}",
     dependencies={"admin": Provide(provide_admin)},
     summary="Status and progress of a reindex job",
+    responses=problem_responses(400, 401, 403, 404, 429, 503),
 )
 async def reindex_status(job_id: FromPath[str], admin: NamedDependency[Principal], state: State) -> JobOut:
     job = await _runtime(state).jobs.get(job_id)
@@ -172,6 +197,7 @@ async def reindex_status(job_id: FromPath[str], admin: NamedDependency[Principal
     status_code=200,
     dependencies={"admin": Provide(provide_admin)},
     summary="Re-read the YAML config without a restart",
+    responses=problem_responses(400, 401, 403, 429),
 )
 async def reload_config(admin: NamedDependency[Principal], engine: NamedDependency[Engine]) -> ReloadOut:
     try:
@@ -181,7 +207,19 @@ async def reload_config(admin: NamedDependency[Principal], engine: NamedDependen
     return ReloadOut(reloaded=True, path=str(engine.config.path))
 
 
-@get("/health", summary="Each backend's status: 200 when all are up, 503 otherwise")
+@get(
+    "/health",
+    summary="Each backend's status: 200 when all are up, 503 otherwise",
+    # No key needed: an empty requirement lifts the schema-wide bearer requirement.
+    security=[{}],
+    responses={
+        503: ResponseSpec(
+            data_container=HealthOut,
+            generate_examples=False,
+            description="A backend is down; `backends` says which",
+        )
+    },
+)
 async def health(state: State) -> Response[HealthOut]:
     rt = _runtime(state)
     backends: dict[str, dict[str, Any]] = {}
@@ -231,6 +269,7 @@ def create_app(settings: AppSettings) -> Litestar:
         state=State({"keyring": settings.keyring}),
         exception_handlers=exception_handlers(),
         request_max_body_size=cfg.server.max_body_bytes,
+        plugins=[BodySchemaPlugin()],
         openapi_config=OpenAPIConfig(
             title="Braid",
             version="0.1.0",

@@ -1,5 +1,10 @@
 """One table from domain errors to HTTP answers. Nothing reaches the client as a 500
-unless it is a real bug, and then without internals."""
+unless it is a real bug, and then without internals.
+
+Every error answer has the same body, :class:`Problem`; routes declare the error
+statuses they can answer with :func:`problem_responses`, so the OpenAPI schema
+documents each of them.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,51 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import psycopg
 import psycopg_pool
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
+from litestar.openapi import ResponseSpec
 
 from config import ConfigError
 from indexers.base import SourceUnavailable
 
 from .validate import InputError
 
-__all__ = ["exception_handlers"]
+__all__ = ["Problem", "exception_handlers", "problem_responses"]
 
 log = logging.getLogger("braid.http")
+
+
+class Problem(msgspec.Struct):
+    """The body of every error answer."""
+
+    status_code: int
+    #: What is wrong, in words; for a bad body, each bad field and why.
+    detail: str
+    #: The validation errors behind a 400 (``key``, ``message``, ``source``), when there are any.
+    extra: list[Any] | dict[str, Any] | None = None
+
+
+#: What each error status means, as the OpenAPI schema says it.
+_MEANING: dict[int, str] = {
+    400: "The request cannot be served as sent; `detail` names the field and what is wrong",
+    401: "No API key, or an unknown one (`WWW-Authenticate: Bearer`)",
+    403: "This endpoint needs an admin key",
+    404: "No such resource in this key's tenant",
+    413: "The body is larger than `server.maxBodyBytes`",
+    429: "Too many requests for this key; retry after `Retry-After` seconds",
+    503: "A backend is unavailable and nothing was written; retry after `Retry-After` seconds",
+}
+
+
+def problem_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI ``responses`` for a route: each status with the :class:`Problem` body."""
+    return {
+        status: ResponseSpec(data_container=Problem, generate_examples=False, description=_MEANING[status])
+        for status in statuses
+    }
 
 
 def _problem(status: int, detail: str, **extra: Any) -> Response[dict[str, Any]]:
@@ -30,6 +67,15 @@ def _problem(status: int, detail: str, **extra: Any) -> Response[dict[str, Any]]
 
 def _input_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     return _problem(400, str(exc))
+
+
+def _unstorable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    # Postgres refused a value the body schema lets through: a NUL character in
+    # text or JSON, a number a `real` column cannot hold (1e-300). The request,
+    # not the service, is at fault; the transaction it ran in was rolled back.
+    assert isinstance(exc, psycopg.DataError)
+    reason = exc.diag.message_primary or str(exc).splitlines()[0]
+    return _problem(400, f"a value in the request cannot be stored: {reason}")
 
 
 def _unavailable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
@@ -74,6 +120,7 @@ def exception_handlers() -> dict[type[Exception] | int, Callable[..., Response[A
         InputError: _input_error,
         ConfigError: _input_error,
         SourceUnavailable: _unavailable,
+        psycopg.DataError: _unstorable,
         psycopg.OperationalError: _unavailable,
         psycopg_pool.PoolTimeout: _unavailable,
         HTTPException: _http,

@@ -2,25 +2,37 @@
 
 Static bounds live here; bounds that come from the config (top_k, budget,
 batch size, tiers, embedding dimension) are checked in :mod:`service.validate`.
+:class:`BodySchemaPlugin` makes the OpenAPI schema say what the decoder enforces.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
+
+# Litestar's own Struct schema plugin has no public import path (litestar is pinned).
+from litestar._openapi.schema_generation.plugins import StructSchemaPlugin
+from litestar.openapi.spec import OpenAPIType, Reference, Schema
+from litestar.typing import FieldDefinition
 from msgspec import Meta
 
 from indexers.engine import RecallResult
 
+if TYPE_CHECKING:
+    from litestar._openapi.schema_generation import SchemaCreator
+
 __all__ = [
+    "BodySchemaPlugin",
+    "DeletedOut",
     "GraphEntityIn",
     "GraphIn",
     "GraphOut",
     "HealthOut",
     "IdsOut",
     "JobOut",
+    "JobStartedOut",
     "MemoriesIn",
     "MemoryIn",
     "RecallIn",
@@ -35,6 +47,9 @@ Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.
 # Tags and session ids may be free text, but never a backtick (Typesense quoting).
 FreeLabel = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[^`]+$")]
 Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+# Litestar 2.25 drops a zero bound from an optional field's schema (it tests the
+# bound for truth); the extra schema puts ``minimum: 0`` back.
+OptionalUnit = Annotated[float, Meta(ge=0.0, le=1.0, extra_json_schema={"extra": {"minimum": 0.0}})] | None
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Vector = list[float]
 Stamp = Annotated[datetime, Meta(tz=True)]
@@ -44,6 +59,48 @@ class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     pass
 
 
+class BodySchemaPlugin(StructSchemaPlugin):
+    """Request bodies in the OpenAPI schema as the decoder takes them. Litestar 2.25
+    leaves out two things msgspec enforces: a body refuses unknown fields
+    (``additionalProperties: false``), and the bounds of a list's string items
+    (``tags: list[FreeLabel]``)."""
+
+    def is_plugin_supported_field(self, field_definition: FieldDefinition) -> bool:
+        return super().is_plugin_supported_field(field_definition) and field_definition.is_subclass_of(_In)
+
+    def to_openapi_schema(self, field_definition: FieldDefinition, schema_creator: SchemaCreator) -> Schema:
+        schema = super().to_openapi_schema(field_definition, schema_creator)
+        schema.additional_properties = False
+        info = msgspec.inspect.type_info(field_definition.type_)
+        assert isinstance(info, msgspec.inspect.StructType)
+        for field in info.fields:
+            item = _list_item(field.type)
+            array = _array(schema.properties[field.encode_name]) if schema.properties else None
+            if isinstance(item, msgspec.inspect.StrType) and array and isinstance(array.items, Schema):
+                array.items.min_length = item.min_length
+                array.items.max_length = item.max_length
+                array.items.pattern = item.pattern
+        return schema
+
+
+def _list_item(t: msgspec.inspect.Type) -> msgspec.inspect.Type | None:
+    """The item type of a list field (optional or not), else None."""
+    if isinstance(t, msgspec.inspect.UnionType):
+        lists = [u for u in t.types if isinstance(u, msgspec.inspect.ListType)]
+        return lists[0].item_type if len(lists) == 1 else None
+    return t.item_type if isinstance(t, msgspec.inspect.ListType) else None
+
+
+def _array(schema: Schema | Reference) -> Schema | None:
+    """The array schema of a property, looking inside ``oneOf`` (an optional list)."""
+    if isinstance(schema, Schema) and schema.type == OpenAPIType.ARRAY:
+        return schema
+    if isinstance(schema, Schema) and schema.one_of:
+        arrays = [s for s in schema.one_of if isinstance(s, Schema) and s.type == OpenAPIType.ARRAY]
+        return arrays[0] if len(arrays) == 1 else None
+    return None
+
+
 class MemoryIn(_In):
     content: str
     id: Id | None = None
@@ -51,7 +108,7 @@ class MemoryIn(_In):
     tier: Label = "session"
     session_id: FreeLabel | None = None
     tags: Annotated[list[FreeLabel], Meta(max_length=64)] = []
-    importance: Unit | None = None
+    importance: OptionalUnit = None
     confidence: Unit = 1.0
     created_at: Stamp | None = None
     #: Who said or wrote it; a recall naming this speaker boosts the memory.
@@ -69,6 +126,10 @@ class MemoriesIn(_In):
 
 class IdsOut(msgspec.Struct):
     ids: list[str]
+
+
+class DeletedOut(msgspec.Struct):
+    deleted: str
 
 
 class GraphEntityIn(_In):
@@ -100,7 +161,7 @@ class RecallIn(_In):
     query: str
     top_k: int | None = None
     budget_tokens: int | None = None
-    min_confidence: Unit | None = None
+    min_confidence: OptionalUnit = None
     session_id: FreeLabel | None = None
     tags: Annotated[list[FreeLabel], Meta(max_length=64)] | None = None
     kinds: Annotated[list[Label], Meta(max_length=64)] | None = None
@@ -118,6 +179,10 @@ RecallOut = RecallResult
 class ReindexIn(_In):
     target: Literal["typesense", "pgvector", "all"]
     tier: Label | None = None
+
+
+class JobStartedOut(msgspec.Struct):
+    job_id: str
 
 
 class JobOut(msgspec.Struct):
