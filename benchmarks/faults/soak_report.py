@@ -17,7 +17,20 @@ _KINDS = ("service", "postgres", "typesense", "client")
 __all__ = ["RATE_NOTE", "memory_verdict", "per_minute", "write_outputs"]
 
 #: How the default rate (``soak.DEFAULT_RATE``) was chosen.
-RATE_NOTE = "(filled in after calibration)"
+RATE_NOTE = (
+    "20 requests/s, chosen from CPU per request rather than latency (other test runs shared these "
+    "2 cores while it was measured, load average 4-8). On a quiet machine a fused recall at 10k "
+    "memories costs about 43 ms of CPU over all processes, a Typesense-only one 25 ms, pgvector or "
+    "graph 6-9 ms, a cold query embedding 12 ms more (load-10000.md); this mix then needs about 30 ms "
+    "a request once its 400 query texts are cached, about 0.6 core at 20 requests/s: under a third of "
+    "the machine, room for the corpus to grow (about 9,000 memories in 10 minutes) without p99 "
+    "drifting. Measured for 1 minute each on the shared machine: with the service's torch on one "
+    "thread (`--service-env OMP_NUM_THREADS=1`) 20, 30 and 40 requests/s were all sent on time "
+    "(stack CPU 0.56, 0.83, 1.11 cores; p99 462, 554, 509 ms, inflated by the other runs); as shipped "
+    "(torch's 2 intra-op threads) 20 requests/s saturated (14.9 sent a second, p99 2.6 s, 0.95 core): "
+    "under CPU contention one query embedding took about 140 ms of CPU with 2 torch threads against "
+    "12 ms with one."
+)
 
 
 def _median_rss(samples: list[dict[str, Any]]) -> float:
@@ -133,19 +146,32 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         f"Mix: {r.get('mix', '–')}.",
         "",
+        "Service environment: "
+        + (", ".join(f"`{k}={v}`" for k, v in s.get("service_env", [])) or "as shipped (nothing added)")
+        + ".",
+        "",
         f"Rate: {RATE_NOTE}",
         "",
     ]
     if r.get("error"):
         lines += [f"**Aborted:** {r['error']}", ""]
+    if r.get("saturated"):
+        lines += [
+            f"**Saturated:** {r['achieved_rate']:.1f} of {s['rate']:g} requests/s sent, starts up to "
+            f"{r['start_lag_p99_ms']:.0f} ms late (p99): latency here measures the queue, not the service at "
+            "this rate. Lower `--rate`, or run on a quieter machine.",
+            "",
+        ]
     lines += [
         f"**Memory:** {mem['summary']}. Warm-up is the first {s['warmup']:.0%} of the run; the service "
         "process alone (Postgres and Typesense are separate processes).",
         "",
-        "| requests | achieved req/s | errors | 5xx | p50 ms | p99 ms | start lag p99 ms | leaks | duplicates | schema failures |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| requests | sent req/s | errors | 5xx | p50 ms | p99 ms | p99 after warm-up ms | start lag p99 ms "
+        "| leaks | duplicates | schema failures |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {r['requests']} | {_f(r['achieved_rate'])} | {r['errors']} | {r['server_errors']} | {_f(r['p50_ms'])} "
-        f"| {_f(r['p99_ms'])} | {_f(r['start_lag_p99_ms'])} | {sc['leaks']} | {sc['duplicates']} | {sc['schema_failures']} |",
+        f"| {_f(r['p99_ms'])} | {_f(r.get('p99_after_warmup_ms'))} | {_f(r['start_lag_p99_ms'])} | {sc['leaks']} "
+        f"| {sc['duplicates']} | {sc['schema_failures']} |",
         "",
         f"By operation: {', '.join(f'{k} {n}' for k, n in sorted(r['by_op'].items()))}; "
         f"by status: {', '.join(f'{k} {n}' for k, n in sorted(r['by_status'].items()))} (0 = no answer).",
@@ -180,7 +206,7 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         "![error rate, p99 latency and service RSS over time](soak.png)",
         "",
-        f"Run: setup {_f(r.get('setup_s'), 0)} s, wall {_f(r['wall_s'], 0)} s (cap {s['cap_s']:.0f} s); "
+        f"Run: setup {_f(r.get('setup_s'), 0)} s, query texts pre-embedded in {_f(r.get('prewarm_s'), 0)} s, wall {_f(r['wall_s'], 0)} s (cap {s['cap_s']:.0f} s); "
         f"service exit code {r['service_exit']}; {r['service_log_problem_count']} warning/error lines in the "
         f"service log; processes left after stop: {len(r['leftover_processes'])}.",
     ]

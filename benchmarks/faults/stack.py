@@ -37,7 +37,7 @@ _PROBLEM = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|^Traceback")
 class SoakStack:
     """``tenants`` each get one agent key: ``headers[tenant]``."""
 
-    def __init__(self, tenants: list[str]) -> None:
+    def __init__(self, tenants: list[str], service_env: dict[str, str] | None = None) -> None:
         # Not a 0700 dir: Postgres runs as its own system user when we are root.
         self.home = Path(tempfile.mkdtemp(prefix="braid-soak-"))
         self.home.chmod(0o755)
@@ -47,6 +47,8 @@ class SoakStack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.keys = {t: f"soak-{t}-{secrets.token_urlsafe(18)}" for t in tenants}
         self.headers = {t: {"Authorization": f"Bearer {k}"} for t, k in self.keys.items()}
+        #: Extra environment for the service (experiments, e.g. OMP_NUM_THREADS=1).
+        self.service_env = dict(service_env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.dsn = ""
         self.collection = ""
@@ -79,6 +81,7 @@ class SoakStack:
             HF_HUB_OFFLINE="1",
             TOKENIZERS_PARALLELISM="false",
         )
+        env.update(self.service_env)
         self._log = open(self.home / "service.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.faults.__main__ import pytest_summary
-from benchmarks.faults.report import failed, format_table, read_ledger, summary_line, totals, write_report
+from benchmarks.faults.report import (
+    failed,
+    format_table,
+    read_ledger,
+    summary_line,
+    totals,
+    write_report,
+)
 from benchmarks.faults.soak_report import memory_verdict, per_minute
 from benchmarks.faults.workload import Done
 from tests.ledger import Ledger, Scenario
