@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import date, datetime
+from typing import TypeVar
 
 import anyio
 import msgspec
@@ -37,8 +38,16 @@ __all__ = [
 
 log = logging.getLogger("braid")
 
+T = TypeVar("T")
+
 #: Tenants whose speaker lists one process keeps (cleared whole when full).
 _SPEAKER_CACHE_TENANTS = 10_000
+
+#: The longest one write step waits on Postgres (for a connection, then for its
+#: transaction) before the write is refused with a 503. The pool's own wait for a
+#: connection (5 s) bounds only the first part: without this, a write hangs for as
+#: long as a Postgres that accepts connections but never answers does.
+WRITE_TIMEOUT_S = 10.0
 
 
 #: A memory as the API accepts it, validated; the engine fills in the embedding.
@@ -133,6 +142,7 @@ class Engine:
         self.embedder = embedder
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
+        self.write_timeout_s = WRITE_TIMEOUT_S
 
     # --- config -------------------------------------------------------------
 
@@ -149,6 +159,16 @@ class Engine:
 
     # --- writes -------------------------------------------------------------
 
+    async def _bounded(self, step: Awaitable[T]) -> T:
+        """Await one Postgres step of a write for at most :attr:`write_timeout_s`."""
+        try:
+            with anyio.fail_after(self.write_timeout_s):
+                return await step
+        except TimeoutError as exc:
+            raise psycopg.OperationalError(
+                f"postgres did not answer within {self.write_timeout_s:g} s"
+            ) from exc
+
     async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> list[str]:
         model = self.embedder.model
         missing = [m.content for m in memories if m.embedding is None]
@@ -160,13 +180,13 @@ class Engine:
             for m in memories
         ]
         named = sorted({" ".join(n.split()) for m in memories for n in m.entities})
-        existing = await self.store.existing_entities(tenant, named)
+        existing = await self._bounded(self.store.existing_entities(tenant, named))
         new_names = [n for n in named if normalize_name(n) not in existing]
         new_entities = [
             EntityInput(name=n, embedding=v, model=model)
             for n, v in zip(new_names, await self.embedder.embed(new_names), strict=True)
         ]
-        ids = await self.store.write_memories(tenant, inputs, new_entities)
+        ids = await self._bounded(self.store.write_memories(tenant, inputs, new_entities))
         if any(m.speaker for m in memories):
             self._speakers.pop(tenant, None)
         return ids
@@ -184,14 +204,14 @@ class Engine:
             {" ".join(n.split()) for r in graph.relations for n in (r.source, r.target)}
         )
         referenced = [n for n in referenced if normalize_name(n) not in given]
-        existing = await self.store.existing_entities(tenant, referenced)
+        existing = await self._bounded(self.store.existing_entities(tenant, referenced))
         implicit = [n for n in referenced if normalize_name(n) not in existing]
         for n, v in zip(implicit, await self.embedder.embed(implicit), strict=True):
             entities.append(EntityInput(name=n, embedding=v, model=model))
-        return await self.store.write_graph(tenant, entities, graph.relations)
+        return await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
-        return await self.store.delete_memory(tenant, memory_id)
+        return await self._bounded(self.store.delete_memory(tenant, memory_id))
 
     # --- recall -------------------------------------------------------------
 
@@ -200,7 +220,8 @@ class Engine:
 
         Postgres slow or down must not stop a recall that Typesense can still
         answer: the lookup gets the pgvector source's deadline, and on failure
-        the last list read (or none) is used.
+        the last list read (or none) is used, and kept like a list read, so that
+        while Postgres is down only one recall per ``speakerCacheMs`` waits for it.
         """
         cfg = self.config.current
         now = time.monotonic()
@@ -212,7 +233,7 @@ class Engine:
                 names = await self.store.speakers(tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             log.warning("speaker list unavailable, query analysis uses the last one read: %s", exc)
-            return [] if cached is None else cached[1]
+            names = [] if cached is None else cached[1]
         ttl = cfg.query.speaker_cache_ms / 1000.0
         if ttl > 0:
             if len(self._speakers) >= _SPEAKER_CACHE_TENANTS:
