@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -68,6 +69,9 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
         env.update(BRAID_HOME=str(self.home), BRAID_PORT=str(self.port), BRAID_LOG_LEVEL="WARNING")
+        # Generated keys are shown once and stored as digests: choose the agent key here.
+        self.agent_key = f"braid_bench_{secrets.token_urlsafe(24)}"
+        env["BRAID_API_KEY"] = self.agent_key
         if config_text is not None:
             config = self.home / "braid.yaml"
             config.write_text(config_text)
@@ -81,10 +85,7 @@ class Service:
         except BaseException:
             self.stop()
             raise
-        keys_file = self.home / "keys.json"
-        if keys_file.exists():
-            keys = json.loads(keys_file.read_text())
-            self.headers = {"Authorization": f"Bearer {keys['agent']}"}
+        self.headers = {"Authorization": f"Bearer {self.agent_key}"}
         self.ts_key = (self.home / "typesense" / "api-key").read_text().strip()
 
     def _wait_healthy(self, timeout: float) -> None:

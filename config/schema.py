@@ -35,7 +35,8 @@ __all__ = [
 
 #: Tier names, tenant names and collection names share this shape: they end up
 #: in SQL identifiers and Typesense filters, so nothing exotic is allowed.
-NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,62}$"
+# `(?!\n)`: `$` alone would also match before a final newline.
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,62}(?!\n)$"
 _NAME_RE = re.compile(NAME_PATTERN)
 
 Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
@@ -178,6 +179,11 @@ class LimitsConfig(_Base):
     max_budget_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 65536
     max_batch: Annotated[int, Meta(ge=1, le=100_000)] = 512
     max_content_chars: Annotated[int, Meta(ge=1, le=10_000_000)] = 32768
+    max_hops: Annotated[int, Meta(ge=0, le=5)] = 3
+    #: Requests a second each API key may send, per service process; 0 = no limit.
+    rate_per_second: Annotated[float, Meta(ge=0, le=1_000_000)] = 100.0
+    #: Requests a key may send at once before ``rate_per_second`` applies.
+    rate_burst: Annotated[int, Meta(ge=1, le=1_000_000)] = 200
 
 
 class ApiKey(_Base):
@@ -240,6 +246,10 @@ class BraidConfig(_Base):
         if self.search_top_k > self.limits.max_top_k:
             raise ValueError(
                 f"searchTopK ({self.search_top_k}) exceeds limits.maxTopK ({self.limits.max_top_k})"
+            )
+        if self.graph.max_hops > self.limits.max_hops:
+            raise ValueError(
+                f"graph.maxHops ({self.graph.max_hops}) exceeds limits.maxHops ({self.limits.max_hops})"
             )
         if self.context_budget_tokens > self.limits.max_budget_tokens:
             raise ValueError(

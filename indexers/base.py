@@ -50,6 +50,8 @@ class SearchQuery(msgspec.Struct, frozen=True):
     filters: Filters = Filters()
     #: Memories below this stored confidence are not returned.
     min_confidence: float = 0.0
+    #: Relation hops of a graph walk; None = the config's graph.maxHops.
+    hops: int | None = None
 
 
 class Hit(msgspec.Struct, frozen=True):

@@ -67,6 +67,8 @@ class RecallOptions(msgspec.Struct, frozen=True):
     filters: Filters = Filters()
     sources: tuple[str, ...] | None = None
     embedding: tuple[float, ...] | None = None
+    #: Relation hops of the graph walk; None = graph.maxHops.
+    hops: int | None = None
 
 
 class RecallItem(msgspec.Struct):
@@ -278,6 +280,7 @@ class Engine:
                 limit=max(top_k, getattr(cfg.sources, name).candidates),
                 filters=opts.filters,
                 min_confidence=min_conf,
+                hops=opts.hops,
             )
             for name in wanted
         }

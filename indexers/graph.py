@@ -99,7 +99,8 @@ class GraphSource(PoolSource):
                 seeds = await self._seeds(conn, cfg, query)
                 if not seeds:
                     return []
-                edges, names = await self._walk(conn, cfg, query.tenant, list(seeds))
+                hops = cfg.graph.max_hops if query.hops is None else query.hops
+                edges, names = await self._walk(conn, cfg, query.tenant, list(seeds), hops)
                 ppr = personalized_pagerank(
                     [(e["source_id"], e["target_id"], float(e["weight"])) for e in edges],
                     seeds,
@@ -144,7 +145,7 @@ class GraphSource(PoolSource):
         return seeds
 
     async def _walk(
-        self, conn: psycopg.AsyncConnection, cfg: BraidConfig, tenant: str, seeds: list[int]
+        self, conn: psycopg.AsyncConnection, cfg: BraidConfig, tenant: str, seeds: list[int], hops: int
     ) -> tuple[list[dict[str, Any]], dict[int, str]]:
         valid = (
             "(r.valid_from IS NULL OR r.valid_from <= now())"
@@ -181,7 +182,7 @@ class GraphSource(PoolSource):
                 {
                     "seeds": seeds,
                     "tenant": tenant,
-                    "hops": cfg.graph.max_hops,
+                    "hops": hops,
                     "max_edges": cfg.graph.max_edges,
                 },
             )

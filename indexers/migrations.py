@@ -230,9 +230,20 @@ def _v5(dim: int) -> list[sql.Composable]:
     return statements
 
 
+def _v6(dim: int) -> list[sql.Composable]:
+    """One reindex job at a time per database: concurrent jobs shared the
+    temporary index names and each held a pool connection through its build."""
+    return [
+        sql.SQL(
+            "CREATE UNIQUE INDEX reindex_jobs_one_active ON reindex_jobs ((true))"
+            " WHERE status IN ('queued', 'running')"
+        ),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6,
 }
 
 

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -40,7 +41,7 @@ from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
 from .sync import OutboxSync
 from .typesense import TypesenseIndex
 
-__all__ = ["ReindexJobs", "TARGETS"]
+__all__ = ["ReindexBusy", "ReindexJobs", "TARGETS"]
 
 log = logging.getLogger("braid.reindex")
 
@@ -49,6 +50,16 @@ BATCH = 500
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
+
+
+class ReindexBusy(Exception):
+    """A reindex job is already queued or running."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"reindex job {job_id} is still running; wait for it (GET /admin/reindex/{job_id})"
+        )
+        self.job_id = job_id
 
 
 class ReindexJobs:
@@ -125,12 +136,21 @@ class ReindexJobs:
             log.info("dropped %s, replaced by the unfinished reindex's %s", previous, new)
 
     async def start(self, target: str, tier: str | None) -> str:
+        """Queue a job; :class:`ReindexBusy` if one is queued or running (a
+        unique index on the active jobs decides, across processes too)."""
         job_id = uuid.uuid4().hex
         async with self._store.pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
-                (job_id, target, tier),
-            )
+            try:
+                await conn.execute(
+                    "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
+                    (job_id, target, tier),
+                )
+            except psycopg.errors.UniqueViolation:
+                cur = await conn.execute(
+                    "SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')"
+                )
+                row = await cur.fetchone()
+                raise ReindexBusy(row[0] if row else "") from None
         self._spawn(lambda: self._run(job_id, target, tier))
         return job_id
 

@@ -69,10 +69,11 @@ def main() -> int:
                 print(f"braid: {line}", flush=True)
             if not messages:
                 log.info("API keys: from the environment or %s", home / "keys.json")
+        config = ConfigHolder(cfg, str(config_path()))
         settings = AppSettings(
-            config=ConfigHolder(cfg, str(config_path())),
+            config=config,
             backends=Backends(postgres_dsn=dsn, typesense_nodes=nodes, typesense_api_key=ts_key),
-            keyring=Keyring.from_config(cfg, extra),
+            keyring=Keyring.from_config(config, extra),
         )
         # uvloop: asyncio's loop in C (measured with the other service-side changes in
         # benchmarks/results/load-tuning.md, not alone).

@@ -8,6 +8,7 @@ are thin: decode a Struct, call one engine method, return a Struct.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,11 +16,14 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
+from litestar.handlers import BaseRouteHandler
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
+    TooManyRequestsException,
 )
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, JSONBody
@@ -31,9 +35,10 @@ from indexers.engine import ConfigHolder, Engine, GraphWrite
 from indexers.postgres import EntityInput, RelationInput
 from indexers.runtime import Backends, Runtime, open_runtime
 
-from .auth import Keyring, Principal
+from .auth import Keyring, Principal, RateLimiter, retry_after_header
 from .errors import exception_handlers, problem_responses
 from .schemas import (
+    ID_PATTERN,
     BodySchemaPlugin,
     DeletedOut,
     GraphIn,
@@ -53,6 +58,8 @@ from .validate import InputError, memory_writes, recall_options
 __all__ = ["AppSettings", "create_app"]
 
 log = logging.getLogger("braid")
+
+_ID_RE = re.compile(ID_PATTERN)
 
 
 class AppSettings(msgspec.Struct):
@@ -74,22 +81,40 @@ async def provide_engine(state: State) -> Engine:
     return _runtime(state).engine
 
 
-async def provide_principal(request: Request[Any, Any, State]) -> Principal:
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
+async def authenticate(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: the key, then the key's rate limit. A guard runs before the body is
+    read, so a request without a valid key gets its 401 whatever its body."""
+    header = connection.headers.get("authorization", "")
+    scheme, _sep, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise NotAuthorizedException("missing API key: send `Authorization: Bearer <key>`")
-    keyring: Keyring = request.app.state.keyring
+    keyring: Keyring = connection.app.state.keyring
     who = keyring.lookup(key.strip())
     if who is None:
         raise NotAuthorizedException("invalid API key")
-    return who
+    limits = _runtime(connection.app.state).engine.config.current.limits
+    wait = connection.app.state.rate_limiter.take(who.key_id, limits.rate_per_second, limits.rate_burst)
+    if wait > 0:
+        raise TooManyRequestsException(
+            f"rate limit: this key may send {limits.rate_per_second:g} requests a second "
+            f"(bursts of {limits.rate_burst}); retry after the time in Retry-After",
+            headers={"Retry-After": retry_after_header(wait)},
+        )
+    connection.state.principal = who
 
 
-async def provide_admin(principal: NamedDependency[Principal]) -> Principal:
-    if principal.role != "admin":
+async def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard, after :func:`authenticate`: only admin keys go on."""
+    if connection.state.principal.role != "admin":
         raise PermissionDeniedException("this endpoint needs an admin key")
-    return principal
+
+
+async def provide_principal(request: Request[Any, Any, State]) -> Principal:
+    return request.state.principal  # type: ignore[no-any-return]
+
+
+AGENT = [authenticate]
+ADMIN = [authenticate, require_admin]
 
 
 # --- handlers -----------------------------------------------------------------
@@ -97,6 +122,7 @@ async def provide_admin(principal: NamedDependency[Principal]) -> Principal:
 
 @post(
     "/v1/memories",
+    guards=AGENT,
     status_code=HTTP_201_CREATED,
     summary="Write memories",
     responses=problem_responses(400, 401, 413, 429, 503),
@@ -108,11 +134,14 @@ async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[
 
 @delete(
     "/v1/memories/{memory_id:str}",
+    guards=AGENT,
     status_code=200,
     summary="Delete a memory from every store",
     responses=problem_responses(400, 401, 404, 429, 503),
 )
 async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> DeletedOut:
+    if not _ID_RE.match(memory_id) or len(memory_id) > 128:
+        raise InputError(f"memory id {memory_id!r} is not a valid id (letters, digits, _.:- up to 128)")
     if not await engine.delete_memory(principal.tenant, memory_id):
         raise NotFoundException(f"no memory {memory_id!r}")
     return DeletedOut(deleted=memory_id)
@@ -120,6 +149,7 @@ async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Pri
 
 @post(
     "/v1/graph",
+    guards=AGENT,
     status_code=HTTP_201_CREATED,
     summary="Write entities and relations",
     responses=problem_responses(400, 401, 413, 429, 503),
@@ -127,6 +157,10 @@ async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Pri
 async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> GraphOut:
     if not data.entities and not data.relations:
         raise InputError("give at least one entity or relation")
+    limit = engine.config.current.limits.max_batch
+    for field, items in (("entities", data.entities), ("relations", data.relations)):
+        if len(items) > limit:
+            raise InputError(f"{field} has {len(items)} items; the limit is {limit} per request")
     for i, r in enumerate(data.relations):
         if r.valid_from and r.valid_to and r.valid_from >= r.valid_to:
             raise InputError(f"relations[{i}]: valid_from must be before valid_to")
@@ -153,6 +187,7 @@ async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Princi
 
 @post(
     "/v1/recall",
+    guards=AGENT,
     status_code=200,
     summary="Recall: the pre-inference memory block",
     responses=problem_responses(400, 401, 413, 429, 503),
@@ -165,11 +200,11 @@ async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal]
 @post(
     "/admin/reindex",
     status_code=HTTP_202_ACCEPTED,
-    dependencies={"admin": Provide(provide_admin)},
-    summary="Rebuild Typesense and/or pgvector indexes online",
-    responses=problem_responses(400, 401, 403, 413, 429, 503),
+    guards=ADMIN,
+    summary="Rebuild Typesense and/or pgvector indexes online (one job at a time)",
+    responses=problem_responses(400, 401, 403, 409, 413, 429, 503),
 )
-async def start_reindex(data: JSONBody[ReindexIn], admin: NamedDependency[Principal], state: State) -> JobStartedOut:
+async def start_reindex(data: JSONBody[ReindexIn], state: State) -> JobStartedOut:
     cfg = _runtime(state).engine.config.current
     if data.tier is not None and data.tier not in cfg.tiers:
         raise InputError(f"tier: unknown tier {data.tier!r}; tiers are {list(cfg.tiers)}")
@@ -181,11 +216,11 @@ async def start_reindex(data: JSONBody[ReindexIn], admin: NamedDependency[Princi
 
 @get(
     "/admin/reindex/{job_id:str}",
-    dependencies={"admin": Provide(provide_admin)},
+    guards=ADMIN,
     summary="Status and progress of a reindex job",
     responses=problem_responses(400, 401, 403, 404, 429, 503),
 )
-async def reindex_status(job_id: FromPath[str], admin: NamedDependency[Principal], state: State) -> JobOut:
+async def reindex_status(job_id: FromPath[str], state: State) -> JobOut:
     job = await _runtime(state).jobs.get(job_id)
     if job is None:
         raise NotFoundException(f"no reindex job {job_id!r}")
@@ -195,11 +230,11 @@ async def reindex_status(job_id: FromPath[str], admin: NamedDependency[Principal
 @post(
     "/admin/config/reload",
     status_code=200,
-    dependencies={"admin": Provide(provide_admin)},
+    guards=ADMIN,
     summary="Re-read the YAML config without a restart",
     responses=problem_responses(400, 401, 403, 429),
 )
-async def reload_config(admin: NamedDependency[Principal], engine: NamedDependency[Engine]) -> ReloadOut:
+async def reload_config(engine: NamedDependency[Engine]) -> ReloadOut:
     try:
         engine.reload_config()
     except ConfigError as exc:
@@ -266,7 +301,7 @@ def create_app(settings: AppSettings) -> Litestar:
             "principal": Provide(provide_principal),
         },
         lifespan=[lifespan],
-        state=State({"keyring": settings.keyring}),
+        state=State({"keyring": settings.keyring, "rate_limiter": RateLimiter()}),
         exception_handlers=exception_handlers(),
         request_max_body_size=cfg.server.max_body_bytes,
         plugins=[BodySchemaPlugin()],

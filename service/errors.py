@@ -21,6 +21,7 @@ from litestar.openapi import ResponseSpec
 
 from config import ConfigError
 from indexers.base import SourceUnavailable
+from indexers.reindex import ReindexBusy
 
 from .validate import InputError
 
@@ -37,6 +38,8 @@ class Problem(msgspec.Struct):
     detail: str
     #: The validation errors behind a 400 (``key``, ``message``, ``source``), when there are any.
     extra: list[Any] | dict[str, Any] | None = None
+    #: The reindex job already queued or running (409).
+    job_id: str | None = None
 
 
 #: What each error status means, as the OpenAPI schema says it.
@@ -45,6 +48,7 @@ _MEANING: dict[int, str] = {
     401: "No API key, or an unknown one (`WWW-Authenticate: Bearer`)",
     403: "This endpoint needs an admin key",
     404: "No such resource in this key's tenant",
+    409: "A reindex job is already queued or running; `job_id` names it",
     413: "The body is larger than `server.maxBodyBytes`",
     429: "Too many requests for this key; retry after `Retry-After` seconds",
     503: "A backend is unavailable and nothing was written; retry after `Retry-After` seconds",
@@ -115,10 +119,16 @@ def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     return _problem(500, "internal error; see the service log")
 
 
+def _busy(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    assert isinstance(exc, ReindexBusy)
+    return _problem(409, str(exc), job_id=exc.job_id)
+
+
 def exception_handlers() -> dict[type[Exception] | int, Callable[..., Response[Any]]]:
     return {
         InputError: _input_error,
         ConfigError: _input_error,
+        ReindexBusy: _busy,
         SourceUnavailable: _unavailable,
         psycopg.DataError: _unstorable,
         psycopg.OperationalError: _unavailable,

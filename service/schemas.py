@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
 
 __all__ = [
+    "FREE_LABEL_PATTERN",
+    "ID_PATTERN",
     "BodySchemaPlugin",
     "DeletedOut",
     "GraphEntityIn",
@@ -42,15 +44,21 @@ __all__ = [
     "RelationIn",
 ]
 
-Id = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
-Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")]
-# Tags and session ids may be free text, but never a backtick (Typesense quoting).
-FreeLabel = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[^`]+$")]
+# msgspec matches a pattern with re.search, where `$` also matches before a
+# final newline: `(?!\n)` keeps "abc\n" out (and means nothing to other readers
+# of the OpenAPI schema, where `$` is the end).
+ID_PATTERN = r"^[A-Za-z0-9_.:\-]+(?!\n)$"
+Id = Annotated[str, Meta(min_length=1, max_length=128, pattern=ID_PATTERN)]
+Label = Annotated[str, Meta(min_length=1, max_length=64, pattern=ID_PATTERN)]
+# Tags and session ids may be free text, but never a backtick (Typesense
+# quoting) or a NUL (Postgres refuses it in text).
+FREE_LABEL_PATTERN = r"^[^`\x00]+$"
+FreeLabel = Annotated[str, Meta(min_length=1, max_length=128, pattern=FREE_LABEL_PATTERN)]
 Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
 # Litestar 2.25 drops a zero bound from an optional field's schema (it tests the
 # bound for truth); the extra schema puts ``minimum: 0`` back.
 OptionalUnit = Annotated[float, Meta(ge=0.0, le=1.0, extra_json_schema={"extra": {"minimum": 0.0}})] | None
-Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
 Vector = list[float]
 Stamp = Annotated[datetime, Meta(tz=True)]
 
@@ -140,7 +148,7 @@ class GraphEntityIn(_In):
 
 class RelationIn(_In):
     source: Name
-    relation: Annotated[str, Meta(min_length=1, max_length=100)]
+    relation: Annotated[str, Meta(min_length=1, max_length=100, pattern=r"^[^\x00]+$")]
     target: Name
     weight: Annotated[float, Meta(gt=0.0, le=1000.0)] = 1.0
     valid_from: Stamp | None = None
@@ -170,6 +178,8 @@ class RecallIn(_In):
     created_before: Stamp | None = None
     sources: Annotated[list[Literal["typesense", "pgvector", "graph"]], Meta(min_length=1)] | None = None
     embedding: Vector | None = None
+    #: Relation hops the graph walk may go (default graph.maxHops, at most limits.maxHops).
+    hops: int | None = None
 
 
 #: The recall answer is the engine's result, as is.

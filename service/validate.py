@@ -91,6 +91,8 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         raise InputError(
             f"budget_tokens must be between 1 and {lim.max_budget_tokens}, got {body.budget_tokens}"
         )
+    if body.hops is not None and not 0 <= body.hops <= lim.max_hops:
+        raise InputError(f"hops must be between 0 and {lim.max_hops}, got {body.hops}")
     if body.tiers is not None:
         unknown = [t for t in body.tiers if t not in cfg.tiers]
         if unknown:
@@ -112,4 +114,5 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
+        hops=body.hops,
     )

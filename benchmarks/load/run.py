@@ -41,6 +41,9 @@ def config_text(keys: dict[str, str]) -> str:
     text = CONFIG.read_text()
     entries = "".join(f"\n    - {{tenant: {t}, role: agent, key: {k}}}" for t, k in keys.items())
     assert "  keys: []" in text, "config/braid.yaml changed: no `keys: []` to replace"
+    # Throughput is what is measured here: no per-key rate limit.
+    assert "  ratePerSecond: 100\n" in text, "config/braid.yaml changed: no `ratePerSecond: 100`"
+    text = text.replace("  ratePerSecond: 100\n", "  ratePerSecond: 0\n")
     return text.replace("  keys: []", "  keys:" + entries)
 
 

@@ -124,3 +124,33 @@ async def test_config_reload_applies_and_bad_file_keeps_old(
 
         r = await braid.post("/admin/config/reload", {}, key=AGENT_A)
         assert r.status_code == 403
+
+
+async def test_one_reindex_at_a_time(braid: Braid) -> None:
+    import psycopg
+
+    with psycopg.connect(braid.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO reindex_jobs (id, target, status) VALUES ('job-in-the-way', 'all', 'running')")
+    r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        "reindex job job-in-the-way is still running; wait for it (GET /admin/reindex/job-in-the-way)"
+    )
+    assert r.json()["job_id"] == "job-in-the-way"
+    with psycopg.connect(braid.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE reindex_jobs SET status = 'done' WHERE id = 'job-in-the-way'")
+    r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+    assert r.status_code == 202
+    assert (await wait_job(braid, r.json()["job_id"]))["status"] == "done"
+
+
+async def test_the_key_is_checked_before_the_body_is_read(braid: Braid) -> None:
+    bad_body = b'{"query": '
+    r = await braid.client.post("/v1/recall", content=bad_body)
+    assert r.status_code == 401
+    r = await braid.client.post("/v1/recall", content=bad_body, headers=braid.headers("not-a-key-0123456789"))
+    assert r.status_code == 401
+    r = await braid.client.post("/admin/reindex", content=bad_body, headers=braid.headers(AGENT_A))
+    assert r.status_code == 403
+    r = await braid.client.post("/v1/recall", content=bad_body, headers=braid.headers(AGENT_A))
+    assert r.status_code == 400

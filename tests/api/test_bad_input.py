@@ -35,6 +35,20 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "budget_tokens must be between 1 and 65536, got 0",
         ),
         ("/v1/recall", {"query": "x", "bogus": 1}, 400, "Object contains unknown field `bogus`"),
+        ("/v1/recall", {"query": "x", "hops": 4}, 400, "hops must be between 0 and 3, got 4"),
+        ("/v1/recall", {"query": "x", "hops": -1}, 400, "hops must be between 0 and 3, got -1"),
+        (
+            "/v1/recall",
+            {"query": "x" * 32769},
+            400,
+            "query has 32769 characters; the limit is 32768",
+        ),
+        (
+            "/v1/memories",
+            {"memories": [{"content": "y" * 32769}]},
+            400,
+            "memories[0].content has 32769 characters; the limit is 32768",
+        ),
         (
             "/v1/recall",
             {"query": "x", "embedding": [1.0, 2.0]},
@@ -59,7 +73,7 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "/v1/recall",
             {"query": "x", "tags": ["a`b"]},
             400,
-            "tags[0]: Expected `str` matching regex '^[^`]+$'",
+            "tags[0]: Expected `str` matching regex '^[^`\\\\x00]+$'",
         ),
         (
             "/v1/memories",
@@ -100,6 +114,12 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "memories[1].id: 'x' appears twice in this request",
         ),
         ("/v1/graph", {}, 400, "give at least one entity or relation"),
+        (
+            "/v1/graph",
+            {"entities": [{"name": f"e{i}"} for i in range(513)]},
+            400,
+            "entities has 513 items; the limit is 512 per request",
+        ),
         (
             "/v1/graph",
             {

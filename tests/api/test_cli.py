@@ -4,6 +4,7 @@ finds its data."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -39,19 +40,28 @@ def start(home: Path, port: int) -> subprocess.Popen[bytes]:
     if not config.exists():
         config.write_text(DEFAULT_CONFIG_PATH.read_text())
     env.update(BRAID_HOME=str(home), BRAID_PORT=str(port), BRAID_CONFIG=str(config))
-    return subprocess.Popen(
-        [sys.executable, "-m", "service"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    # Output to a file (one per start), readable while the service runs.
+    output = home / f"service-{time.monotonic_ns()}.out"
+    with output.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    _outputs[proc.pid] = output
+    return proc
+
+
+_outputs: dict[int, Path] = {}
+
+
+def read_output(proc: subprocess.Popen[bytes]) -> list[str]:
+    """The lines the service has printed so far."""
+    return _outputs[proc.pid].read_text().splitlines()
 
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert proc.poll() is None, "\n".join(read_output(proc))
         try:
             r = httpx.get(f"{url}/health", timeout=2)
             if r.status_code == 200:
@@ -86,8 +96,8 @@ def recall_items(url: str, auth: dict[str, str], timeout: float = 10) -> list[di
 
 def stop(proc: subprocess.Popen[bytes]) -> str:
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    return out.decode()
+    proc.wait(timeout=60)
+    return "\n".join(read_output(proc))
 
 
 def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
@@ -99,8 +109,13 @@ def test_run_serves_then_ctrl_c_leaves_nothing(home: Path) -> None:
         assert {body["backends"][s]["status"] for s in ("typesense", "pgvector", "graph")} == {"up"}
         assert descendants_and_servers(proc, home), "expected Postgres and Typesense under the data dir"
 
-        keys = json.loads((home / "keys.json").read_text())
-        auth = {"Authorization": f"Bearer {keys['agent']}"}
+        # The generated key is printed once; keys.json keeps its digest only.
+        (line,) = [ln for ln in read_output(proc) if "generated agent key" in ln]
+        agent_key = line.rsplit(": ", 1)[1]
+        stored = json.loads((home / "keys.json").read_text())
+        assert stored["agent"] == {"sha256": hashlib.sha256(agent_key.encode()).hexdigest()}
+        assert agent_key not in (home / "keys.json").read_text()
+        auth = {"Authorization": f"Bearer {agent_key}"}
         memories = [{"content": "User drives a Honda Civic"}, {"content": "User owns a red bicycle"}]
         r = httpx.post(f"{url}/v1/memories", json={"memories": memories}, headers=auth)
         assert r.status_code == 201, r.text

@@ -32,6 +32,7 @@ import pytest
 
 from config import load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from service.schemas import FREE_LABEL_PATTERN, ID_PATTERN
 from tests.ledger import Ledger, Scenario
 
 from .conftest import AGENT_A, AGENT_B, Braid, make_app, serve
@@ -77,18 +78,17 @@ VALUES = [v for values in CLASSES.values() for v in values]
 SOURCE_SETS: list[list[str] | None] = [["typesense"], ["pgvector"], ["graph"], None]
 FIELDS = ("tags", "kinds", "session_id", "query")
 QUERY = "falcon launch password"
-FREE_LABEL = "Expected `str` matching regex '^[^`]+$'"
-LABEL = "Expected `str` matching regex '^[A-Za-z0-9_.:\\\\-]+$'"
+FREE_LABEL = f"Expected `str` matching regex {FREE_LABEL_PATTERN!r}"
+LABEL = f"Expected `str` matching regex {ID_PATTERN!r}"
 PLAIN = "(bravo) The Falcon launch password is kept by Alex."
 
 
 def free_label_ok(value: str) -> bool:
-    return re.search(r"^[^`]+$", value) is not None
+    return re.search(FREE_LABEL_PATTERN, value) is not None
 
 
 def label_ok(value: str) -> bool:
-    # As msgspec checks a pattern: re.search, and `$` also matches before a final newline.
-    return len(value) <= 64 and re.search(r"^[A-Za-z0-9_.:\-]+$", value) is not None
+    return len(value) <= 64 and re.search(ID_PATTERN, value) is not None
 
 
 def typesense_tokens(value: str) -> tuple[str, ...]:
@@ -392,12 +392,19 @@ async def test_hostile_ids_on_write_and_delete(patient: Braid, ledger: Ledger) -
     found = {i["id"] for i in out["items"] if i["content"].startswith("(alpha) hostile id")}
     if found != set(written):
         tally.notes.append(f"hostile-id memories in Typesense: {sorted(found)}, written {written}")
-    # Deleting by a hostile id (as a path segment) deletes A's memory of that id or nothing.
-    not_found = 0
+    # Deleting by a hostile id (as a path segment): refused if it cannot be an
+    # id, else it deletes A's memory of that id or nothing.
+    not_found = refused_deletes = 0
     for value in ids:
         r = await send(braid, tally, "DELETE", f"/v1/memories/{quote(value, safe='')}")
         not_found += r.status_code == 404
-        expected = (200, {"deleted": value}) if value in written else (404, f"no memory {value!r}")
+        refused_deletes += r.status_code == 400
+        if value in written:
+            expected: tuple[int, Any] = (200, {"deleted": value})
+        elif not label_ok(value):
+            expected = (400, f"memory id {value!r} is not a valid id (letters, digits, _.:- up to 128)")
+        else:
+            expected = (404, f"no memory {value!r}")
         got = (r.status_code, r.json() if r.status_code == 200 else r.json()["detail"])
         if got != expected:
             tally.notes.append(f"DELETE {value!r}: {got}, expected {expected}")
@@ -409,11 +416,12 @@ async def test_hostile_ids_on_write_and_delete(patient: Braid, ledger: Ledger) -
             injected=2 * len(ids),
             load="tenant A writes then deletes a memory under each hostile id and under two of B's ids",
             requests=tally.requests,
-            errors=tally.refused + not_found,
+            errors=tally.refused + not_found + refused_deletes,
             server_errors=tally.server_errors,
             leaks=tally.leaks,
             outcome=f"write refused 400 ({tally.refused}) / accepted 201 ({tally.answered}), "
-            f"delete 404 ({not_found}) / 200 ({len(ids) - not_found}), B's rows untouched, "
+            f"delete 400 ({refused_deletes}) / 404 ({not_found}) / 200 ({len(ids) - not_found - refused_deletes}), "
+            "B's rows untouched, "
             f"{tally.leaks} foreign rows, {tally.server_errors} 5xx",
         )
     )
@@ -421,13 +429,6 @@ async def test_hostile_ids_on_write_and_delete(patient: Braid, ledger: Ledger) -
     assert set(written) == {v for v in ids if label_ok(v)} >= {"tenant-b", "bravo-plain", "bravo-3"}
     assert tally.server_errors == tally.leaks == 0
     await check_intact(braid, world)
-
-
-NUL_RECALL = pytest.mark.xfail(
-    strict=True,
-    reason="service/schemas.py: FreeLabel ('^[^`]+$') lets a NUL through to Postgres, which "
-    "refuses it: the recall answers 200 with its Postgres sources degraded as 'unavailable'",
-)
 
 
 NUL_CASES: list[tuple[str, str, str, Any]] = [
@@ -459,7 +460,7 @@ NUL_CASES: list[tuple[str, str, str, Any]] = [
 @pytest.mark.parametrize(
     ("what", "method", "path", "body"),
     [
-        pytest.param(*case, id=case[0], marks=[NUL_RECALL] if case[0].startswith("recall") else [])
+        pytest.param(*case, id=case[0])
         for case in NUL_CASES
     ],
 )

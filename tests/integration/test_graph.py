@@ -313,6 +313,19 @@ async def test_max_hops_bounds_the_walk(
         assert [h.score for h in hits] == pytest.approx([pa + pt, pt], abs=1e-5)
 
 
+async def test_a_recalls_hops_override_the_configs(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    cfg = graph_config(seed_min_similarity=0.99, max_hops=2)
+    for hops in (0, 1, 2):
+        assert summary(await search(pool, cfg, "ga", ALEX_LIKES, hops=hops)) == summary(
+            await search(pool, graph_config(seed_min_similarity=0.99, max_hops=hops), "ga", ALEX_LIKES)
+        )
+    assert summary(await search(pool, cfg, "ga", ALEX_LIKES, hops=0)) != summary(
+        await search(pool, cfg, "ga", ALEX_LIKES)
+    )
+
+
 async def test_max_edges_keeps_the_heaviest_relations_first(
     pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
 ) -> None:

@@ -29,7 +29,7 @@ from fusion import Block, BlockItem, Encoding, format_block, get_encoding, rrf
 from indexers.base import Filters
 from indexers.postgres import filter_clause
 from indexers.typesense import build_filter, narrow_filter
-from service.schemas import MemoriesIn, RecallIn
+from service.schemas import FREE_LABEL_PATTERN, ID_PATTERN, MemoriesIn, RecallIn
 from service.validate import recall_options
 
 #: Derandomized: the same examples on every run, so a failure reproduces.
@@ -390,8 +390,8 @@ stamps = st.one_of(
         min_value=datetime(1971, 1, 1), max_value=datetime(2999, 1, 1), timezones=st.just(UTC)
     ),
 )
-FREE_LABEL = "Expected `str` matching regex '^[^`]+$'"
-LABEL = "Expected `str` matching regex '^[A-Za-z0-9_.:\\\\-]+$'"
+FREE_LABEL = f"Expected `str` matching regex {FREE_LABEL_PATTERN!r}"
+LABEL = f"Expected `str` matching regex {ID_PATTERN!r}"
 
 
 def scan(filter_by: str) -> tuple[str, list[str]]:
@@ -460,15 +460,14 @@ def recall_body(draw: Any) -> dict[str, Any]:
     return body
 
 
+def free_ok(value: str) -> bool:
+    """The FreeLabel contract: no backtick (Typesense quoting), no NUL (Postgres text)."""
+    return "`" not in value and "\x00" not in value
+
+
 def label_ok(value: str) -> bool:
     """The Label contract as meant: only these characters, 1 to 64 of them."""
     return re.fullmatch(r"[A-Za-z0-9_.:\-]{1,64}", value) is not None
-
-
-def trailing_newline_gap(value: str) -> bool:
-    """msgspec matches patterns with re.search, and ``$`` also matches before
-    a final newline: "abc\\n" passes ``^[...]+$`` (see the xfail below)."""
-    return value.endswith("\n") and label_ok(value[:-1])
 
 
 @PROPS
@@ -483,21 +482,21 @@ def test_recall_filters_are_refused_or_quoted_whole(data: st.DataObject) -> None
         decoded = msgspec.json.decode(msgspec.json.encode(body), type=RecallIn)
     except msgspec.ValidationError as exc:
         # Refused: some value carries a backtick (tags, session id) or is not a Label (kinds).
-        first_bad = [f"$.tags[{i}]" for i, t in enumerate(tags) if "`" in t]
+        first_bad = [f"$.tags[{i}]" for i, t in enumerate(tags) if not free_ok(t)]
         first_bad += [
             f"$.kinds[{i}]"
             for i, k in enumerate(kinds)
-            if not label_ok(k) and not trailing_newline_gap(k)
+            if not label_ok(k)
         ]
-        first_bad += ["$.session_id"] if session is not None and "`" in session else []
+        first_bad += ["$.session_id"] if session is not None and not free_ok(session) else []
         event("refused by the HTTP layer")
         assert first_bad, f"refused for no reason: {exc}"
         message = str(exc)
         assert message.startswith((f"{FREE_LABEL} - at ", f"{LABEL} - at "))
         assert message.split(" - at ")[1].strip("`") in first_bad
         return
-    assert not any("`" in v for v in [*tags, *([session] if session else [])])
-    assert all(label_ok(k) or trailing_newline_gap(k) for k in kinds)
+    assert all(free_ok(v) for v in [*tags, *([session] if session else [])])
+    assert all(label_ok(k) for k in kinds)
     opts = recall_options(decoded, CONFIG)
     filters = opts.filters
     tiers = [t for t in CONFIG.memory_tiers if filters.tiers is None or t in filters.tiers] or None
@@ -552,8 +551,8 @@ def test_a_value_with_a_backtick_raises(tenant: str, value: str, field: str) -> 
 def test_http_layer_refuses_backticks_in_tags_and_session_id(
     tags: list[str], session: str, poisoned: int
 ) -> None:
-    tags = [t.replace("`", "") or "t" for t in tags]
-    session = session.replace("`", "") or "s"
+    tags = [t.replace("`", "").replace("\x00", "") or "t" for t in tags]
+    session = session.replace("`", "").replace("\x00", "") or "s"
     if poisoned < 2:
         tags[-1] = tags[-1] + "`"
     else:
@@ -577,8 +576,6 @@ def test_http_layer_accepts_ids_and_kinds_only_of_label_characters(value: str) -
     be filter or SQL syntax beyond ``:`` and ``-`` is refused."""
     body = {"memories": [{"content": "x", "id": value[:128], "kind": "note"}]}
     value = value[:128]
-    if trailing_newline_gap(value):
-        return  # the known gap, see test_trailing_newline_is_refused
     try:
         msgspec.json.decode(msgspec.json.encode(body), type=MemoriesIn)
     except msgspec.ValidationError as exc:
@@ -593,14 +590,9 @@ def test_http_layer_accepts_ids_and_kinds_only_of_label_characters(value: str) -
         assert not label_ok(value[:64])
         assert str(exc) == f"{LABEL} - at `$.kinds[0]`"
     else:
-        assert label_ok(value[:64]) or trailing_newline_gap(value[:64])
+        assert label_ok(value[:64])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service/schemas.py: msgspec matches `pattern` with re.search and `$` also matches "
-    "before a final newline, so Id/Label accept 'abc\\n' (harmless in filters: it stays quoted)",
-)
 @pytest.mark.parametrize("where", ["id", "kind"])
 def test_trailing_newline_is_refused(where: str) -> None:
     body = {"memories": [{"content": "x", where: "abc\n"}]}
