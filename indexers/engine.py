@@ -26,6 +26,7 @@ from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, no
 from .registry import SourceResult, search_all
 
 __all__ = [
+    "WriteTimeout",
     "Engine",
     "GraphWrite",
     "MemoryWrite",
@@ -57,6 +58,19 @@ MemoryWrite = MemoryInput
 class GraphWrite(msgspec.Struct, frozen=True):
     entities: tuple[EntityInput, ...]
     relations: tuple[RelationInput, ...]
+
+
+class WriteTimeout(Exception):
+    """Postgres did not finish a write step in time. Unlike a refused
+    connection, the outcome is unknown: a COMMIT held by a stalled server may
+    still land. A retry with the same ids is safe (a write replaces)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"postgres did not answer within {seconds:g} s; the write may or may not "
+            "have been stored: retry it with the same ids (a write with ids replaces, "
+            "never duplicates)"
+        )
 
 
 class RecallOptions(msgspec.Struct, frozen=True):
@@ -167,9 +181,7 @@ class Engine:
             with anyio.fail_after(self.write_timeout_s):
                 return await step
         except TimeoutError as exc:
-            raise psycopg.OperationalError(
-                f"postgres did not answer within {self.write_timeout_s:g} s"
-            ) from exc
+            raise WriteTimeout(self.write_timeout_s) from exc
 
     async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> list[str]:
         model = self.embedder.model

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
+import anyio
 import msgspec
 import numpy as np
 import psycopg
@@ -222,10 +223,13 @@ class PostgresStore:
     async def aclose(self) -> None:
         await self.pool.close()
 
-    async def ping(self) -> bool:
+    async def ping(self, timeout: float = 2.0) -> bool:
+        """Whether Postgres answers ``SELECT 1`` within ``timeout`` seconds
+        (a stalled server accepts connections and never answers)."""
         try:
-            async with self.pool.connection(timeout=2) as conn:
-                await conn.execute("SELECT 1")
+            with anyio.fail_after(timeout):
+                async with self.pool.connection(timeout=timeout) as conn:
+                    await conn.execute("SELECT 1")
             return True
         except Exception:  # any failure means "not up"; the reason is logged by the caller
             return False

@@ -476,17 +476,28 @@ class TypesenseIndex:
             return False
         return True
 
+    async def _write_target(self, collection: str | None) -> str:
+        """The collection a write goes to: ``collection``, else the one behind
+        the alias, resolved now (a reindex in any process may just have
+        switched it). Never the alias itself: Typesense 0.24.1, replaying its
+        log after a restart, loses document writes and deletes that were
+        addressed to an alias (tests/faults/test_backends.py)."""
+        if collection is not None:
+            return collection
+        current = await self.client.get_alias(self.alias)
+        return current if current is not None else await self.ensure()
+
     async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
         """Insert or replace whole documents (a field left out is removed)."""
         docs = [record_document(record) for record in records]
-        await self.client.import_documents(collection or self.alias, docs)
+        await self.client.import_documents(await self._write_target(collection), docs)
 
     async def delete(
         self, keys: Sequence[tuple[str, str]], collection: str | None = None
     ) -> None:
         """Delete memories by ``(tenant, memory id)``; absent ones are ignored."""
         ids = [document_id(tenant, memory_id) for tenant, memory_id in keys]
-        await self.client.delete_documents(collection or self.alias, ids)
+        await self.client.delete_documents(await self._write_target(collection), ids)
 
     async def count(self, tenant: str | None = None, collection: str | None = None) -> int:
         filter_by = None if tenant is None else f"tenant:={_quoted(tenant)}"

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.datastructures import State
@@ -260,7 +261,11 @@ async def health(state: State) -> Response[HealthOut]:
     backends: dict[str, dict[str, Any]] = {}
     pg_up = await rt.store.ping()
     ts_up = await rt.index.ready()
-    pending = await rt.sync.pending() if pg_up else None
+    pending = None
+    if pg_up:
+        # Bounded like the ping: a Postgres that stalls now must not hang /health.
+        with anyio.move_on_after(2.0):
+            pending = await rt.sync.pending()
     backends["typesense"] = {"status": "up" if ts_up else "down", "node": rt.typesense.active_node}
     for name in ("pgvector", "graph"):
         backends[name] = {"status": "up" if pg_up else "down", "store": "postgres"}

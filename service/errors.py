@@ -21,6 +21,7 @@ from litestar.openapi import ResponseSpec
 
 from config import ConfigError
 from indexers.base import SourceUnavailable
+from indexers.engine import WriteTimeout
 from indexers.reindex import ReindexBusy
 
 from .validate import InputError
@@ -84,9 +85,13 @@ def _unstorable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str,
 
 def _unavailable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     log.warning("backend unavailable: %s", exc)
-    detail = str(exc) if isinstance(exc, SourceUnavailable) else "postgres unavailable"
+    if isinstance(exc, WriteTimeout):
+        detail = str(exc)
+    else:
+        reason = str(exc) if isinstance(exc, SourceUnavailable) else "postgres unavailable"
+        detail = f"{reason}; nothing was written, retry later"
     return Response(
-        {"status_code": 503, "detail": f"{detail}; nothing was written, retry later"},
+        {"status_code": 503, "detail": detail},
         status_code=503,
         headers={"Retry-After": "1"},
         media_type=MediaType.JSON,
@@ -130,6 +135,7 @@ def exception_handlers() -> dict[type[Exception] | int, Callable[..., Response[A
         ConfigError: _input_error,
         ReindexBusy: _busy,
         SourceUnavailable: _unavailable,
+        WriteTimeout: _unavailable,
         psycopg.DataError: _unstorable,
         psycopg.OperationalError: _unavailable,
         psycopg_pool.PoolTimeout: _unavailable,

@@ -69,6 +69,11 @@ WRITE_BOUND_S = 3.0
 HEALTH_WAIT_S = 5.0
 #: The answer Postgres being unreachable gives a write (service/errors.py).
 PG_DOWN_503 = {"status_code": 503, "detail": "postgres unavailable; nothing was written, retry later"}
+PG_TIMEOUT_503 = {
+    "status_code": 503,
+    "detail": f"postgres did not answer within {WRITE_BOUND_S:g} s; the write may or may not have been "
+    "stored: retry it with the same ids (a write with ids replaces, never duplicates)",
+}
 QUERY = "blue ferry harbour log"
 LOAD = "2 recall + 2 write clients in a loop (1 memory per write, client-chosen ids, 50 ms pause)"
 
@@ -493,9 +498,7 @@ async def test_typesense_killed_and_restarted_under_load(
         in_pg & in_ts,
         f"{len(during)} writes acknowledged while Typesense was down, "
         f"{len(during & in_ts)} of them in Typesense afterwards; of the {len(before)} acknowledged "
-        f"before the kill, {len(before - in_ts)} missing from Typesense after its restart "
-        f"(its log replay drops writes made through an alias: "
-        f"test_typesense_restart_keeps_what_the_outbox_applied)",
+        f"before the kill, {len(before - in_ts)} missing from Typesense after its restart",
     )
 
     assert t.server_errors == []
@@ -503,17 +506,13 @@ async def test_typesense_killed_and_restarted_under_load(
     assert [r for r in t.of("write") if r.status != 201] == []
     assert len(during) >= 2
     assert t.acked - in_pg == set(), "acknowledged writes lost in Postgres"
-    # What was applied before the kill is test_typesense_restart_keeps_what_the_outbox_applied's.
     assert t.acked - before - in_ts == set(), "writes made during the outage never reached Typesense"
+    # Written to the collection itself, not through the alias, what Typesense had
+    # applied before the kill survives its log replay.
+    assert before - in_ts == set(), "writes applied before the kill lost by the restart"
     assert 0 <= t.recall_recovery_s < 30 and 0 <= t.write_recovery_s < 30
 
 
-@pytest.mark.xfail(
-    reason="Typesense 0.24.1 replaying its Raft log after a restart (no snapshot yet) loses "
-    "document writes and deletes addressed to an alias, and indexers/typesense.py writes "
-    "through the alias: applied upserts vanish, applied deletes come back",
-    strict=False,  # a race in Typesense's replay: most runs lose some, not every run
-)
 async def test_typesense_restart_keeps_what_the_outbox_applied(
     pg: EmbeddedPostgres, ts: EmbeddedTypesense, starter: ThreadPoolExecutor, embedder: Any, ledger: Ledger
 ) -> None:
@@ -667,7 +666,8 @@ async def test_postgres_stalled_deadline_holds(
     assert len(sent_stalled) >= 2
     assert all(r.status in (201, 503) for r in t.of("write"))
     for r in refused:
-        assert (r.body, r.retry_after) == (PG_DOWN_503, "1")
+        # Timed out (the outcome unknown), or no connection within the pool's wait.
+        assert r.body in (PG_TIMEOUT_503, PG_DOWN_503) and r.retry_after == "1", r.body
         # The bound, plus the embedding before it and a cancelled transaction's unwinding.
         assert r.ms <= (WRITE_BOUND_S + 2 * MARGIN_S) * 1000, r.ms
     # Sent after the stall began, a write got no further than BEGIN. (One in flight
