@@ -122,6 +122,10 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
 def _group(kind: str) -> tuple[int, str]:
     return (KIND_ORDER.index(kind), "") if kind in KIND_ORDER else (len(KIND_ORDER), kind)
 
@@ -165,10 +169,13 @@ def _soak_section(results: Path) -> list[str]:
     if not path.exists():
         return ["No soak in this run (`--soak-minutes 0`, or it did not finish)."]
     soak = json.loads(path.read_text())
+    settings = soak["settings"]
+    sent = soak.get("achieved_rate")
     lines = [
-        f"{soak['settings']['minutes']:g} min, {soak['settings']['clients']} clients at "
-        f"{soak['settings']['rate']:g} requests/s: {soak['requests']} requests, p99 "
-        f"{_cell(soak['p99_ms'])} ms, {soak['errors']} errors.",
+        f"{settings['minutes']:g} min, {settings['clients']} clients at {settings['rate']:g} requests/s "
+        f"({'–' if sent is None else format(sent, '.1f')} sent a second"
+        f"{', SATURATED' if soak.get('saturated') else ''}): {soak['requests']} requests, {soak['errors']} errors, "
+        f"p99 {_ms(soak.get('p99_ms'))} ms (after warm-up {_ms(soak.get('p99_after_warmup_ms'))} ms).",
         "",
         f"Memory: {soak['memory']['summary']}.",
         "",

@@ -7,8 +7,12 @@ Typesense in a temp dir, ``python -m service`` as a subprocess
 (:mod:`benchmarks.faults.stack`), ``--clients`` httpx clients sharing one
 fixed request rate (:mod:`benchmarks.faults.workload`).
 
-Every ``--sample`` seconds: the service's RSS and CPU, requests, errors by
-status and p50/p99 latency in the window, the outbox backlog. At the end the
+The query texts (400) are embedded once before the clock starts, so the
+rate loads the steady state rather than the query-embedding cache filling.
+Every ``--sample`` seconds: the service's RSS, CPU by process, requests,
+errors by status and p50/p99 latency in the window, the outbox backlog. The
+run is *saturated* when the clients could not keep the rate (fewer than 95 %
+of the requests sent, or starts over 1 s late at p99). At the end the
 outbox is drained and every acknowledged, not deleted memory is read back
 from Postgres and from Typesense (directly, not through the service) with
 the content last acknowledged; every acknowledged delete must be gone from
@@ -68,6 +72,8 @@ class SoakSettings:
     seed: int = 11
     #: Extra wall-clock allowance beyond the load for start, drain and check.
     slack_s: float = 900.0
+    #: Shares of recalls, writes and deletes.
+    mix: tuple[float, float, float] = (Mix.recall, Mix.write, Mix.delete)
     #: Extra environment for the service process (experiments; empty: as shipped).
     service_env: tuple[tuple[str, str], ...] = ()
 
@@ -256,7 +262,7 @@ async def _soak(
     print(f"soak: {len(pool)} query texts embedded once in {result['prewarm_s']:.0f} s (not counted)", flush=True)
     t0 = time.monotonic() + 0.5
     end = t0 + s.seconds
-    mix = Mix()
+    mix = Mix(*s.mix)
     await asyncio.gather(
         run_clients(url=stack.url, headers=stack.headers, clients=s.clients, rate=s.rate, seconds=s.seconds,
                     mix=mix, schema=schema, pool=pool, seed=s.seed, book=book, t0=t0),
@@ -396,6 +402,13 @@ def _counts(book: Book, samples: list[dict[str, Any]], s: SoakSettings, result: 
     }
 
 
+def _shares(text: str) -> tuple[float, float, float]:
+    parts = [float(x) for x in text.split(",")]
+    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
+        raise SystemExit(f"--mix: three shares summing to 1, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.faults.soak", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -406,13 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=d.sample_s, help="seconds between samples")
     parser.add_argument("--flat-mb", type=float, default=d.flat_mb)
     parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--mix", default=",".join(f"{x:g}" for x in d.mix), metavar="RECALL,WRITE,DELETE",
+                        help="shares of the operations (default %(default)s)")
     parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment for the service (experiments), repeatable")
     parser.add_argument("--ledger", default=os.environ.get("BRAID_FAULT_LEDGER"))
     parser.add_argument("--out", default=str(RESULTS), help="directory for soak.json/.md/.png")
     args = parser.parse_args(argv)
     s = replace(d, minutes=args.minutes, clients=args.clients, rate=args.rate, sample_s=args.sample,
-                flat_mb=args.flat_mb, seed=args.seed,
+                flat_mb=args.flat_mb, seed=args.seed, mix=_shares(args.mix),
                 service_env=tuple(tuple(e.split("=", 1)) for e in args.service_env))  # type: ignore[misc]
     result = run_soak(s, Ledger(args.ledger))
     paths = write_outputs(result, args.out)

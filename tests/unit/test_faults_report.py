@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from benchmarks.faults.__main__ import pytest_summary
@@ -133,3 +134,20 @@ def test_per_minute_buckets() -> None:
     ]
     assert rows[0]["error_rate"] == 1 / 3
     assert rows[0]["p50_ms"] == 30.0
+
+
+def test_report_soak_section(tmp_path: Path) -> None:
+    soak = {
+        "settings": {"minutes": 10, "clients": 8, "rate": 20.0}, "achieved_rate": 19.96, "saturated": False,
+        "requests": 11976, "errors": 0, "p99_ms": 412.6, "p99_after_warmup_ms": 380.4,
+        "memory": {"summary": "650 MB after warm-up, 655 MB at the end: flat (bound 20 MB)"},
+    }
+    (tmp_path / "soak.json").write_text(json.dumps(soak))
+    text = write_report([], {"pytest_exit": 0}, results=tmp_path).read_text()
+    assert (
+        "10 min, 8 clients at 20 requests/s (20.0 sent a second): 11976 requests, 0 errors, "
+        "p99 413 ms (after warm-up 380 ms)."
+    ) in text.splitlines()
+    assert "Memory: 650 MB after warm-up, 655 MB at the end: flat (bound 20 MB)." in text.splitlines()
+    assert "![soak: error rate, p99 latency and service RSS over time](soak.png)" not in text  # no plot file
+    assert "Verdict: pass." in text
