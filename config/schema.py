@@ -142,6 +142,8 @@ class EmbeddingConfig(_Base):
     model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
     dim: Annotated[int, Meta(ge=1, le=4096)] = 384
     cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
+    #: Threads torch gives one inference; 0 = torch's default (one per core).
+    threads: Annotated[int, Meta(ge=0, le=256)] = 1
 
 
 class PostgresConfig(_Base):

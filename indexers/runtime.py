@@ -77,7 +77,9 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     cfg = config.current
     if embedder is None:
-        model = create_embedder(cfg.embedding.model, cache_size=cfg.embedding.cache_size)
+        model = create_embedder(
+            cfg.embedding.model, cache_size=cfg.embedding.cache_size, threads=cfg.embedding.threads
+        )
         await anyio.to_thread.run_sync(model.load)
         await model.embed(["warm up"])  # the first inference is slow; not on a user's recall
         embedder = model
