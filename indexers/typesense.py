@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 import msgspec
 
@@ -144,7 +145,26 @@ class TypesenseClient:
     Requests go to the last node that answered and, on a connect error, a
     timeout or a 5xx, to the next one. When every node failed the request
     raises :class:`SourceUnavailable` naming each node's failure.
+
+    A node that failed is tried after the others for ``retry_after``
+    seconds, and one that timed out or was still silent when the caller gave
+    up (a recall source's deadline is shorter than the client's timeout)
+    after those that failed fast: a hung node, whose connections hang instead
+    of being refused, would otherwise take every recall's deadline and the
+    client would never reach the next node.
+
+    What Typesense 0.24.1 answers while its Raft cluster elects a new leader
+    (``tests/faults/test_cluster.py``): followers keep serving reads; a write
+    sent to a follower, which forwards it to the leader, is answered with the
+    status line ``HTTP/1.1 0`` while the dead leader is still the one it
+    knows, then ``500 Could not find a leader.``; a restarted node answers
+    ``503 Not Ready or Lagging`` until it has caught up. All of these fail
+    over to the next node; a write that no node takes raises
+    :class:`SourceUnavailable`, and the outbox retries it.
     """
+
+    #: In httpx's error for the status line ``HTTP/1.1 0`` (a RemoteProtocolError).
+    _NO_STATUS = "HTTP/1.1 0 "
 
     def __init__(
         self,
@@ -152,12 +172,18 @@ class TypesenseClient:
         api_key: str,
         *,
         timeout: float = 2.0,
+        retry_after: float = 5.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not nodes:
             raise ValueError("at least one Typesense node is required")
         self.nodes: tuple[str, ...] = tuple(node.rstrip("/") for node in nodes)
+        self.retry_after = retry_after
         self._good = 0
+        #: Per node, the monotonic time until which it is tried after the
+        #: others, and whether it failed by not answering.
+        self._failed_until = [0.0] * len(self.nodes)
+        self._silent = [False] * len(self.nodes)
         self._http = httpx.AsyncClient(
             headers={"X-TYPESENSE-API-KEY": api_key}, timeout=timeout, transport=transport
         )
@@ -186,8 +212,7 @@ class TypesenseClient:
         elif content is not None:
             headers["Content-Type"] = "text/plain"
         failures: list[str] = []
-        for step in range(len(self.nodes)):
-            index = (self._good + step) % len(self.nodes)
+        for index in self._order():
             node = self.nodes[index]
             try:
                 response = await self._http.request(
@@ -195,19 +220,46 @@ class TypesenseClient:
                 )
             except httpx.TimeoutException as exc:
                 failures.append(f"{node}: timed out ({type(exc).__name__})")
+                self._failed(index, silent=True)
                 continue
             except httpx.TransportError as exc:
-                detail = f": {exc}" if str(exc) else ""
-                failures.append(f"{node}: {type(exc).__name__}{detail}")
+                if self._NO_STATUS in str(exc):
+                    failures.append(f"{node}: HTTP 0 (a follower that could not reach its leader)")
+                else:
+                    detail = f": {exc}" if str(exc) else ""
+                    failures.append(f"{node}: {type(exc).__name__}{detail}")
+                self._failed(index)
                 continue
+            except anyio.get_cancelled_exc_class():
+                self._failed(index, silent=True)
+                raise
             if response.status_code >= 500:
                 failures.append(f"{node}: HTTP {response.status_code}: {_message(response)}")
+                self._failed(index)
                 continue
             self._good = index
+            self._failed_until[index] = 0.0
             if response.status_code >= 400:
                 raise TypesenseError(response.status_code, _message(response))
             return response
         raise SourceUnavailable(SOURCE, "; ".join(failures))
+
+    def _order(self) -> list[int]:
+        """The nodes in the order to try: round the ring from the last one
+        that answered, then those that failed lately, then those that
+        lately did not answer."""
+        now = time.monotonic()
+        ring = [(self._good + step) % len(self.nodes) for step in range(len(self.nodes))]
+        return sorted(ring, key=lambda i: 0 if self._failed_until[i] <= now else 1 + self._silent[i])
+
+    def _failed(self, index: int, *, silent: bool = False) -> None:
+        """Node ``index`` failed (``silent``: by not answering in time): try
+        it after the others for a while, and start the next request at the
+        node after it."""
+        self._failed_until[index] = time.monotonic() + self.retry_after
+        self._silent[index] = silent
+        if self._good == index:
+            self._good = (index + 1) % len(self.nodes)
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return _decode((await self._request(method, path, **kwargs)).content)
