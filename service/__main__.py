@@ -20,7 +20,7 @@ from pathlib import Path
 import uvloop
 
 from config import ConfigError, config_path, load_config
-from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, Supervisor
 from indexers.engine import ConfigHolder
 from indexers.runtime import Backends
 
@@ -45,7 +45,7 @@ def main() -> int:
     home.mkdir(parents=True, exist_ok=True)
     port = int(os.environ.get("BRAID_PORT", cfg.server.port))
 
-    postgres = typesense = None
+    postgres = typesense = supervisor = None
     try:
         if cfg.postgres.dsn is None:
             postgres = EmbeddedPostgres(home / "postgres")
@@ -58,6 +58,8 @@ def main() -> int:
             nodes: tuple[str, ...] = (typesense.start(),)
             ts_key = typesense.api_key
             log.info("embedded Typesense up at %s", nodes[0])
+            # Restarted if it crashes (same data dir and port); the outbox catches it up.
+            supervisor = Supervisor(typesense).start()
         else:
             nodes = tuple(cfg.typesense.nodes)
             ts_key = cfg.typesense.api_key or os.environ.get("TYPESENSE_API_KEY", "")
@@ -80,6 +82,8 @@ def main() -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(_serve(settings, cfg.server.host, port))
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         if typesense is not None:
             typesense.stop()
             log.info("embedded Typesense stopped")

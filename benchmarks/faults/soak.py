@@ -317,6 +317,7 @@ def run_soak(s: SoakSettings, ledger: Ledger, command: str = "") -> dict[str, An
         service_log_problems=stack.log_problems[:20],
         service_log_problem_count=len(stack.log_problems),
         servers_died=stack.died,
+        typesense_restarts=stack.typesense_exits,
         machine=f"{os.cpu_count()} cores, shared by the clients, the service, Postgres and Typesense",
         command=command or "python -m benchmarks.faults.soak " + " ".join(sys.argv[1:]),
     )
@@ -364,6 +365,7 @@ def _counts(book: Book, samples: list[dict[str, Any]], s: SoakSettings, result: 
         f"{checked.get('uncertain', 0)} ids uncertain (no answer), {book.wrong_ids} wrong-id acks, "
         f"{left} processes left"
         f"{'; died: ' + ', '.join(result['servers_died']) if result.get('servers_died') else ''}"
+        f"{'; Typesense crashed and was restarted ' + str(len(result['typesense_restarts'])) + ' time(s): ' + ' | '.join(result['typesense_restarts']) if result.get('typesense_restarts') else ''}"
     )
     scenario = Scenario(
         name=f"soak {s.minutes:g} min, {s.clients} clients at {s.rate:g} req/s",

@@ -210,6 +210,8 @@ def _markdown(r: dict[str, Any]) -> str:
         f"service exit code {r['service_exit']}; {r['service_log_problem_count']} warning/error lines in the "
         f"service log; processes left after stop: {len(r['leftover_processes'])}.",
     ]
+    for exit_line in r.get("typesense_restarts", []):
+        lines += ["", f"**Typesense crashed and was restarted by the supervisor** ({exit_line})."]
     for kind, what in r.get("servers_died", {}).items():
         lines += ["", f"**{kind} died during the run** ({what.splitlines()[0]}):", "", "```", what, "```"]
     if r["examples"]:

@@ -26,7 +26,7 @@ import psutil
 import yaml
 
 from benchmarks.recall_latency import ROOT
-from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, Supervisor, free_port
 
 __all__ = ["SoakStack"]
 
@@ -59,11 +59,16 @@ class SoakStack:
         self._ready_at = 0
         #: Servers found dead at stop time: kind -> exit code and log tail.
         self.died: dict[str, str] = {}
+        self.supervisor: Supervisor | None = None
+        #: Typesense crashes the supervisor restarted from (exit code, last error).
+        self.typesense_exits: list[str] = []
         self._log: Any = None
 
     def start(self, timeout: float = 180.0) -> None:
         self.dsn = self.postgres.start()
         self.typesense.start()
+        # As `make run` does: a crashed Typesense is restarted, and counted.
+        self.supervisor = Supervisor(self.typesense).start()
         cfg = yaml.safe_load(CONFIG.read_text())
         cfg["postgres"]["dsn"] = self.dsn
         cfg["typesense"].update(nodes=[self.typesense.url], apiKey=self.typesense.api_key)
@@ -145,6 +150,9 @@ class SoakStack:
 
     def close(self) -> list[str]:
         """Stop everything in order; return the processes that had to be killed."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.typesense_exits = list(self.supervisor.exits)
         ts = self.typesense.proc
         if ts is not None and ts.poll() is not None:
             logs = sorted((self.typesense.data_dir / "log").glob("*.log*"))

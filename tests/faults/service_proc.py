@@ -24,6 +24,7 @@ import httpx
 import psycopg
 
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
+from tests.api.conftest import fresh_database
 
 __all__ = ["ADMIN_KEY", "AGENT_KEY", "TENANT", "ServiceProcess"]
 
@@ -32,13 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TENANT = "tenant-a"
 AGENT_KEY = "agent-key-crash-tenant-a-0123"
 ADMIN_KEY = "admin-key-crash-tenant-a-0123"
-
-
-def fresh_database(pg: EmbeddedPostgres) -> str:
-    name = f"braid_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return pg.dsn().replace("/postgres?", f"/{name}?")
 
 
 class ServiceProcess:
