@@ -26,10 +26,11 @@ RATE_NOTE = (
     "the machine, room for the corpus to grow (about 9,000 memories in 10 minutes) without p99 "
     "drifting. Measured for 1 minute each on the shared machine: with the service's torch on one "
     "thread (`--service-env OMP_NUM_THREADS=1`) 20, 30 and 40 requests/s were all sent on time "
-    "(stack CPU 0.56, 0.83, 1.11 cores; p99 462, 554, 509 ms, inflated by the other runs); as shipped "
-    "(torch's 2 intra-op threads) 20 requests/s saturated (14.9 sent a second, p99 2.6 s, 0.95 core): "
-    "under CPU contention one query embedding took about 140 ms of CPU with 2 torch threads against "
-    "12 ms with one."
+    "(stack CPU 0.56, 0.83, 1.11 cores; p99 462, 554, 509 ms, inflated by the other runs); with "
+    "torch's 2 intra-op threads (the service's setting then) 20 requests/s saturated (14.9 sent a "
+    "second, p99 2.6 s, 0.95 core): under CPU contention one query embedding took about 140 ms of "
+    "CPU with 2 torch threads against 12 ms with one. The service now runs torch on one thread "
+    "(`embedding.threads: 1`)."
 )
 
 
