@@ -234,6 +234,13 @@ def _v6(dim: int) -> list[sql.Composable]:
     """One reindex job at a time per database: concurrent jobs shared the
     temporary index names and each held a pool connection through its build."""
     return [
+        # Jobs left active by an older Braid died with it (migrations run at
+        # start-up, before any job), and several of them would fail the index.
+        sql.SQL(
+            "UPDATE reindex_jobs SET status = 'interrupted', finished_at = clock_timestamp(),"
+            " error = 'the service stopped while the job ran'"
+            " WHERE status IN ('queued', 'running')"
+        ),
         sql.SQL(
             "CREATE UNIQUE INDEX reindex_jobs_one_active ON reindex_jobs ((true))"
             " WHERE status IN ('queued', 'running')"

@@ -113,6 +113,29 @@ async def test_migrations_apply_once(dsn: str) -> None:
         assert await cur.fetchone() == ("vector(384)",)
 
 
+async def test_one_active_reindex_migration_ends_jobs_an_older_braid_left(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import indexers.migrations as migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 6})
+        await migrate(conn, dim=DIM)
+        for job in ("a", "b"):
+            await conn.execute(
+                "INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'running')", (job,)
+            )
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [6]
+        cur = await conn.execute("SELECT id, status FROM reindex_jobs ORDER BY id")
+        assert await cur.fetchall() == [("a", "interrupted"), ("b", "interrupted")]
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            for job in ("c", "d"):
+                await conn.execute(
+                    "INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'queued')", (job,)
+                )
+
+
 async def test_concurrent_migrations_apply_once(dsn: str) -> None:
     results: list[list[int]] = []
 
