@@ -52,7 +52,11 @@ _MEANING: dict[int, str] = {
     409: "A reindex job is already queued or running; `job_id` names it",
     413: "The body is larger than `server.maxBodyBytes`",
     429: "Too many requests for this key; retry after `Retry-After` seconds",
-    503: "A backend is unavailable and nothing was written; retry after `Retry-After` seconds",
+    503: (
+        "A backend is unavailable and nothing was written, or Postgres did not finish a write "
+        "in time and its outcome is unknown (`detail` says which; a retry with the same ids is "
+        "safe); retry after `Retry-After` seconds"
+    ),
 }
 
 
