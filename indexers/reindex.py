@@ -13,7 +13,9 @@ them. While a job runs, recalls keep using the old index:
   tier's current m / ef_construction and swapped in.
 
 A job cut short by a crash is marked ``interrupted`` at the next start-up,
-and a new job can run. What a Typesense job leaves behind is cleared then,
+and a new job can run. The process running a job holds a Postgres advisory
+lock for it (on a connection of its own, released when that process dies), so
+a process starting up beside a live one leaves that one's job alone. What a Typesense job leaves behind is cleared then,
 and again before every Typesense reindex (for a job that failed, or whose
 clean-up found Typesense down): its progress names the collection it was
 filling, the one the alias pointed at before, and the replay's start. If the
@@ -30,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -50,6 +53,10 @@ BATCH = 500
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
+
+
+#: The advisory lock a job's process holds while the job lives.
+_JOB_LOCK = "hashtextextended('braid-reindex:' || %s, 0)"
 
 
 class ReindexBusy(Exception):
@@ -78,15 +85,25 @@ class ReindexJobs:
         self._spawn = spawn
 
     async def mark_interrupted(self) -> int:
-        """At start-up: jobs left queued or running died with their process;
-        mark them ``interrupted`` and clear what they left in Typesense."""
+        """At start-up: a job left queued or running whose lock is free died
+        with its process; mark it ``interrupted`` and clear what it left in
+        Typesense. A job whose lock is held runs in another live process."""
+        marked = 0
         async with self._store.pool.connection() as conn:
-            cur = await conn.execute(
-                "UPDATE reindex_jobs SET status = 'interrupted', finished_at = clock_timestamp(),"
-                " error = 'the service stopped while the job ran'"
-                " WHERE status IN ('queued', 'running')"
-            )
-            marked = cur.rowcount
+            cur = await conn.execute("SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')")
+            for (job_id,) in await cur.fetchall():
+                # Autocommit: the transaction lock is only a probe, released at once.
+                probe = await conn.execute(f"SELECT pg_try_advisory_xact_lock({_JOB_LOCK})", (job_id,))
+                row = await probe.fetchone()
+                if row is None or not row[0]:
+                    continue
+                done = await conn.execute(
+                    "UPDATE reindex_jobs SET status = 'interrupted', finished_at = clock_timestamp(),"
+                    " error = 'the service stopped while the job ran'"
+                    " WHERE id = %s AND status IN ('queued', 'running')",
+                    (job_id,),
+                )
+                marked += done.rowcount
         await self.clear_leftovers()
         return marked
 
@@ -139,20 +156,33 @@ class ReindexJobs:
         """Queue a job; :class:`ReindexBusy` if one is queued or running (a
         unique index on the active jobs decides, across processes too)."""
         job_id = uuid.uuid4().hex
-        async with self._store.pool.connection() as conn:
-            try:
-                await conn.execute(
-                    "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
-                    (job_id, target, tier),
-                )
-            except psycopg.errors.UniqueViolation:
-                cur = await conn.execute(
-                    "SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')"
-                )
-                row = await cur.fetchone()
-                raise ReindexBusy(row[0] if row else "") from None
-        self._spawn(lambda: self._run(job_id, target, tier))
+        # Locked before the row exists: no process can see the job unlocked.
+        lock = await self._store.pool.getconn()
+        try:
+            await lock.execute(f"SELECT pg_advisory_lock({_JOB_LOCK})", (job_id,))
+            await lock.execute(
+                "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
+                (job_id, target, tier),
+            )
+        except psycopg.errors.UniqueViolation:
+            cur = await lock.execute("SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')")
+            row = await cur.fetchone()
+            await self._release(lock, job_id)
+            raise ReindexBusy(row[0] if row else "") from None
+        except BaseException:
+            await self._release(lock, job_id)
+            raise
+        self._spawn(lambda: self._run(job_id, target, tier, lock))
         return job_id
+
+    async def _release(self, lock: psycopg.AsyncConnection[Any], job_id: str) -> None:
+        """Give the job's lock and its connection back (even while cancelled)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await lock.execute(f"SELECT pg_advisory_unlock({_JOB_LOCK})", (job_id,))
+            except psycopg.Error:
+                pass  # a broken connection: its lock went with it, the pool drops it
+            await self._store.pool.putconn(lock)
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
         async with self._store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -171,7 +201,15 @@ class ReindexJobs:
         async with self._store.pool.connection() as conn:
             await conn.execute(f"UPDATE reindex_jobs SET {sets} WHERE id = %(id)s", fields)
 
-    async def _run(self, job_id: str, target: str, tier: str | None) -> None:
+    async def _run(
+        self, job_id: str, target: str, tier: str | None, lock: psycopg.AsyncConnection[Any]
+    ) -> None:
+        try:
+            await self._run_locked(job_id, target, tier)
+        finally:
+            await self._release(lock, job_id)
+
+    async def _run_locked(self, job_id: str, target: str, tier: str | None) -> None:
         progress: dict[str, Any] = {}
 
         async def report(update: dict[str, Any]) -> None:

@@ -154,3 +154,41 @@ async def test_the_key_is_checked_before_the_body_is_read(braid: Braid) -> None:
     assert r.status_code == 403
     r = await braid.client.post("/v1/recall", content=bad_body, headers=braid.headers(AGENT_A))
     assert r.status_code == 400
+
+
+async def test_start_up_leaves_alone_a_job_another_live_process_runs(braid: Braid) -> None:
+    import anyio
+    import psycopg
+
+    lock = "SELECT pg_advisory_lock(hashtextextended('braid-reindex:' || %s, 0))"
+    other = await psycopg.AsyncConnection.connect(braid.dsn, autocommit=True)
+    try:
+        # Another replica's running job: its row, and the lock its process holds.
+        await other.execute(lock, ("elsewhere",))
+        await other.execute(
+            "INSERT INTO reindex_jobs (id, target, status) VALUES ('elsewhere', 'all', 'running')"
+        )
+        assert await braid.runtime.jobs.mark_interrupted() == 0
+        r = await braid.client.get("/admin/reindex/elsewhere", headers=braid.headers(ADMIN_A))
+        assert r.json()["status"] == "running"
+    finally:
+        await other.close()  # that process dies; its lock goes with its connection
+    with anyio.fail_after(10):
+        while await braid.runtime.jobs.mark_interrupted() == 0:
+            await anyio.sleep(0.1)
+    r = await braid.client.get("/admin/reindex/elsewhere", headers=braid.headers(ADMIN_A))
+    assert r.json()["status"] == "interrupted"
+    # A job of this process holds its lock until it ends, then gives it back.
+    r = await braid.post("/admin/reindex", {"target": "pgvector", "tier": "session"}, key=ADMIN_A)
+    job_id = r.json()["job_id"]
+    assert (await wait_job(braid, job_id))["status"] == "done"
+    async with await psycopg.AsyncConnection.connect(braid.dsn, autocommit=True) as conn:
+        with anyio.fail_after(10):  # released just after the job's status says done
+            while True:
+                cur = await conn.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtextextended('braid-reindex:' || %s, 0))",
+                    (job_id,),
+                )
+                if await cur.fetchone() == (True,):
+                    break
+                await anyio.sleep(0.05)
