@@ -34,6 +34,7 @@ __all__ = [
     "EntityInput",
     "HIT_COLUMNS",
     "MemoryInput",
+    "PING_TIMEOUT_S",
     "PoolSource",
     "PostgresStore",
     "RECORD_COLUMNS",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 NOTIFY_CHANNEL = "braid_outbox"
+
+#: How long a health check waits on Postgres.
+PING_TIMEOUT_S = 2.0
 
 
 def normalize_name(name: str) -> str:
@@ -223,12 +227,13 @@ class PostgresStore:
     async def aclose(self) -> None:
         await self.pool.close()
 
-    async def ping(self, timeout: float = 2.0) -> bool:
-        """Whether Postgres answers ``SELECT 1`` within ``timeout`` seconds
-        (a stalled server accepts connections and never answers)."""
+    async def ping(self, timeout: float = PING_TIMEOUT_S) -> bool:
+        """Whether Postgres answers ``SELECT 1`` within ``timeout`` seconds,
+        the wait for a connection included (a stalled server accepts
+        connections and never answers)."""
         try:
             with anyio.fail_after(timeout):
-                async with self.pool.connection(timeout=timeout) as conn:
+                async with self.pool.connection() as conn:
                     await conn.execute("SELECT 1")
             return True
         except Exception:  # any failure means "not up"; the reason is logged by the caller

@@ -8,7 +8,6 @@ are thin: decode a Struct, call one engine method, return a Struct.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,13 +32,13 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError
 from indexers.engine import ConfigHolder, Engine, GraphWrite
-from indexers.postgres import EntityInput, RelationInput
+from indexers.postgres import PING_TIMEOUT_S, EntityInput, RelationInput
 from indexers.runtime import Backends, Runtime, open_runtime
 
 from .auth import Keyring, Principal, RateLimiter, retry_after_header
 from .errors import exception_handlers, problem_responses
 from .schemas import (
-    ID_PATTERN,
+    Id,
     BodySchemaPlugin,
     DeletedOut,
     GraphIn,
@@ -59,8 +58,6 @@ from .validate import InputError, memory_writes, recall_options
 __all__ = ["AppSettings", "create_app"]
 
 log = logging.getLogger("braid")
-
-_ID_RE = re.compile(ID_PATTERN)
 
 
 class AppSettings(msgspec.Struct):
@@ -141,8 +138,10 @@ async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[
     responses=problem_responses(400, 401, 404, 429, 503),
 )
 async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> DeletedOut:
-    if not _ID_RE.match(memory_id) or len(memory_id) > 128:
-        raise InputError(f"memory id {memory_id!r} is not a valid id (letters, digits, _.:- up to 128)")
+    try:
+        msgspec.convert(memory_id, Id)  # the same rule as a written id
+    except msgspec.ValidationError:
+        raise InputError(f"memory id {memory_id!r} is not a valid id (letters, digits, _.:- up to 128)") from None
     if not await engine.delete_memory(principal.tenant, memory_id):
         raise NotFoundException(f"no memory {memory_id!r}")
     return DeletedOut(deleted=memory_id)
@@ -264,7 +263,7 @@ async def health(state: State) -> Response[HealthOut]:
     pending = None
     if pg_up:
         # Bounded like the ping: a Postgres that stalls now must not hang /health.
-        with anyio.move_on_after(2.0):
+        with anyio.move_on_after(PING_TIMEOUT_S):
             pending = await rt.sync.pending()
     backends["typesense"] = {"status": "up" if ts_up else "down", "node": rt.typesense.active_node}
     for name in ("pgvector", "graph"):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FREE_LABEL_PATTERN",
     "ID_PATTERN",
+    "Id",
     "BodySchemaPlugin",
     "DeletedOut",
     "GraphEntityIn",
