@@ -31,6 +31,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
@@ -56,6 +57,8 @@ from .postgres import (
 _SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
+
+log = logging.getLogger("braid.graph")
 
 FACT_KIND = "fact"
 
@@ -89,8 +92,25 @@ def personalized_pagerank(
     )
 
 
+#: Relations already logged as unreadable (each is logged once per process).
+_UNREADABLE: set[int] = set()
+
+
+def _instant(relation_id: int, seconds: float) -> datetime | None:
+    """A relation's time from epoch seconds; None (logged once) if Python cannot hold it."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        if relation_id not in _UNREADABLE and len(_UNREADABLE) < 100_000:
+            _UNREADABLE.add(relation_id)
+            log.warning("relation %s skipped: its time (%s s) is outside years 1-9999", relation_id, seconds)
+        return None
+
+
 class GraphSource(PoolSource):
     name = "graph"
+    #: Without a vector it is seeded by the entities the query names.
+    needs_vector = False
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         cfg = self._get_config()
@@ -170,7 +190,9 @@ class GraphSource(PoolSource):
                 ),
                 reached AS (SELECT DISTINCT entity_id FROM walk)
                 SELECT r.id, r.source_id, r.target_id, r.relation, r.weight,
-                       coalesce(r.valid_from, r.created_at) AS created_at
+                       -- As seconds: a row whose time Python cannot hold is
+                       -- skipped in _facts instead of failing the whole read.
+                       extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS created_at
                 FROM relations r
                 WHERE r.tenant = %(tenant)s
                   AND r.source_id IN (SELECT entity_id FROM reached)
@@ -213,7 +235,9 @@ class GraphSource(PoolSource):
             return []
         hits = []
         for e in edges:
-            created: datetime = e["created_at"].astimezone(timezone.utc)
+            created = _instant(e["id"], e["created_at"])
+            if created is None:
+                continue
             if f.created_after is not None and created < f.created_after:
                 continue
             if f.created_before is not None and created > f.created_before:

@@ -104,6 +104,9 @@ class RelationInput(msgspec.Struct, frozen=True):
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:
     await register_vector_async(conn)
+    # Timestamps are read back in UTC whatever the server's TimeZone: in another
+    # zone, a valid instant near year 1 or 9999 would be out of Python's range.
+    await conn.execute("SET TIME ZONE 'UTC'")
 
 
 async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> AsyncConnectionPool:
@@ -373,6 +376,18 @@ class PostgresStore:
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
         return True
 
+    async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
+        """Those of ``tiers`` that hold at least one memory, of any tenant."""
+        if not tiers:
+            return []
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT t FROM unnest(%s::text[]) AS t"
+                " WHERE EXISTS (SELECT 1 FROM memories m WHERE m.tier = t) ORDER BY t",
+                (list(tiers),),
+            )
+            return [row[0] for row in await cur.fetchall()]
+
     async def speakers(self, tenant: str) -> list[str]:
         """Every speaker name the tenant's memories have had."""
         async with tenant_transaction(self.pool, tenant) as conn:
@@ -477,6 +492,51 @@ class PostgresStore:
                         ],
                     )
         return {"entities": len(entities), "relations": len(relations)}
+
+
+    async def delete_relations(
+        self, tenant: str, source: str, target: str, relation: str | None = None
+    ) -> int:
+        """Delete the relations from ``source`` to ``target`` (of one ``relation``
+        name, or all of them); return how many went. Entities stay."""
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute(
+                """
+                DELETE FROM relations r USING entities s, entities t
+                WHERE r.tenant = %(tenant)s AND s.tenant = %(tenant)s AND t.tenant = %(tenant)s
+                  AND s.name_norm = %(source)s AND t.name_norm = %(target)s
+                  AND r.source_id = s.id AND r.target_id = t.id
+                  AND (%(relation)s::text IS NULL OR r.relation = %(relation)s::text)
+                """,
+                {
+                    "tenant": tenant,
+                    "source": normalize_name(source),
+                    "target": normalize_name(target),
+                    "relation": relation,
+                },
+            )
+            return cur.rowcount
+
+    async def delete_entity(self, tenant: str, name: str) -> int | None:
+        """Delete an entity with its relations and mentions (memories stay);
+        return how many relations went with it, or None if there is no such entity."""
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute(
+                "SELECT id FROM entities WHERE tenant = %s AND name_norm = %s FOR UPDATE",
+                (tenant, normalize_name(name)),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            cur = await conn.execute(
+                "DELETE FROM relations WHERE tenant = %(tenant)s"
+                " AND (source_id = %(id)s OR target_id = %(id)s)",
+                {"tenant": tenant, "id": row[0]},
+            )
+            relations = cur.rowcount
+            # Mentions go by cascade; the entity's mention_count goes with it.
+            await conn.execute("DELETE FROM entities WHERE tenant = %s AND id = %s", (tenant, row[0]))
+            return relations
 
 
 _RECORD_COLUMNS = (

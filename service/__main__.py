@@ -101,14 +101,21 @@ async def _serve(settings: AppSettings, host: str, port: int) -> None:
     server = Server(app, address=host, port=port, interface=Interfaces.ASGI, log_access=False)
     loop = asyncio.get_running_loop()
 
-    def reload() -> None:
+    async def reload_now() -> None:
         rt = getattr(app.state, "runtime", None)
         if rt is None:
             return
         try:
-            rt.engine.reload_config()
+            await rt.engine.reload_config()
         except ConfigError as exc:
             log.error("config not reloaded, keeping the running config: %s", exc)
+
+    def reload() -> None:
+        task = loop.create_task(reload_now())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    pending: set[asyncio.Task[None]] = set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)

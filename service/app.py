@@ -31,16 +31,19 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError
-from indexers.engine import ConfigHolder, Engine, GraphWrite
-from indexers.postgres import PING_TIMEOUT_S, EntityInput, RelationInput
+from indexers.engine import ConfigHolder, Engine
+from indexers.postgres import PING_TIMEOUT_S
 from indexers.runtime import Backends, Runtime, open_runtime
 
+from .decode import BraidRequest
 from .auth import Keyring, Principal, RateLimiter, retry_after_header
 from .errors import exception_handlers, problem_responses
 from .schemas import (
     Id,
     BodySchemaPlugin,
     DeletedOut,
+    EntityDeletedOut,
+    RelationsDeletedOut,
     GraphIn,
     GraphOut,
     HealthOut,
@@ -53,6 +56,7 @@ from .schemas import (
     ReindexIn,
     ReloadOut,
 )
+from . import validate
 from .validate import InputError, memory_writes, recall_options
 
 __all__ = ["AppSettings", "create_app"]
@@ -123,7 +127,7 @@ ADMIN = [authenticate, require_admin]
     guards=AGENT,
     status_code=HTTP_201_CREATED,
     summary="Write memories",
-    responses=problem_responses(400, 401, 413, 429, 503),
+    responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
 async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> IdsOut:
     writes = memory_writes(data, engine.config.current)
@@ -131,20 +135,17 @@ async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[
 
 
 @delete(
-    "/v1/memories/{memory_id:str}",
+    "/v1/memories/{memory_id:path}",
     guards=AGENT,
     status_code=200,
     summary="Delete a memory from every store",
     responses=problem_responses(400, 401, 404, 429, 503),
 )
 async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> DeletedOut:
-    try:
-        msgspec.convert(memory_id, Id)  # the same rule as a written id
-    except msgspec.ValidationError:
-        raise InputError(f"memory id {memory_id!r} is not a valid id (letters, digits, _.:- up to 128)") from None
-    if not await engine.delete_memory(principal.tenant, memory_id):
-        raise NotFoundException(f"no memory {memory_id!r}")
-    return DeletedOut(deleted=memory_id)
+    mid = validate.memory_id(memory_id)
+    if not await engine.delete_memory(principal.tenant, mid):
+        raise NotFoundException(f"no memory {mid!r}")
+    return DeletedOut(deleted=mid)
 
 
 @post(
@@ -152,37 +153,48 @@ async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Pri
     guards=AGENT,
     status_code=HTTP_201_CREATED,
     summary="Write entities and relations",
-    responses=problem_responses(400, 401, 413, 429, 503),
+    responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
 async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> GraphOut:
-    if not data.entities and not data.relations:
-        raise InputError("give at least one entity or relation")
-    limit = engine.config.current.limits.max_batch
-    for field, items in (("entities", data.entities), ("relations", data.relations)):
-        if len(items) > limit:
-            raise InputError(f"{field} has {len(items)} items; the limit is {limit} per request")
-    for i, r in enumerate(data.relations):
-        if r.valid_from and r.valid_to and r.valid_from >= r.valid_to:
-            raise InputError(f"relations[{i}]: valid_from must be before valid_to")
-    graph = GraphWrite(
-        entities=tuple(
-            EntityInput(name=e.name, type=e.type, summary=e.summary, embedding=(), model="")
-            for e in data.entities
-        ),
-        relations=tuple(
-            RelationInput(
-                source=r.source,
-                relation=r.relation,
-                target=r.target,
-                weight=r.weight,
-                valid_from=r.valid_from,
-                valid_to=r.valid_to,
-            )
-            for r in data.relations
-        ),
-    )
-    counts = await engine.write_graph(principal.tenant, graph)
-    return GraphOut(**counts)
+    graph = validate.graph_write(data, engine.config.current)
+    return GraphOut(**await engine.write_graph(principal.tenant, graph))
+
+
+@delete(
+    "/v1/graph/relations",
+    guards=AGENT,
+    status_code=200,
+    summary="Delete the relations from one entity to another (one relation name, or all)",
+    responses=problem_responses(400, 401, 404, 429, 503),
+)
+async def delete_relations(
+    source: str,
+    target: str,
+    principal: NamedDependency[Principal],
+    engine: NamedDependency[Engine],
+    relation: str | None = None,
+) -> RelationsDeletedOut:
+    src, dst, rel = validate.relation_key(source, target, relation)
+    count = await engine.delete_relations(principal.tenant, src, dst, rel)
+    if count == 0:
+        named = f"{rel!r} relation" if rel is not None else "relation"
+        raise NotFoundException(f"no {named} from {src!r} to {dst!r}")
+    return RelationsDeletedOut(deleted=count)
+
+
+@delete(
+    "/v1/graph/entities/{name:path}",
+    guards=AGENT,
+    status_code=200,
+    summary="Delete an entity with its relations and mentions (memories stay)",
+    responses=problem_responses(400, 401, 404, 429, 503),
+)
+async def delete_entity(name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> EntityDeletedOut:
+    entity = validate.entity_name(name)
+    relations = await engine.delete_entity(principal.tenant, entity)
+    if relations is None:
+        raise NotFoundException(f"no entity {entity!r}")
+    return EntityDeletedOut(deleted=entity, relations=relations)
 
 
 @post(
@@ -190,7 +202,7 @@ async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Princi
     guards=AGENT,
     status_code=200,
     summary="Recall: the pre-inference memory block",
-    responses=problem_responses(400, 401, 413, 429, 503),
+    responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
 async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
     opts = recall_options(data, engine.config.current)
@@ -202,14 +214,10 @@ async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal]
     status_code=HTTP_202_ACCEPTED,
     guards=ADMIN,
     summary="Rebuild Typesense and/or pgvector indexes online (one job at a time)",
-    responses=problem_responses(400, 401, 403, 409, 413, 429, 503),
+    responses=problem_responses(400, 401, 403, 409, 413, 415, 429, 503),
 )
 async def start_reindex(data: JSONBody[ReindexIn], state: State) -> JobStartedOut:
-    cfg = _runtime(state).engine.config.current
-    if data.tier is not None and data.tier not in cfg.tiers:
-        raise InputError(f"tier: unknown tier {data.tier!r}; tiers are {list(cfg.tiers)}")
-    if data.tier is not None and data.target == "typesense":
-        raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
+    validate.reindex(data, _runtime(state).engine.config.current)
     job_id = await _runtime(state).jobs.start(data.target, data.tier)
     return JobStartedOut(job_id=job_id)
 
@@ -236,10 +244,15 @@ async def reindex_status(job_id: FromPath[str], state: State) -> JobOut:
 )
 async def reload_config(engine: NamedDependency[Engine]) -> ReloadOut:
     try:
-        engine.reload_config()
+        report = await engine.reload_config()
     except ConfigError as exc:
         raise InputError(f"config not reloaded, the running config stays: {exc}") from None
-    return ReloadOut(reloaded=True, path=str(engine.config.path))
+    return ReloadOut(
+        reloaded=True,
+        path=str(engine.config.path),
+        restart_required=report.restart_required,
+        reindex_required=report.reindex_required,
+    )
 
 
 @get(
@@ -294,6 +307,8 @@ def create_app(settings: AppSettings) -> Litestar:
             write_memories,
             delete_memory,
             write_graph,
+            delete_relations,
+            delete_entity,
             recall,
             start_reindex,
             reindex_status,
@@ -307,6 +322,7 @@ def create_app(settings: AppSettings) -> Litestar:
         lifespan=[lifespan],
         state=State({"keyring": settings.keyring, "rate_limiter": RateLimiter()}),
         exception_handlers=exception_handlers(),
+        request_class=BraidRequest,
         request_max_body_size=cfg.server.max_body_bytes,
         plugins=[BodySchemaPlugin()],
         openapi_config=OpenAPIConfig(

@@ -51,6 +51,7 @@ _MEANING: dict[int, str] = {
     404: "No such resource in this key's tenant",
     409: "A reindex job is already queued or running; `job_id` names it",
     413: "The body is larger than `server.maxBodyBytes`",
+    415: "The body is not sent as JSON (`Content-Type: application/json`)",
     429: "Too many requests for this key; retry after `Retry-After` seconds",
     503: (
         "A backend is unavailable and nothing was written, or Postgres did not finish a write "

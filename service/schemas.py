@@ -29,6 +29,10 @@ __all__ = [
     "Id",
     "BodySchemaPlugin",
     "DeletedOut",
+    "EntityDeletedOut",
+    "Name",
+    "RelationName",
+    "RelationsDeletedOut",
     "GraphEntityIn",
     "GraphIn",
     "GraphOut",
@@ -114,7 +118,8 @@ class MemoryIn(_In):
     content: str
     id: Id | None = None
     kind: Label = "note"
-    tier: Label = "session"
+    #: The memory tier; omitted, the config's ``defaultTier``.
+    tier: Label | None = None
     session_id: FreeLabel | None = None
     tags: Annotated[list[FreeLabel], Meta(max_length=64)] = []
     importance: OptionalUnit = None
@@ -147,9 +152,12 @@ class GraphEntityIn(_In):
     summary: Annotated[str, Meta(max_length=4000)] | None = None
 
 
+RelationName = Annotated[str, Meta(min_length=1, max_length=100, pattern=r"^[^\x00]+$")]
+
+
 class RelationIn(_In):
     source: Name
-    relation: Annotated[str, Meta(min_length=1, max_length=100, pattern=r"^[^\x00]+$")]
+    relation: RelationName
     target: Name
     weight: Annotated[float, Meta(gt=0.0, le=1000.0)] = 1.0
     valid_from: Stamp | None = None
@@ -163,6 +171,17 @@ class GraphIn(_In):
 
 class GraphOut(msgspec.Struct):
     entities: int
+    relations: int
+
+
+class RelationsDeletedOut(msgspec.Struct):
+    #: How many relations were deleted.
+    deleted: int
+
+
+class EntityDeletedOut(msgspec.Struct):
+    deleted: str
+    #: Relations deleted with the entity (its mentions go too; memories stay).
     relations: int
 
 
@@ -210,6 +229,10 @@ class JobOut(msgspec.Struct):
 class ReloadOut(msgspec.Struct):
     reloaded: bool
     path: str
+    #: Changed keys read only at start-up: the old values hold until a restart.
+    restart_required: list[str]
+    #: Changed tier index settings (m, efConstruction): they apply through a reindex.
+    reindex_required: list[str]
 
 
 class HealthOut(msgspec.Struct):

@@ -1,18 +1,34 @@
-"""Checks that depend on the running config; each failure names what is wrong."""
+"""Every input check beyond the body schema (which :mod:`service.decode` applies):
+bounds from the running config, cross-field rules, path and query values.
+Each failure is an :class:`InputError` that names the field and what is wrong."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
 
 from config import BraidConfig
 from indexers.base import Filters
-from indexers.engine import MemoryWrite, RecallOptions
+from indexers.engine import GraphWrite, MemoryWrite, RecallOptions
+from indexers.postgres import EntityInput, RelationInput
 
-from .schemas import MemoriesIn, RecallIn
+from .decode import MAX_METADATA_DEPTH
+from .schemas import GraphIn, Id, MemoriesIn, Name, RecallIn, ReindexIn, RelationName
 
-__all__ = ["InputError", "memory_writes", "recall_options"]
+__all__ = [
+    "InputError",
+    "entity_name",
+    "graph_write",
+    "memory_id",
+    "memory_writes",
+    "recall_options",
+    "reindex",
+    "relation_key",
+]
 
 
 class InputError(Exception):
@@ -20,16 +36,50 @@ class InputError(Exception):
 
 
 def _vector(values: Sequence[float] | None, dim: int, where: str) -> tuple[float, ...] | None:
+    """``values`` scaled to unit length. Scaled by the largest magnitude first, so
+    huge finite components (1e300) cannot overflow the squares and tiny ones
+    cannot underflow them: any finite non-zero vector keeps its direction."""
     if values is None:
         return None
     if len(values) != dim:
         raise InputError(f"{where} has {len(values)} dimensions; expected {dim}")
     if not all(math.isfinite(v) for v in values):
         raise InputError(f"{where} contains NaN or infinite values")
-    norm = math.sqrt(sum(v * v for v in values))
-    if norm == 0.0:
+    peak = max(abs(v) for v in values)
+    if peak == 0.0:
         raise InputError(f"{where} is the zero vector")
-    return tuple(v / norm for v in values)
+    scaled = [v / peak for v in values]
+    norm = math.sqrt(math.fsum(v * v for v in scaled))
+    return tuple(v / norm for v in scaled)
+
+
+def _utc(value: datetime, where: str) -> datetime:
+    """``value`` in UTC; refused when UTC takes it out of years 1-9999 (Postgres
+    would store it, but it could never be read back)."""
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise InputError(
+            f"{where}: {value.isoformat()} is outside the years 1-9999 once converted to UTC"
+        ) from None
+
+
+def _depth(value: Any) -> int:
+    """Levels of objects and arrays in a decoded JSON value (a scalar is 0)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _metadata(value: dict[str, Any], where: str) -> dict[str, Any]:
+    depth = _depth(value)
+    if depth > MAX_METADATA_DEPTH:
+        raise InputError(
+            f"{where} nests {depth} levels of objects and arrays; the limit is {MAX_METADATA_DEPTH}"
+        )
+    return value
 
 
 def _text(value: str, where: str, max_chars: int) -> str:
@@ -53,8 +103,9 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
     out = []
     for i, m in enumerate(body.memories):
         where = f"memories[{i}]"
-        if m.tier not in tiers:
-            raise InputError(f"{where}.tier: unknown tier {m.tier!r}; memory tiers are {tiers}")
+        tier = cfg.default_tier if m.tier is None else m.tier
+        if tier not in tiers:
+            raise InputError(f"{where}.tier: unknown tier {tier!r}; memory tiers are {tiers}")
         if m.id is not None:
             if m.id in seen:
                 raise InputError(f"{where}.id: {m.id!r} appears twice in this request")
@@ -63,8 +114,8 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
             MemoryWrite(
                 content=_text(m.content, f"{where}.content", cfg.limits.max_content_chars),
                 kind=m.kind,
-                tier=m.tier,
-                created_at=(m.created_at or now).astimezone(timezone.utc),
+                tier=tier,
+                created_at=now if m.created_at is None else _utc(m.created_at, f"{where}.created_at"),
                 id=m.id,
                 session_id=m.session_id,
                 tags=tuple(dict.fromkeys(m.tags)),
@@ -74,7 +125,7 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 context=None
                 if m.context is None or not m.context.strip()
                 else _text(m.context, f"{where}.context", cfg.limits.max_content_chars),
-                metadata=m.metadata,
+                metadata=_metadata(m.metadata, f"{where}.metadata"),
                 entities=tuple(m.entities),
                 embedding=_vector(m.embedding, cfg.embedding.dim, f"{where}.embedding"),
             )
@@ -97,7 +148,9 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         unknown = [t for t in body.tiers if t not in cfg.tiers]
         if unknown:
             raise InputError(f"tiers: unknown tier(s) {unknown}; tiers are {list(cfg.tiers)}")
-    if body.created_after and body.created_before and body.created_after > body.created_before:
+    after = None if body.created_after is None else _utc(body.created_after, "created_after")
+    before = None if body.created_before is None else _utc(body.created_before, "created_before")
+    if after and before and after > before:
         raise InputError("created_after is later than created_before")
     return RecallOptions(
         query=query,
@@ -109,10 +162,90 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
             tags=None if body.tags is None else tuple(body.tags),
             kinds=None if body.kinds is None else tuple(body.kinds),
             tiers=None if body.tiers is None else tuple(body.tiers),
-            created_after=body.created_after,
-            created_before=body.created_before,
+            created_after=after,
+            created_before=before,
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
         hops=body.hops,
     )
+
+
+def graph_write(body: GraphIn, cfg: BraidConfig) -> GraphWrite:
+    if not body.entities and not body.relations:
+        raise InputError("give at least one entity or relation")
+    limit = cfg.limits.max_batch
+    for field, items in (("entities", body.entities), ("relations", body.relations)):
+        if len(items) > limit:
+            raise InputError(f"{field} has {len(items)} items; the limit is {limit} per request")
+    relations = []
+    for i, r in enumerate(body.relations):
+        where = f"relations[{i}]"
+        valid_from = None if r.valid_from is None else _utc(r.valid_from, f"{where}.valid_from")
+        valid_to = None if r.valid_to is None else _utc(r.valid_to, f"{where}.valid_to")
+        if valid_from and valid_to and valid_from >= valid_to:
+            raise InputError(f"{where}: valid_from must be before valid_to")
+        relations.append(
+            RelationInput(
+                source=r.source,
+                relation=r.relation,
+                target=r.target,
+                weight=r.weight,
+                valid_from=valid_from,
+                valid_to=valid_to,
+            )
+        )
+    return GraphWrite(
+        entities=tuple(
+            EntityInput(name=e.name, type=e.type, summary=e.summary, embedding=(), model="")
+            for e in body.entities
+        ),
+        relations=tuple(relations),
+    )
+
+
+def _path_value(value: str) -> str:
+    # A `:path` parameter keeps the slash that starts it.
+    return value[1:] if value.startswith("/") else value
+
+
+def memory_id(value: str) -> str:
+    """A memory id from the URL path, by the same rule as a written id."""
+    value = _path_value(value)
+    try:
+        return msgspec.convert(value, Id)
+    except msgspec.ValidationError:
+        raise InputError(
+            f"memory id {value!r} is not a valid id (letters, digits, _.:- up to 128)"
+        ) from None
+
+
+def entity_name(value: str, where: str = "entity name") -> str:
+    """An entity name from the URL path or query, by the same rule as a written one."""
+    value = _path_value(value) if where == "entity name" else value
+    try:
+        name = msgspec.convert(value, Name)
+    except msgspec.ValidationError:
+        raise InputError(f"{where} {value!r} is not a valid name (1-200 characters, no NUL)") from None
+    if not name.strip():
+        raise InputError(f"{where} must not be blank")
+    return name
+
+
+def relation_key(source: str, target: str, relation: str | None) -> tuple[str, str, str | None]:
+    """The (source, target, relation) a relation delete names; ``relation`` None is any."""
+    if relation is not None:
+        try:
+            relation = msgspec.convert(relation, RelationName)
+        except msgspec.ValidationError:
+            raise InputError(
+                f"relation {relation!r} is not a valid relation name (1-100 characters, no NUL)"
+            ) from None
+    return entity_name(source, "source"), entity_name(target, "target"), relation
+
+
+def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
+    if body.tier is not None and body.tier not in cfg.tiers:
+        raise InputError(f"tier: unknown tier {body.tier!r}; tiers are {list(cfg.tiers)}")
+    if body.tier is not None and body.target == "typesense":
+        raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")

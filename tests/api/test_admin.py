@@ -11,7 +11,7 @@ import pytest
 from config import load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 
-from .conftest import ADMIN_A, AGENT_A, Braid, make_app, serve
+from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid, make_app, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -87,6 +87,8 @@ async def test_reindex_pgvector_applies_new_hnsw_settings(
         path.write_text(text.replace("    m: 16\n    efConstruction: 64", "    m: 12\n    efConstruction: 48", 1))
         r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
         assert r.status_code == 200, r.text
+        assert r.json()["reindex_required"] == ["tiers.session.efConstruction", "tiers.session.m"]
+        assert r.json()["restart_required"] == []
         r = await braid.post("/admin/reindex", {"target": "pgvector", "tier": "session"}, key=ADMIN_A)
         job = await wait_job(braid, r.json()["job_id"])
         assert job["status"] == "done", job
@@ -124,6 +126,91 @@ async def test_config_reload_applies_and_bad_file_keeps_old(
 
         r = await braid.post("/admin/config/reload", {}, key=AGENT_A)
         assert r.status_code == 403
+
+
+async def test_reload_refuses_to_remove_a_tier_that_holds_memories(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> None:
+    """Renaming the default tier used to reload fine and then refuse every write
+    without `tier` and find nothing: now the reload is refused, the running config
+    stays, and a tier may be renamed once it is empty."""
+    path = tmp_path / "braid.yaml"
+    path.write_text("searchTopK: 10\n")
+    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        keep = f"typesense:\n  collection: {alias}\n"
+        tiers = (
+            "tiers:\n  {first}:\n    holds: memories\n  entities:\n    holds: entities\n"
+            "  {second}:\n    holds: memories\n"
+        )
+        await braid.remember({"content": "The garden gate is green", "id": "g1"})
+        await braid.synced()
+
+        path.write_text(keep + "defaultTier: chat\n" + tiers.format(first="chat", second="rag"))
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 400
+        assert r.json()["detail"] == (
+            "config not reloaded, the running config stays: the new config removes tier(s) "
+            "['session'] that hold memories; keep them (a tier may be renamed only once it is "
+            "empty); config not reloaded"
+        )
+        await braid.remember({"content": "The garden shed is blue", "id": "g2"})
+        await braid.synced()
+        assert {i["id"] for i in (await braid.recall("garden"))["items"]} == {"g1", "g2"}
+
+        # The default tier must hold memories.
+        path.write_text(keep + "defaultTier: entities\n")
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 400
+        assert "defaultTier 'entities' is not a tier holding memories" in r.json()["detail"]
+
+        # `rag` is empty: renaming it is fine, and the default tier can move.
+        path.write_text(keep + "defaultTier: archive\n" + tiers.format(first="session", second="archive"))
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 200, r.text
+        await braid.remember({"content": "The garden path is gravel", "id": "g3"})
+        await braid.synced()
+        items = {i["id"]: i["tier"] for i in (await braid.recall("garden"))["items"]}
+        assert items == {"g1": "session", "g2": "session", "g3": "archive"}
+
+
+async def test_reload_names_keys_that_need_a_restart(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "braid.yaml"
+    path.write_text("searchTopK: 10\n")
+    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        before = braid.runtime.engine.config.current
+        path.write_text(
+            f"searchTopK: 4\ntypesense:\n  collection: {alias}\n"
+            "server:\n  port: 9999\n  maxBodyBytes: 2048\nsync:\n  batchSize: 8\n"
+        )
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 200, r.text
+        assert r.json()["restart_required"] == ["server.maxBodyBytes", "server.port", "sync.batchSize"]
+        now = braid.runtime.engine.config.current
+        # The rest is in force; the start-up keys keep their running values.
+        assert now.search_top_k == 4
+        assert now.server == before.server and now.sync == before.sync
+
+
+async def test_an_admin_key_acts_on_every_tenant(braid: Braid) -> None:
+    """Documented decision (README, "Keys and tenants"): an admin key is an
+    operator's; /admin endpoints act on the whole deployment, not on the key's
+    tenant. A reindex rebuilds every tenant's documents and its job counts them all."""
+    await braid.remember(*({"content": f"Tenant A note {i}"} for i in range(3)))
+    await braid.remember(*({"content": f"Tenant B note {i}"} for i in range(5)), key=AGENT_B)
+    await braid.synced()
+    r = await braid.post("/admin/reindex", {"target": "all"}, key=ADMIN_A)
+    assert r.status_code == 202, r.text
+    job = await wait_job(braid, r.json()["job_id"])
+    assert job["status"] == "done", job
+    assert job["progress"]["typesense"]["done"] == 8
+    assert len((await braid.recall("Tenant B note", key=AGENT_B))["items"]) == 5
+    assert len((await braid.recall("Tenant A note"))["items"]) == 3
 
 
 async def test_one_reindex_at_a_time(braid: Braid) -> None:

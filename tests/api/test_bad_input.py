@@ -59,7 +59,7 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "/v1/recall",
             b'{"query": "x", "embedding": [1e400' + b", 0.1" * 383 + b"]}",
             400,
-            "Number out of range - at `$[...][0]`",
+            "embedding[0]: Number out of range",
         ),
         ("/v1/recall", b'{"query": "x", "embedding": [NaN]}', 400, None),
         ("/v1/recall", {"query": "x", "sources": ["nope"]}, 400, "sources[0]: Invalid enum value 'nope'"),
@@ -216,3 +216,161 @@ async def test_openapi_is_served(braid: Braid) -> None:
     paths = r.json()["paths"]
     for path in ("/v1/memories", "/v1/recall", "/v1/graph", "/admin/reindex", "/health"):
         assert path in paths
+
+
+# --- found by the hands-on probe (issue 12) -------------------------------------
+
+DEEP = 5000
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "body", "detail"),
+    [
+        (
+            "/v1/memories",
+            AGENT_A,
+            b'{"memories": [{"content": "x", "metadata": {"a": ' + nested(DEEP) + b"}}]}",
+            "request body nests objects and arrays too deeply to decode; metadata may nest at most 32 levels",
+        ),
+        ("/v1/recall", AGENT_A, b'{"query": ' + nested(DEEP) + b"}", "query: Expected `str`, got `array`"),
+        ("/v1/graph", AGENT_A, b'{"entities": ' + nested(DEEP) + b"}", "entities[0]: Expected `object`, got `array`"),
+        ("/admin/reindex", ADMIN_A, b'{"target": ' + nested(DEEP) + b"}", "target: Expected `str`, got `array`"),
+    ],
+)
+async def test_deeply_nested_json_is_400(braid: Braid, path: str, key: str, body: bytes, detail: str) -> None:
+    r = await send(braid, path, body, key=key)
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == detail
+
+
+def metadata_of_depth(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+async def test_metadata_nests_at_most_32_levels(braid: Braid) -> None:
+    r = await send(braid, "/v1/memories", {"memories": [{"content": "deep", "metadata": metadata_of_depth(33)}]})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "memories[0].metadata nests 33 levels of objects and arrays; the limit is 32"
+    r = await send(braid, "/v1/memories", {"memories": [{"content": "deep", "metadata": metadata_of_depth(32)}]})
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+async def test_timestamps_outside_utc_range_are_400_and_nothing_is_written(braid: Braid, stamp: str) -> None:
+    body = {"memories": [{"content": "fine", "id": "ok-1"}, {"content": "bad", "id": "bad-1", "created_at": stamp}]}
+    r = await send(braid, "/v1/memories", body)
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        f"memories[1].created_at: {stamp} is outside the years 1-9999 once converted to UTC"
+    )
+    r = await send(braid, "/v1/recall", {"query": "x", "created_after": stamp})
+    assert r.status_code == 400
+    assert r.json()["detail"] == f"created_after: {stamp} is outside the years 1-9999 once converted to UTC"
+    relation = {"source": "Ann", "relation": "knows", "target": "Bo", "valid_from": stamp}
+    r = await send(braid, "/v1/graph", {"relations": [relation]})
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        f"relations[0].valid_from: {stamp} is outside the years 1-9999 once converted to UTC"
+    )
+    import psycopg
+
+    with psycopg.connect(braid.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM relations").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM entities").fetchone() == (0,)
+
+
+async def test_the_extremes_of_utc_are_accepted_and_read_back(braid: Braid) -> None:
+    await braid.remember(
+        {"content": "the first morning of the calendar", "id": "first", "created_at": "0001-01-01T00:00:00Z"},
+        {"content": "the last evening of the calendar", "id": "last", "created_at": "9999-12-31T23:59:59Z"},
+    )
+    await braid.synced()
+    found = {i["id"]: i["created_at"] for i in (await braid.recall("calendar"))["items"]}
+    assert found == {"first": "0001-01-01T00:00:00Z", "last": "9999-12-31T23:59:59Z"}
+
+
+@pytest.mark.parametrize("huge", [[1e300] * 384, [1e200] + [0.0] * 383, [5e-324] + [0.0] * 383])
+async def test_extreme_embeddings_keep_their_direction(braid: Braid, huge: list[float]) -> None:
+    """Scaled before squaring: 1e300 does not overflow to a zero vector, nor 5e-324 underflow."""
+    import numpy as np
+    import psycopg
+
+    other = [0.0] * 384
+    other[383] = 1.0
+    # "a-other" sorts first: a zero vector would rank the memories in id order.
+    await braid.remember(
+        {"content": "other direction", "id": "a-other", "embedding": other},
+        {"content": "huge direction", "id": "z-huge", "embedding": huge},
+    )
+    await braid.synced()
+    with psycopg.connect(braid.dsn) as conn:
+        (norm,) = conn.execute("SELECT vector_norm(embedding) FROM memories WHERE id = 'z-huge'").fetchone()
+    assert abs(norm - 1.0) < 1e-5
+    doc = await braid.runtime.typesense.get_document(braid.alias, "tenant-a:z-huge")
+    assert doc is not None
+    assert abs(float(np.linalg.norm(doc["embedding"])) - 1.0) < 1e-5
+    for source in ("pgvector", "typesense"):
+        result = await braid.recall("anything", sources=[source], embedding=huge)
+        assert result["degraded"] == []
+        assert [i["id"] for i in result["items"]][0] == "z-huge", (source, result["items"])
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"query": "x", "top_k": "5"}', "top_k: Expected `int | null`, got `str`"),
+        (b'{"query": "x", "top_k": 5.0}', "top_k: Expected `int | null`, got `float`"),
+        (b'{"query": "x", "hops": true}', "hops: Expected `int | null`, got `bool`"),
+        (b'{"query": "x"', "request body is not valid JSON: it ends at byte 13 before the JSON value does"),
+        (
+            b'{"query": "x\\ud800"}',
+            "request body is not valid JSON: \\ud800 at byte 12 is a lone UTF-16 surrogate "
+            "(a high surrogate must be followed by a low one)",
+        ),
+        (b'{"query": "x"} trailing', "request body is not valid JSON: trailing characters (byte 16)"),
+    ],
+)
+async def test_bodies_are_decoded_strictly_with_positions(braid: Braid, body: bytes, detail: str) -> None:
+    r = await send(braid, "/v1/recall", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == detail
+
+
+async def test_a_valid_surrogate_pair_is_text(braid: Braid) -> None:
+    r = await send(braid, "/v1/recall", b'{"query": "x\\ud83d\\ude00"}')
+    assert r.status_code == 200, r.text
+    assert r.json()["query"]["text"] == "x\U0001f600"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+async def test_a_body_not_sent_as_json_is_415(braid: Braid, content_type: str) -> None:
+    r = await braid.client.post(
+        "/v1/recall",
+        content=b'{"query": "x"}',
+        headers={**braid.headers(AGENT_A), "content-type": content_type},
+    )
+    assert r.status_code == 415
+    assert r.json()["detail"] == (
+        f"the body must be JSON sent with Content-Type: application/json, not {content_type}"
+    )
+    r = await braid.client.post(
+        "/v1/recall",
+        content=b'{"query": "x"}',
+        headers={**braid.headers(AGENT_A), "content-type": "application/json; charset=utf-8"},
+    )
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("a%2Fb", "a/b"), ("a%2Fb%2Fc", "a/b/c"), ("a%20b", "a b")])
+async def test_delete_with_an_invalid_id_in_the_path_is_400(braid: Braid, raw: str, shown: str) -> None:
+    r = await braid.client.delete(f"/v1/memories/{raw}", headers=braid.headers(AGENT_A))
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == f"memory id {shown!r} is not a valid id (letters, digits, _.:- up to 128)"
