@@ -2,7 +2,9 @@
 
 from .loader import DEFAULT_CONFIG_PATH, ConfigError, config_path, load_config, parse_config
 from .schema import (
+    FIXED_SECTIONS,
     NAME_PATTERN,
+    RESTART_SECTIONS,
     SOURCE_NAMES,
     ApiKey,
     AuthConfig,
@@ -24,6 +26,8 @@ from .schema import (
 )
 
 __all__ = [
+    "FIXED_SECTIONS",
+    "RESTART_SECTIONS",
     "ApiKey",
     "AuthConfig",
     "BraidConfig",

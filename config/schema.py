@@ -30,7 +30,9 @@ __all__ = [
     "TierConfig",
     "TypesenseConfig",
     "TypesenseSourceConfig",
+    "FIXED_SECTIONS",
     "NAME_PATTERN",
+    "RESTART_SECTIONS",
 ]
 
 #: Tier names, tenant names and collection names share this shape: they end up
@@ -143,7 +145,14 @@ class EmbeddingConfig(_Base):
     dim: Annotated[int, Meta(ge=1, le=4096)] = 384
     cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
     #: Threads torch gives one inference; 0 = torch's default (one per core).
+    #: Process-wide: a query and a write embedding at once use twice this.
     threads: Annotated[int, Meta(ge=0, le=256)] = 1
+    #: Longest a recall waits for its query embedding; past it the recall
+    #: searches without a vector and names ``embedding`` in ``degraded``.
+    query_deadline_ms: DeadlineMs = 250
+    #: Texts of a write embedded per inference job on the write lane; writes
+    #: running at once take turns between jobs.
+    write_batch: Annotated[int, Meta(ge=1, le=4096)] = 64
 
 
 class PostgresConfig(_Base):
@@ -213,6 +222,8 @@ class BraidConfig(_Base):
     context_budget_tokens: PositiveInt = 8192
     min_confidence: Unit = 0.5
     tokenizer: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
+    #: The tier a memory written without ``tier`` goes to (a tier holding memories).
+    default_tier: Name = "session"
     rrf: RrfConfig = RrfConfig()
     query: QueryConfig = QueryConfig()
     sources: SourcesConfig = SourcesConfig()
@@ -245,6 +256,11 @@ class BraidConfig(_Base):
             raise ValueError("tiers: exactly one tier must hold `entities`")
         if "memories" not in holds:
             raise ValueError("tiers: at least one tier must hold `memories`")
+        if self.default_tier not in self.memory_tiers:
+            raise ValueError(
+                f"defaultTier {self.default_tier!r} is not a tier holding memories; "
+                f"those are {self.memory_tiers}"
+            )
         if self.search_top_k > self.limits.max_top_k:
             raise ValueError(
                 f"searchTopK ({self.search_top_k}) exceeds limits.maxTopK ({self.limits.max_top_k})"
@@ -272,6 +288,14 @@ class BraidConfig(_Base):
     def source_weight(self, source: str) -> float:
         return self.rrf.weights.get(source, 1.0)
 
+
+#: Config sections read once at start-up: a reload that changes them names the
+#: changed keys as needing a restart and leaves them in force until then.
+RESTART_SECTIONS: tuple[str, ...] = ("server", "sync")
+
+#: Sections a reload may not change at all (the running pools, clients and
+#: model were built from them).
+FIXED_SECTIONS: tuple[str, ...] = ("postgres", "typesense", "embedding")
 
 #: The three search sources, in the order they are reported.
 SOURCE_NAMES: tuple[str, ...] = ("typesense", "pgvector", "graph")

@@ -17,7 +17,7 @@ import msgspec
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from config import SOURCE_NAMES, BraidConfig, ConfigError, load_config
+from config import FIXED_SECTIONS, RESTART_SECTIONS, SOURCE_NAMES, BraidConfig, ConfigError, load_config
 from fusion import BlockItem, QueryPlan, analyze_query, apply_factors, format_block, get_encoding, rrf
 
 from .base import Filters, Hit, SearchQuery, Source
@@ -34,6 +34,7 @@ __all__ = [
     "RecallItem",
     "RecallOptions",
     "RecallResult",
+    "ReloadReport",
     "SourceReport",
 ]
 
@@ -133,6 +134,19 @@ class RecallResult(msgspec.Struct):
     query: QueryInfo
 
 
+class ReloadReport(msgspec.Struct):
+    #: Changed keys that take effect at the next start (until then the old values hold).
+    restart_required: list[str]
+    #: Changed tier index settings that take effect through ``POST /admin/reindex``.
+    reindex_required: list[str]
+
+
+def _changed(old: msgspec.Struct, new: msgspec.Struct) -> list[str]:
+    """The (camelCase) keys whose values differ between two config sections."""
+    a, b = msgspec.to_builtins(old), msgspec.to_builtins(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
 class ConfigHolder:
     """The config in force; replaced whole on reload, never mutated."""
 
@@ -162,16 +176,57 @@ class Engine:
 
     # --- config -------------------------------------------------------------
 
-    def reload_config(self) -> BraidConfig:
-        """Re-read the config file; on error keep the running one and raise."""
+    async def reload_config(self) -> ReloadReport:
+        """Re-read the config file and put it in force; on any error keep the
+        running one and raise :class:`ConfigError` saying why.
+
+        Refused: a change to a section the running pools were built from
+        (:data:`config.FIXED_SECTIONS`), and the removal of a memory tier
+        that still holds memories (its memories would be unreachable).
+        Accepted but named in the report: keys read only at start-up
+        (:data:`config.RESTART_SECTIONS`), and tier index settings that take
+        effect through a reindex.
+        """
         new = load_config(self.config.path)
         old = self.config.current
-        for section in ("postgres", "typesense", "embedding"):
+        for section in FIXED_SECTIONS:
             if getattr(new, section) != getattr(old, section):
                 raise ConfigError(f"`{section}` cannot change without a restart; config not reloaded")
+        dropped = [t for t in old.memory_tiers if t not in new.memory_tiers]
+        if dropped:
+            try:
+                with anyio.fail_after(WRITE_TIMEOUT_S):
+                    in_use = await self.store.tiers_in_use(dropped)
+            except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+                raise ConfigError(
+                    f"the new config removes tier(s) {dropped} and Postgres could not be asked "
+                    f"whether they hold memories ({type(exc).__name__}); config not reloaded"
+                ) from None
+            if in_use:
+                raise ConfigError(
+                    f"the new config removes tier(s) {in_use} that hold memories; keep them "
+                    "(a tier may be renamed only once it is empty); config not reloaded"
+                )
+        restart = [
+            f"{section}.{key}"
+            for section in RESTART_SECTIONS
+            for key in _changed(getattr(old, section), getattr(new, section))
+        ]
+        reindex = [
+            f"tiers.{name}.{key}"
+            for name, tier in new.tiers.items()
+            if name in old.tiers
+            for key in _changed(old.tiers[name], tier)
+            if key in ("m", "efConstruction")
+        ]
+        # Keys read at start-up stay as they were until a restart.
+        for section in RESTART_SECTIONS:
+            new = msgspec.structs.replace(new, **{section: getattr(old, section)})
         self.config.current = new
         log.info("config reloaded from %s", self.config.path)
-        return new
+        if restart:
+            log.warning("config keys that take effect only after a restart: %s", ", ".join(restart))
+        return ReloadReport(restart_required=restart, reindex_required=reindex)
 
     # --- writes -------------------------------------------------------------
 
@@ -226,6 +281,14 @@ class Engine:
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
         return await self._bounded(self.store.delete_memory(tenant, memory_id))
+
+    async def delete_relations(
+        self, tenant: str, source: str, target: str, relation: str | None
+    ) -> int:
+        return await self._bounded(self.store.delete_relations(tenant, source, target, relation))
+
+    async def delete_entity(self, tenant: str, name: str) -> int | None:
+        return await self._bounded(self.store.delete_entity(tenant, name))
 
     # --- recall -------------------------------------------------------------
 
