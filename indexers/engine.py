@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import date, datetime
-from typing import TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import anyio
 import msgspec
@@ -23,10 +23,11 @@ from fusion import BlockItem, QueryPlan, analyze_query, apply_factors, format_bl
 from .base import Filters, Hit, SearchQuery, Source
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
-from .registry import SourceResult, search_all
+from .registry import DEGRADED, SourceResult, SourceStatus, search_all
 
 __all__ = [
     "WriteTimeout",
+    "EmbeddingStatus",
     "Engine",
     "GraphWrite",
     "MemoryWrite",
@@ -117,8 +118,25 @@ class QueryInfo(msgspec.Struct):
     dates: list[tuple[date, date]]
 
 
+EmbeddingStatus = Literal["ok", "client", "timeout"]
+
+_EMBEDDING_STATUS = (
+    "`ok`: made by the model (or found in its cache) within embedding.queryDeadlineMs; "
+    "`client`: the request gave it; `timeout`: not made in time, so the recall searched "
+    "without a vector (pgvector skipped as `no_vector`, Typesense by keyword only, the "
+    "graph seeded by the names in the query) and `degraded` starts with `embedding`."
+)
+_SOURCE_STATUS = (
+    "`ok`; `timeout`: no answer within its deadlineMs; `error`: it failed; `no_vector`: it "
+    "searches by vector only and the query embedding missed embedding.queryDeadlineMs; "
+    "`skipped`: not asked for. `timeout`, `error` and `no_vector` name it in `degraded`."
+)
+
+
 class SourceReport(msgspec.Struct):
-    status: str
+    """How one source fared in a recall."""
+
+    status: Annotated[SourceStatus, msgspec.Meta(description=_SOURCE_STATUS)]
     ms: float
     hits: int
     error: str | None = None
@@ -129,8 +147,12 @@ class RecallResult(msgspec.Struct):
     tokens: int
     items: list[RecallItem]
     sources: dict[str, SourceReport]
+    #: Sources that timed out, failed or could not search without a vector, after
+    #: ``"embedding"`` when the query embedding missed its deadline.
     degraded: list[str]
+    #: Time spent getting the query embedding (0 when the request gave it).
     embedding_ms: float
+    embedding_status: Annotated[EmbeddingStatus, msgspec.Meta(description=_EMBEDDING_STATUS)]
     query: QueryInfo
 
 
@@ -335,10 +357,16 @@ class Engine:
 
         embedding_ms = 0.0
         vector = opts.embedding
+        embedding_status: EmbeddingStatus = "client"
         if vector is None:
+            # The query lane never waits for writes, but it can be busy with other
+            # recalls' queries or short of CPU: past the deadline the recall goes
+            # on without a vector (the inference still finishes and is cached).
             start = time.perf_counter()
-            vector = await self.embedder.embed_query(plan.text)
+            with anyio.move_on_after(cfg.embedding.query_deadline_ms / 1000.0):
+                vector = await self.embedder.embed_query(plan.text)
             embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
+            embedding_status = "ok" if vector is not None else "timeout"
 
         wanted = [
             name
@@ -368,6 +396,7 @@ class Engine:
             budget=budget,
             min_conf=min_conf,
             embedding_ms=embedding_ms,
+            embedding_status=embedding_status,
         )
 
     def _fuse(
@@ -380,6 +409,7 @@ class Engine:
         budget: int,
         min_conf: float,
         embedding_ms: float,
+        embedding_status: EmbeddingStatus,
     ) -> RecallResult:
         hits: dict[str, Hit] = {}
         rankings: dict[str, list[str]] = {}
@@ -436,7 +466,9 @@ class Engine:
             name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error)
             for name, r in results.items()
         }
-        degraded = [n for n, r in results.items() if r.status in ("error", "timeout")]
+        degraded = [n for n, r in results.items() if r.status in DEGRADED]
+        if embedding_status == "timeout":
+            degraded.insert(0, "embedding")
         return RecallResult(
             block=block.text,
             tokens=block.tokens,
@@ -444,6 +476,7 @@ class Engine:
             sources=sources,
             degraded=degraded,
             embedding_ms=embedding_ms,
+            embedding_status=embedding_status,
             query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates)),
         )
 

@@ -181,6 +181,7 @@ class PgvectorSource(PoolSource):
     """Nearest memories by cosine distance, over every memory tier allowed."""
 
     name = "pgvector"
+    needs_vector = True
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         if query.vector is None:

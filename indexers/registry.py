@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import anyio
 import msgspec
@@ -18,13 +19,24 @@ from config import BraidConfig
 
 from .base import BackendError, Hit, SearchQuery, Source
 
-__all__ = ["SourceResult", "build_sources", "search_all"]
+__all__ = ["DEGRADED", "SourceResult", "SourceStatus", "build_sources", "search_all"]
 
 log = logging.getLogger("braid.recall")
 
 
+#: ``ok``: answered in time. ``timeout``: no answer within its deadline.
+#: ``error``: failed. ``no_vector``: needs the query vector and the recall had
+#: none (the query embedding missed its deadline). ``skipped``: not asked for.
+SourceStatus = Literal["ok", "timeout", "error", "no_vector", "skipped"]
+
+#: The statuses that name a source in a recall's ``degraded`` list.
+DEGRADED: frozenset[str] = frozenset({"timeout", "error", "no_vector"})
+
+NO_VECTOR = "needs the query vector, and the recall has none"
+
+
 class SourceResult(msgspec.Struct):
-    status: str  # "ok" | "timeout" | "error" | "skipped"
+    status: SourceStatus
     ms: float
     hits: list[Hit] = msgspec.field(default_factory=list)
     error: str | None = None
@@ -47,7 +59,8 @@ async def search_all(
 ) -> dict[str, SourceResult]:
     """Run ``sources[name].search(queries[name])`` concurrently under deadlines.
 
-    A source with no query is reported as skipped.
+    A source with no query is reported as skipped; one that needs a vector
+    (``Source.needs_vector``) and has a query without one, as ``no_vector``.
     """
     results: dict[str, SourceResult] = {
         name: SourceResult(status="skipped", ms=0.0) for name in sources if name not in queries
@@ -72,6 +85,10 @@ async def search_all(
 
     async with anyio.create_task_group() as tg:
         for name, source in sources.items():
-            if name in queries:
+            if name not in queries:
+                continue
+            if queries[name].vector is None and source.needs_vector:
+                results[name] = SourceResult(status="no_vector", ms=0.0, error=NO_VECTOR)
+            else:
                 tg.start_soon(one, name, source, queries[name])
     return {name: results[name] for name in sources}

@@ -78,11 +78,30 @@ async def open_runtime(
     cfg = config.current
     if embedder is None:
         model = create_embedder(
-            cfg.embedding.model, cache_size=cfg.embedding.cache_size, threads=cfg.embedding.threads
+            cfg.embedding.model,
+            cache_size=cfg.embedding.cache_size,
+            threads=cfg.embedding.threads,
+            write_batch=cfg.embedding.write_batch,
         )
         await anyio.to_thread.run_sync(model.load)
-        await model.embed(["warm up"])  # the first inference is slow; not on a user's recall
-        embedder = model
+        # The first inference on a thread is slow: not on a user's recall or write.
+        await model.embed(["warm up"])
+        await model.embed_query("warm up")
+        try:
+            async with _open_runtime(config, backends, model, source_names) as runtime:
+                yield runtime
+        finally:
+            await anyio.to_thread.run_sync(model.close)
+    else:
+        async with _open_runtime(config, backends, embedder, source_names) as runtime:
+            yield runtime
+
+
+@asynccontextmanager
+async def _open_runtime(
+    config: ConfigHolder, backends: Backends, embedder: Embedder, source_names: Sequence[str]
+) -> AsyncIterator[Runtime]:
+    cfg = config.current
     if embedder.dim != cfg.embedding.dim:
         raise ValueError(f"embedding.dim is {cfg.embedding.dim} but {embedder.model} makes {embedder.dim}-d vectors")
 

@@ -671,6 +671,8 @@ class TypesenseSource:
     """
 
     name = SOURCE
+    #: Without a vector it still answers with its keyword list.
+    needs_vector = False
 
     def __init__(
         self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]

@@ -22,6 +22,7 @@ HIT = Hit(
 
 class Answers:
     name = "typesense"
+    needs_vector = False
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         return [HIT]
@@ -80,3 +81,33 @@ async def test_source_without_query_is_skipped() -> None:
     out = await search_all(sources, {"typesense": QUERY}, config())
     assert list(out) == ["typesense", "pgvector"]
     assert out["pgvector"].status == "skipped"
+
+
+class VectorOnly(Answers):
+    name = "pgvector"
+    needs_vector = True
+
+    def __init__(self) -> None:
+        self.searched: list[SearchQuery] = []
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        self.searched.append(query)
+        return [HIT]
+
+
+async def test_source_needing_a_vector_is_not_searched_without_one() -> None:
+    vector_only = VectorOnly()
+    sources = {"typesense": Answers(), "pgvector": vector_only}
+    out = await search_all(sources, {n: QUERY for n in sources}, config())
+    assert out["typesense"].status == "ok"
+    assert out["pgvector"].status == "no_vector"
+    assert out["pgvector"].error == "needs the query vector, and the recall has none"
+    assert out["pgvector"].hits == [] and vector_only.searched == []
+
+
+async def test_source_needing_a_vector_is_searched_with_one() -> None:
+    vector_only = VectorOnly()
+    query = msgspec.structs.replace(QUERY, vector=(1.0, 0.0))
+    out = await search_all({"pgvector": vector_only}, {"pgvector": query}, config())
+    assert out["pgvector"].status == "ok" and out["pgvector"].hits == [HIT]
+    assert vector_only.searched == [query]
