@@ -402,6 +402,17 @@ class TypesenseClient:
         return results
 
 
+#: Below the smallest normal float32 Typesense cannot parse a vector component
+#: ("one of the vector values is not a float"); it stores float32 anyway.
+_FLOAT32_TINY = 1.1754944e-38
+
+
+def vector_literal(values: Iterable[float]) -> str:
+    """A query vector as ``vector_query`` takes it: components too small for a
+    normal float32 are written as 0."""
+    return ",".join("0.0" if abs(x) < _FLOAT32_TINY else repr(float(x)) for x in values)
+
+
 def document_id(tenant: str, memory_id: str) -> str:
     """The Typesense id of a tenant's memory: ``<tenant>:<memory id>``."""
     if not is_safe_name(tenant):
@@ -730,7 +741,7 @@ class TypesenseSource:
             count_at = len(searches)
             searches.append({"q": "*", "per_page": 0})
         if query.vector is not None:
-            vector = ",".join(repr(float(x)) for x in query.vector)
+            vector = vector_literal(query.vector)
             searches.append(
                 {
                     "q": "*",
