@@ -91,7 +91,8 @@ async def open_runtime(
             async with _open_runtime(config, backends, model, source_names) as runtime:
                 yield runtime
         finally:
-            await anyio.to_thread.run_sync(model.close)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(model.close)
     else:
         async with _open_runtime(config, backends, embedder, source_names) as runtime:
             yield runtime
