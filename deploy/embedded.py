@@ -368,9 +368,11 @@ class EmbeddedTypesense:
 class Supervisor:
     """Restarts an embedded server that exits on its own (``make run``).
 
-    Typesense 0.24.1 can crash under load (the soak saw it abort inside
-    hnswlib's ``insertPoint``); started again on the same data dir it
-    replays its log and comes back, and the outbox fills in what it missed.
+    Typesense 0.24.1 can crash (the soak saw it abort inside hnswlib's
+    ``insertPoint`` until Braid stopped sending several documents with a
+    vector in one import: ``indexers.typesense``); started again on the same
+    data dir it replays its log and comes back, and the outbox fills in what
+    it missed.
     A daemon thread checks every ``interval`` seconds; repeated failures back
     off up to ``max_backoff``. It must outlive the server it restarts: the
     server's parent-death signal is tied to the thread that started it.

@@ -26,6 +26,19 @@ two searches in one ``POST /multi_search`` (keyword, vector) fused here with
   is Blue".
 * ``per_page`` is at most 250.
 
+Typesense 0.24.1 can crash (SIGSEGV in hnswlib's ``insertPoint``,
+``hnswalg.h:848``) when one import carries several documents with a vector
+into a collection where a document with a vector was deleted or replaced
+before: it indexes one import's vectors on up to four threads, and its
+hnswlib fork hands the freed slots out to them without holding one lock
+across "is one free?" and "take it" (``benchmarks/typesense_race.py`` has the
+source lines and reproduces it). So a document with an embedding goes in an
+import request of its own (:func:`import_groups`). The requests of one write
+are sent :data:`IMPORT_CONCURRENCY` at a time: Typesense queues the writes
+addressed to one collection name and applies them one request after the
+other (another reason writes never go through the alias, whose name would
+put them in another queue).
+
 Memory ids are unique per tenant only (Postgres' key is ``(tenant, id)``),
 while a Typesense document id is unique per collection, so a document's id
 is ``<tenant>:<memory id>`` (:func:`document_id`; a tenant name has no colon)
@@ -51,6 +64,7 @@ from fusion.rrf import rrf
 from .base import BackendError, Filters, Hit, MemoryRecord, SearchQuery, SourceUnavailable
 
 __all__ = [
+    "IMPORT_CONCURRENCY",
     "MAX_PER_PAGE",
     "STOPWORDS",
     "TypesenseClient",
@@ -60,6 +74,7 @@ __all__ = [
     "build_filter",
     "document_id",
     "idf_ranking",
+    "import_groups",
     "keyword_query",
     "keyword_terms",
     "narrow_filter",
@@ -77,6 +92,10 @@ MAX_TERMS = 8
 #: and for how many filters at most.
 COUNT_TTL_S = 10.0
 COUNT_CACHE_SIZE = 4096
+
+#: Import requests of one upsert in flight at once (each carries one
+#: document with a vector; see the module docstring).
+IMPORT_CONCURRENCY = 4
 
 #: Ids per ``DELETE ...?filter_by=id:=[...]`` request, to keep URLs short.
 _DELETE_CHUNK = 100
@@ -120,6 +139,30 @@ def _quoted(value: str) -> str:
 
 def _quoted_list(values: Iterable[str]) -> str:
     return "[" + ",".join(_quoted(v) for v in values) + "]"
+
+
+def import_groups(
+    documents: Sequence[Mapping[str, Any]], vector_field: str | None = None
+) -> list[list[Mapping[str, Any]]]:
+    """``documents`` split into import requests, in order: all in one without
+    ``vector_field``; else no request holds two documents with that field
+    (each starts a new request, and documents without it join the request
+    before them)."""
+    if vector_field is None:
+        return [list(documents)] if documents else []
+    groups: list[list[Mapping[str, Any]]] = []
+    current: list[Mapping[str, Any]] = []
+    holds = False
+    for doc in documents:
+        if vector_field in doc:
+            if holds:
+                groups.append(current)
+                current = []
+            holds = True
+        current.append(doc)
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _epoch(dt: datetime) -> int:
@@ -327,25 +370,49 @@ class TypesenseClient:
     # Documents
 
     async def import_documents(
-        self, collection: str, documents: Sequence[Mapping[str, Any]]
+        self,
+        collection: str,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        vector_field: str | None = None,
+        concurrency: int = 1,
     ) -> int:
-        """Upsert documents (JSONL import); raise naming the first rejected one."""
+        """Upsert documents (JSONL import); raise naming the first rejected one.
+
+        With ``vector_field``, a document holding that field goes in an
+        import request with no other such document (:func:`import_groups`;
+        the 0.24.1 vector-slot race in the module docstring), and up to
+        ``concurrency`` requests are in flight at once. Every document is
+        tried and the rejected ones are reported together, as for one
+        request; a request that fails (unreachable, 5xx) stops the ones not
+        yet sent and its error is raised.
+        """
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         if not documents:
             return 0
-        body = b"\n".join(_encode(doc) for doc in documents)
-        response = await self._request(
-            "POST",
-            f"/collections/{quote(collection, safe='')}/documents/import",
-            params={"action": "upsert"},
-            content=body,
-        )
-        lines = [_decode(line) for line in response.content.splitlines() if line.strip()]
-        if len(lines) != len(documents):
-            raise TypesenseError(
-                response.status_code,
-                f"import answered {len(lines)} lines for {len(documents)} documents",
-            )
-        failed = [(doc, line) for doc, line in zip(documents, lines) if line.get("success") is not True]
+        groups = import_groups(documents, vector_field)
+        answers: list[list[dict[str, Any]]] = [[] for _ in groups]
+        errors: list[BackendError] = []
+        limiter = anyio.CapacityLimiter(concurrency)
+
+        async def send(i: int) -> None:
+            async with limiter:
+                if errors:
+                    return
+                try:
+                    answers[i] = await self._import(collection, groups[i])
+                except BackendError as exc:
+                    errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(groups)):
+                tg.start_soon(send, i)
+        if errors:
+            raise errors[0]
+        docs = [doc for group in groups for doc in group]
+        lines = [line for answer in answers for line in answer]
+        failed = [(doc, line) for doc, line in zip(docs, lines) if line.get("success") is not True]
         if failed:
             doc, line = failed[0]
             raise TypesenseError(
@@ -354,6 +421,23 @@ class TypesenseClient:
                 f"first: {doc.get('id')!r}: {line.get('error', 'no error given')}",
             )
         return len(documents)
+
+    async def _import(self, collection: str, documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """One import request; its answer line for each document, in order."""
+        body = b"\n".join(_encode(doc) for doc in documents)
+        response = await self._request(
+            "POST",
+            f"/collections/{quote(collection, safe='')}/documents/import",
+            params={"action": "upsert"},
+            content=body,
+        )
+        lines: list[dict[str, Any]] = [_decode(line) for line in response.content.splitlines() if line.strip()]
+        if len(lines) != len(documents):
+            raise TypesenseError(
+                response.status_code,
+                f"import answered {len(lines)} lines for {len(documents)} documents",
+            )
+        return lines
 
     async def delete_documents(self, collection: str, ids: Sequence[str]) -> int:
         """Delete documents by id; absent ids are ignored. Returns how many went."""
@@ -551,9 +635,14 @@ class TypesenseIndex:
         return current if current is not None else await self.ensure()
 
     async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
-        """Insert or replace whole documents (a field left out is removed)."""
+        """Insert or replace whole documents (a field left out is removed).
+
+        A document with an embedding is sent in an import request of its own
+        (the 0.24.1 vector-slot race in the module docstring)."""
         docs = [record_document(record) for record in records]
-        await self.client.import_documents(await self._write_target(collection), docs)
+        await self.client.import_documents(
+            await self._write_target(collection), docs, vector_field="embedding", concurrency=IMPORT_CONCURRENCY
+        )
 
     async def delete(
         self, keys: Sequence[tuple[str, str]], collection: str | None = None

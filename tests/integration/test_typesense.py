@@ -681,3 +681,65 @@ async def test_single_keyword_mode_sends_one_search_and_drops_words(
     found = await ids(source, q("heron ibis"))
     assert found[0] == "both" and set(found) == {"both", "heron"}
     assert [s["q"] for s in sent.calls[0]] == ["heron ibis"]
+
+
+# Import requests (Typesense 0.24.1's vector-slot race, module docstring)
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """The real transport, counting import requests and their documents;
+    ``fail_after`` imports it raises ConnectError (an injected fault)."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.live = httpx.AsyncHTTPTransport()
+        self.imports: list[int] = []
+        self.fail_after = fail_after
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/documents/import"):
+            if self.fail_after is not None and len(self.imports) >= self.fail_after:
+                raise httpx.ConnectError("injected", request=request)
+            self.imports.append(len((await request.aread()).splitlines()))
+        return await self.live.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.live.aclose()
+
+
+@pytest.mark.anyio
+async def test_upsert_sends_one_document_with_a_vector_per_import(typesense_url: str, index: TypesenseIndex) -> None:
+    counting = CountingTransport()
+    ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
+    try:
+        idx = TypesenseIndex(ts, index.alias, DIM)
+        await idx.upsert([record(f"r{i}", f"rewrite number {i}", i=i) for i in range(6)])
+        await idx.delete([("a", "r0"), ("a", "r1")])
+        # Rewrites with other vectors and new documents, into freed slots.
+        await idx.upsert(
+            [record(f"r{i}", f"rewrite number {i} again", i=i + 3) for i in range(2, 6)]
+            + [record("plain", "no vector yet", embedding=None), record("n1", "new one", i=9)]
+        )
+        assert await idx.count() == 6
+        doc = await idx.fetch("r5", tenant="a")
+        assert doc is not None and doc["content"] == "rewrite number 5 again"
+    finally:
+        await ts.aclose()
+        await counting.aclose()
+    # Sent concurrently: in any order. The plain document joins the one before it.
+    assert sorted(counting.imports) == [1] * 10 + [2]
+
+
+@pytest.mark.anyio
+async def test_upsert_stops_at_a_failed_request(typesense_url: str, index: TypesenseIndex) -> None:
+    counting = CountingTransport(fail_after=2)
+    ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
+    try:
+        with pytest.raises(SourceUnavailable) as info:
+            await TypesenseIndex(ts, index.alias, DIM).upsert(
+                [record(f"f{i}", f"fails at the third {i}", i=i) for i in range(10)]
+            )
+    finally:
+        await ts.aclose()
+        await counting.aclose()
+    assert info.value.reason == f"{typesense_url}: ConnectError: injected"
+    assert len(counting.imports) == 2
