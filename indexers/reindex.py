@@ -270,7 +270,9 @@ class ReindexJobs:
                     named.itersize = BATCH
                     await named.execute(f"SELECT {RECORD_COLUMNS} FROM memories m")
                     while rows := await named.fetchmany(BATCH):
-                        await self._index.upsert([record_from_row(r) for r in rows], collection=new)
+                        # Each memory once into a collection nothing else writes
+                        # to yet: one import request a batch is safe in 0.24.1.
+                        await self._index.upsert([record_from_row(r) for r in rows], collection=new, fresh=True)
                         done += len(rows)
                         await report({"typesense": {"collection": new, "phase": "copying", "done": done, "total": total}})
                 await conn.commit()

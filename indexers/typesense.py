@@ -634,14 +634,25 @@ class TypesenseIndex:
         current = await self.client.get_alias(self.alias)
         return current if current is not None else await self.ensure()
 
-    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
+    async def upsert(
+        self, records: Sequence[MemoryRecord], collection: str | None = None, *, fresh: bool = False
+    ) -> None:
         """Insert or replace whole documents (a field left out is removed).
 
         A document with an embedding is sent in an import request of its own
-        (the 0.24.1 vector-slot race in the module docstring)."""
+        (the 0.24.1 vector-slot race in the module docstring), unless
+        ``fresh``: ``collection`` never had a document with a vector deleted
+        or replaced, and nothing else writes to it meanwhile (a reindex
+        filling the collection it just created, each memory once), so it has
+        no freed slot to race for and ``records`` go in one request."""
+        if fresh and collection is None:
+            raise ValueError("fresh needs the collection named: the live one has had deletes")
         docs = [record_document(record) for record in records]
         await self.client.import_documents(
-            await self._write_target(collection), docs, vector_field="embedding", concurrency=IMPORT_CONCURRENCY
+            await self._write_target(collection),
+            docs,
+            vector_field=None if fresh else "embedding",
+            concurrency=IMPORT_CONCURRENCY,
         )
 
     async def delete(

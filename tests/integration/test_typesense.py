@@ -743,3 +743,21 @@ async def test_upsert_stops_at_a_failed_request(typesense_url: str, index: Types
         await counting.aclose()
     assert info.value.reason == f"{typesense_url}: ConnectError: injected"
     assert len(counting.imports) == 2
+
+
+@pytest.mark.anyio
+async def test_fresh_upsert_into_a_new_collection_is_one_request(typesense_url: str, index: TypesenseIndex) -> None:
+    counting = CountingTransport()
+    ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
+    try:
+        idx = TypesenseIndex(ts, index.alias, DIM)
+        new = await idx.new_collection()
+        await idx.upsert([record(f"c{i}", f"copied {i}", i=i) for i in range(5)], collection=new, fresh=True)
+        assert await idx.count(collection=new) == 5
+        with pytest.raises(ValueError) as info:
+            await idx.upsert([record("x", "live")], fresh=True)
+    finally:
+        await ts.aclose()
+        await counting.aclose()
+    assert counting.imports == [5]
+    assert str(info.value) == "fresh needs the collection named: the live one has had deletes"
