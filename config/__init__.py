@@ -1,11 +1,17 @@
 """Configuration: the msgspec schema and the default ``braid.yaml``."""
 
 from .loader import DEFAULT_CONFIG_PATH, ConfigError, config_path, load_config, parse_config
+from .sources import (
+    SourceConfig,
+    TypesenseSourceConfig,
+    register_source_config,
+    source_defaults,
+    unregister_source_config,
+)
 from .schema import (
     FIXED_SECTIONS,
     NAME_PATTERN,
     RESTART_SECTIONS,
-    SOURCE_NAMES,
     ApiKey,
     AuthConfig,
     BraidConfig,
@@ -16,16 +22,16 @@ from .schema import (
     QueryConfig,
     RrfConfig,
     ServerConfig,
-    SourceConfig,
-    SourcesConfig,
     SyncConfig,
     TierConfig,
     TypesenseConfig,
-    TypesenseSourceConfig,
     is_safe_name,
 )
 
 __all__ = [
+    "register_source_config",
+    "source_defaults",
+    "unregister_source_config",
     "FIXED_SECTIONS",
     "RESTART_SECTIONS",
     "ApiKey",
@@ -40,10 +46,8 @@ __all__ = [
     "PostgresConfig",
     "QueryConfig",
     "RrfConfig",
-    "SOURCE_NAMES",
     "ServerConfig",
     "SourceConfig",
-    "SourcesConfig",
     "SyncConfig",
     "TierConfig",
     "TypesenseConfig",

@@ -9,6 +9,7 @@ import msgspec
 import yaml
 
 from .schema import BraidConfig, TierConfig
+from .sources import parse_sources
 
 __all__ = ["ConfigError", "DEFAULT_CONFIG_PATH", "config_path", "load_config", "parse_config"]
 
@@ -42,10 +43,22 @@ def parse_config(text: str, *, source: str = "<string>") -> BraidConfig:
                 msgspec.convert(tier, TierConfig, strict=True)
             except msgspec.ValidationError as exc:
                 raise ConfigError(f"{source}: {_rebase(str(exc), f'$.tiers.{name}')}") from None
+    raw = dict(raw)
+    rrf = raw.get("rrf")
+    legacy = None
+    if isinstance(rrf, dict) and "weights" in rrf:
+        rrf = dict(rrf)
+        legacy = rrf.pop("weights")
+        raw["rrf"] = rrf
     try:
-        return msgspec.convert(raw, BraidConfig, strict=True)
+        sources = parse_sources(raw.pop("sources", None), legacy)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    try:
+        cfg = msgspec.convert(raw, BraidConfig, strict=True)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    return msgspec.structs.replace(cfg, sources=sources)
 
 
 def _rebase(message: str, prefix: str) -> str:

@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from .base import Section
+from .sources import SourceConfig, TypesenseSourceConfig, source_defaults
+
 __all__ = [
     "ApiKey",
     "AuthConfig",
@@ -25,7 +28,6 @@ __all__ = [
     "RrfConfig",
     "ServerConfig",
     "SourceConfig",
-    "SourcesConfig",
     "SyncConfig",
     "TierConfig",
     "TypesenseConfig",
@@ -47,16 +49,12 @@ PositiveInt = Annotated[int, Meta(ge=1)]
 DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
 
 
-class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    pass
+_Base = Section
 
 
 class RrfConfig(_Base):
     k: Annotated[int, Meta(ge=1, le=10_000)] = 60
     vector_weight: Unit = 0.2
-    weights: dict[str, Annotated[float, Meta(ge=0.0, le=100.0)]] = msgspec.field(
-        default_factory=lambda: {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
-    )
 
 
 Boost = Annotated[float, Meta(ge=0.0, le=100.0)]
@@ -75,35 +73,8 @@ class QueryConfig(_Base):
     time_boost: Boost = 0.6
     #: How long a process reuses a tenant's speaker list before re-reading it.
     speaker_cache_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 5000
-
-
-class SourceConfig(_Base):
-    enabled: bool = True
-    deadline_ms: DeadlineMs = 1000
-    candidates: Annotated[int, Meta(ge=1, le=1000)] = 50
-
-
-class TypesenseSourceConfig(SourceConfig):
-    """The Typesense source also searches each query term on its own."""
-
-    #: ``terms``: each query term is searched on its own and the hits ranked
-    #: by summed idf (better ranking, one search per term). ``single``: one
-    #: search for all the terms, ranked by Typesense (how many terms match).
-    keyword_mode: Literal["terms", "single"] = "terms"
-    #: Query terms searched one by one for the keyword list (the first ones).
-    max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
-    #: Hits fetched per term search: Typesense's time grows with it.
-    term_hits: Annotated[int, Meta(ge=1, le=250)] = 50
-    #: ``always``: the source runs its own vector search in every recall.
-    #: ``alone``: only in recalls where the pgvector source does not run
-    #: (pgvector already brings the same vectors' neighbours to the fusion).
-    vector_search: Literal["always", "alone"] = "always"
-
-
-class SourcesConfig(_Base):
-    typesense: TypesenseSourceConfig = TypesenseSourceConfig()
-    pgvector: SourceConfig = SourceConfig()
-    graph: SourceConfig = SourceConfig()
+    #: Longest a recall waits for the speaker list (then it uses the last one read).
+    speaker_lookup_ms: Annotated[int, Meta(ge=1, le=60_000)] = 200
 
 
 class TierConfig(_Base):
@@ -226,7 +197,8 @@ class BraidConfig(_Base):
     default_tier: Name = "session"
     rrf: RrfConfig = RrfConfig()
     query: QueryConfig = QueryConfig()
-    sources: SourcesConfig = SourcesConfig()
+    #: One section per registered source (:mod:`config.sources`), weights included.
+    sources: dict[str, SourceConfig] = msgspec.field(default_factory=source_defaults)
     tiers: dict[Name, TierConfig] = msgspec.field(default_factory=_default_tiers)
     graph: GraphConfig = GraphConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -238,11 +210,6 @@ class BraidConfig(_Base):
     auth: AuthConfig = AuthConfig()
 
     def __post_init__(self) -> None:
-        unknown = set(self.rrf.weights) - set(SOURCE_NAMES)
-        if unknown:
-            raise ValueError(
-                f"rrf.weights names unknown source(s) {sorted(unknown)}; known: {list(SOURCE_NAMES)}"
-            )
         folded: dict[str, str] = {}
         for name in self.tiers:
             key = name.lower().replace("-", "_")
@@ -285,8 +252,14 @@ class BraidConfig(_Base):
     def entity_tier(self) -> str:
         return next(name for name, tier in self.tiers.items() if tier.holds == "entities")
 
-    def source_weight(self, source: str) -> float:
-        return self.rrf.weights.get(source, 1.0)
+    def source(self, name: str) -> SourceConfig:
+        """The settings of source ``name`` (its defaults if the file says nothing)."""
+        return self.sources.get(name) or source_defaults()[name]
+
+    def with_source(self, name: str, **changes: object) -> BraidConfig:
+        """A copy whose ``sources.<name>`` has ``changes`` (snake_case keys)."""
+        section = msgspec.structs.replace(self.source(name), **changes)
+        return msgspec.structs.replace(self, sources={**self.sources, name: section})
 
 
 #: Config sections read once at start-up: a reload that changes them names the
@@ -296,10 +269,6 @@ RESTART_SECTIONS: tuple[str, ...] = ("server", "sync")
 #: Sections a reload may not change at all (the running pools, clients and
 #: model were built from them).
 FIXED_SECTIONS: tuple[str, ...] = ("postgres", "typesense", "embedding")
-
-#: The three search sources, in the order they are reported.
-SOURCE_NAMES: tuple[str, ...] = ("typesense", "pgvector", "graph")
-
 
 def is_safe_name(value: str) -> bool:
     return _NAME_RE.match(value) is not None

@@ -1,5 +1,6 @@
 """Pure ranking and formatting: no I/O."""
 
+from fusion.assemble import Assembly, Candidate, Ranked, assemble
 from fusion.block import Block, BlockItem, format_block
 from fusion.factors import Scored, apply_factors, score_factors
 from fusion.query import QueryPlan, analyze_query, date_ranges
@@ -7,6 +8,10 @@ from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
 
 __all__ = [
+    "Assembly",
+    "Candidate",
+    "Ranked",
+    "assemble",
     "Block",
     "BlockItem",
     "Encoding",

@@ -52,6 +52,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
     min_confidence: float = 0.0
     #: Relation hops of a graph walk; None = the config's graph.maxHops.
     hops: int | None = None
+    #: Another source of this recall covers the vector's nearest memories
+    #: (``SourceSpec.covers_vectors``): this one may leave vector search to it.
+    vectors_covered: bool = False
 
 
 class Hit(msgspec.Struct, frozen=True):

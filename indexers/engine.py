@@ -17,13 +17,13 @@ import msgspec
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from config import FIXED_SECTIONS, RESTART_SECTIONS, SOURCE_NAMES, BraidConfig, ConfigError, load_config
-from fusion import BlockItem, QueryPlan, analyze_query, apply_factors, format_block, get_encoding, rrf
+from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, load_config
+from fusion import QueryPlan, analyze_query, assemble, get_encoding
 
 from .base import Filters, Hit, SearchQuery, Source
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
-from .registry import DEGRADED, SourceResult, SourceStatus, search_all
+from .registry import DEGRADED, SourceResult, SourceStatus, registered, search_all
 
 __all__ = [
     "WriteTimeout",
@@ -191,6 +191,8 @@ class Engine:
         self.config = config
         self.store = store
         self.sources = dict(sources)
+        #: The sources whose lists cover the vector's neighbours (SourceSpec.covers_vectors).
+        self._covering = {n for n, spec in registered().items() if spec.covers_vectors and n in self.sources}
         self.embedder = embedder
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
@@ -318,9 +320,10 @@ class Engine:
         """The tenant's speaker names, cached for ``query.speakerCacheMs``.
 
         Postgres slow or down must not stop a recall that Typesense can still
-        answer: the lookup gets the pgvector source's deadline, and on failure
-        the last list read (or none) is used, and kept like a list read, so that
-        while Postgres is down only one recall per ``speakerCacheMs`` waits for it.
+        answer: the lookup waits at most ``query.speakerLookupMs``, and on
+        failure the last list read (or none) is used, and kept like a list read,
+        so that while Postgres is down only one recall per ``speakerCacheMs``
+        waits for it.
         """
         cfg = self.config.current
         now = time.monotonic()
@@ -328,7 +331,7 @@ class Engine:
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            with anyio.fail_after(cfg.sources.pgvector.deadline_ms / 1000.0):
+            with anyio.fail_after(cfg.query.speaker_lookup_ms / 1000.0):
                 names = await self.store.speakers(tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             log.warning("speaker list unavailable, query analysis uses the last one read: %s", exc)
@@ -371,19 +374,19 @@ class Engine:
         wanted = [
             name
             for name in self.sources
-            if getattr(cfg.sources, name).enabled and (opts.sources is None or name in opts.sources)
+            if cfg.source(name).enabled and (opts.sources is None or name in opts.sources)
         ]
-        # The Typesense source may leave vectors to pgvector (sources.typesense.vectorSearch).
-        ts_vector = cfg.sources.typesense.vector_search == "always" or "pgvector" not in wanted
+        covering = self._covering.intersection(wanted)
         queries = {
             name: SearchQuery(
                 tenant=tenant,
                 text=plan.text,
-                vector=vector if name != "typesense" or ts_vector else None,
-                limit=max(top_k, getattr(cfg.sources, name).candidates),
+                vector=vector,
+                limit=max(top_k, cfg.source(name).candidates),
                 filters=opts.filters,
                 min_confidence=min_conf,
                 hops=opts.hops,
+                vectors_covered=bool(covering - {name}),
             )
             for name in wanted
         }
@@ -411,57 +414,37 @@ class Engine:
         embedding_ms: float,
         embedding_status: EmbeddingStatus,
     ) -> RecallResult:
-        hits: dict[str, Hit] = {}
-        rankings: dict[str, list[str]] = {}
-        for name, result in results.items():
-            kept = [h for h in result.hits if h.confidence >= min_conf]
-            rankings[name] = [h.id for h in kept]
-            for h in kept:
-                hits.setdefault(h.id, h)
-        fused = rrf(rankings, k=cfg.rrf.k, weights={n: cfg.source_weight(n) for n in rankings})
-        ranked = apply_factors(
-            fused,
-            lambda id: (hits[id].speaker, hits[id].created_at),
+        answer = assemble(
+            {name: r.hits for name, r in results.items()},
             plan,
+            k=cfg.rrf.k,
+            weights={name: cfg.source(name).weight for name in results},
             speaker_boost=cfg.query.speaker_boost,
             time_boost=cfg.query.time_boost,
+            min_confidence=min_conf,
+            top_k=top_k,
+            budget=budget,
+            encoding=get_encoding(cfg.tokenizer),
         )
-        top = ranked[:top_k]
-        block = format_block(
-            [
-                BlockItem(
-                    kind=hits[s.fused.id].kind,
-                    created_at=hits[s.fused.id].created_at,
-                    content=hits[s.fused.id].content,
-                    confidence=hits[s.fused.id].confidence,
-                )
-                for s in top
-            ],
-            budget,
-            get_encoding(cfg.tokenizer),
-        )
-        included, truncated = set(block.included), set(block.truncated)
-        items = []
-        for i, s in enumerate(top):
-            hit = hits[s.fused.id]
-            items.append(
-                RecallItem(
-                    id=hit.id,
-                    content=hit.content,
-                    kind=hit.kind,
-                    tier=hit.tier,
-                    created_at=hit.created_at,
-                    confidence=hit.confidence,
-                    speaker=hit.speaker,
-                    score=s.score,
-                    rrf_score=s.fused.score,
-                    ranks={n: s.fused.ranks.get(n) for n in SOURCE_NAMES if n in self.sources},
-                    contributions=dict(s.fused.contributions),
-                    factors=s.factors,
-                    in_block=i in included,
-                    truncated=i in truncated,
-                )
+        items = [
+            RecallItem(
+                id=r.hit.id,
+                content=r.hit.content,
+                kind=r.hit.kind,
+                tier=r.hit.tier,
+                created_at=r.hit.created_at,
+                confidence=r.hit.confidence,
+                speaker=r.hit.speaker,
+                score=r.score,
+                rrf_score=r.rrf_score,
+                ranks=r.ranks,
+                contributions=r.contributions,
+                factors=r.factors,
+                in_block=r.in_block,
+                truncated=r.truncated,
             )
+            for r in answer.items
+        ]
         sources = {
             name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error)
             for name, r in results.items()
@@ -470,8 +453,8 @@ class Engine:
         if embedding_status == "timeout":
             degraded.insert(0, "embedding")
         return RecallResult(
-            block=block.text,
-            tokens=block.tokens,
+            block=answer.block,
+            tokens=answer.tokens,
             items=items,
             sources=sources,
             degraded=degraded,

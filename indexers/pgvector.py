@@ -25,10 +25,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from config import BraidConfig, TierConfig, is_safe_name
+from config import BraidConfig, TierConfig, is_safe_name, source_defaults
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
+from .registry import SourceSpec, register
 
 __all__ = [
     "PgvectorSource",
@@ -240,3 +241,14 @@ class PgvectorSource(PoolSource):
             rows.extend(await cur.fetchall())
             await cur.close()
         return rows
+
+
+register(
+    SourceSpec(
+        name="pgvector",
+        build=lambda deps: PgvectorSource(deps.pool, deps.get_config),
+        defaults=source_defaults()["pgvector"],
+        store="postgres",
+        covers_vectors=True,
+    )
+)

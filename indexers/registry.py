@@ -1,25 +1,48 @@
 """The source registry and the fan-out: every source at once, each under its deadline.
 
-This is the only place that knows the sources by name. A source that raises
-or misses its deadline contributes nothing and is reported as degraded; the
-recall still answers from the others.
+A source is a plugin: its module registers a :class:`SourceSpec` (how to build
+it from the runtime's parts, its config section's defaults, its capabilities)
+with :func:`register`. Nothing else names a source: the runtime builds what is
+registered, the engine asks the specs' capabilities, the config takes a
+``sources.<name>`` section for each. A source that raises or misses its
+deadline contributes nothing and is reported as degraded; the recall still
+answers from the others.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import anyio
 import msgspec
 
-from config import BraidConfig
+from config import (
+    BraidConfig,
+    SourceConfig,
+    register_source_config,
+    source_defaults,
+    unregister_source_config,
+)
 
 from .base import BackendError, Hit, SearchQuery, Source
 
-__all__ = ["DEGRADED", "SourceResult", "SourceStatus", "build_sources", "search_all"]
+__all__ = [
+    "DEGRADED",
+    "SourceDeps",
+    "SourceResult",
+    "SourceSpec",
+    "SourceStatus",
+    "build_sources",
+    "register",
+    "registered",
+    "search_all",
+    "unregister",
+]
 
 log = logging.getLogger("braid.recall")
 
@@ -42,14 +65,67 @@ class SourceResult(msgspec.Struct):
     error: str | None = None
 
 
-def build_sources(
-    factories: Mapping[str, Callable[[], Source]], names: Sequence[str]
-) -> dict[str, Source]:
-    """Instantiate the sources named in ``names`` from their factories."""
-    unknown = [n for n in names if n not in factories]
+@dataclass(frozen=True)
+class SourceDeps:
+    """What the runtime hands a source's factory."""
+
+    #: The Postgres connection pool (``psycopg_pool.AsyncConnectionPool``).
+    pool: Any
+    #: The Typesense REST client (``indexers.typesense.TypesenseClient``).
+    typesense: Any
+    #: The config in force, read at every search so a reload applies at once.
+    get_config: Callable[[], BraidConfig]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A registered source."""
+
+    name: str
+    build: Callable[[SourceDeps], Source]
+    #: Its ``sources.<name>`` section's defaults (a :class:`config.SourceConfig`,
+    #: or a subclass with the source's own keys).
+    defaults: SourceConfig = SourceConfig()
+    #: The backend it reads, as ``/health`` reports it: ``postgres``, ``typesense``
+    #: or ``none`` (always up).
+    store: str = "postgres"
+    #: Its list covers the query vector's nearest memories, so another source
+    #: may leave vector search to it (:attr:`SearchQuery.vectors_covered`).
+    covers_vectors: bool = False
+
+
+#: Modules whose import registers the built-in sources, in report order.
+_BUILTIN = ("indexers.typesense", "indexers.pgvector", "indexers.graph")
+_SPECS: dict[str, SourceSpec] = {}
+
+
+def register(spec: SourceSpec) -> None:
+    """Add a source; its config section becomes known as ``sources.<name>``."""
+    register_source_config(spec.name, spec.defaults)
+    _SPECS[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    _SPECS.pop(name, None)
+    unregister_source_config(name)
+
+
+def registered() -> dict[str, SourceSpec]:
+    """Every registered source, built-ins first, in the order recalls report them."""
+    for module in _BUILTIN:
+        importlib.import_module(module)
+    order = {name: i for i, name in enumerate(source_defaults())}
+    return {name: _SPECS[name] for name in sorted(_SPECS, key=lambda n: order.get(n, len(order)))}
+
+
+def build_sources(deps: SourceDeps, names: Sequence[str] | None = None) -> dict[str, Source]:
+    """Build the sources named in ``names`` (default: every registered one)."""
+    specs = registered()
+    wanted = list(specs) if names is None else list(names)
+    unknown = [n for n in wanted if n not in specs]
     if unknown:
-        raise ValueError(f"unknown source(s) {unknown}; known: {sorted(factories)}")
-    return {name: factories[name]() for name in names}
+        raise ValueError(f"unknown source(s) {unknown}; known: {list(specs)}")
+    return {name: specs[name].build(deps) for name in wanted}
 
 
 async def search_all(
@@ -67,7 +143,7 @@ async def search_all(
     }
 
     async def one(name: str, source: Source, query: SearchQuery) -> None:
-        deadline = getattr(cfg.sources, name).deadline_ms / 1000.0
+        deadline = cfg.source(name).deadline_ms / 1000.0
         start = time.perf_counter()
         result = SourceResult(status="timeout", ms=0.0, error=f"no answer within {deadline * 1000:.0f} ms")
         with anyio.move_on_after(deadline):

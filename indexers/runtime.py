@@ -18,12 +18,12 @@ import msgspec
 from .base import SourceUnavailable
 from .embedding import Embedder, create_embedder
 from .engine import ConfigHolder, Engine
-from .graph import GraphSource
-from .pgvector import PgvectorSource, ensure_indexes
+from .pgvector import ensure_indexes
 from .postgres import PostgresStore, open_pool
+from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexJobs
 from .sync import OutboxSync
-from .typesense import TypesenseClient, TypesenseIndex, TypesenseSource
+from .typesense import TypesenseClient, TypesenseIndex
 
 __all__ = ["Backends", "Runtime", "open_runtime"]
 
@@ -46,6 +46,8 @@ class Runtime(msgspec.Struct):
     sync: OutboxSync
     jobs: ReindexJobs
     embedder: Embedder
+    #: The registered sources' specs (store, capabilities), by name.
+    specs: dict[str, SourceSpec]
 
 
 async def _check_model(store: PostgresStore, model: str) -> None:
@@ -73,7 +75,7 @@ async def open_runtime(
     backends: Backends,
     *,
     embedder: Embedder | None = None,
-    source_names: Sequence[str] = ("typesense", "pgvector", "graph"),
+    source_names: Sequence[str] | None = None,
 ) -> AsyncIterator[Runtime]:
     cfg = config.current
     if embedder is None:
@@ -100,7 +102,7 @@ async def open_runtime(
 
 @asynccontextmanager
 async def _open_runtime(
-    config: ConfigHolder, backends: Backends, embedder: Embedder, source_names: Sequence[str]
+    config: ConfigHolder, backends: Backends, embedder: Embedder, source_names: Sequence[str] | None
 ) -> AsyncIterator[Runtime]:
     cfg = config.current
     if embedder.dim != cfg.embedding.dim:
@@ -131,13 +133,9 @@ async def _open_runtime(
             # and the outbox fills it in when it is back.
             log.warning("Typesense not reachable at start-up: %s", exc)
 
-        factories: dict[str, Callable[[], object]] = {
-            "typesense": lambda: TypesenseSource(client, cfg.typesense.collection, config),
-            "pgvector": lambda: PgvectorSource(pool, config),
-            "graph": lambda: GraphSource(pool, config),
-        }
-        sources = {name: factories[name]() for name in source_names}
-        engine = Engine(config, store, sources, embedder)  # type: ignore[arg-type]
+        # Every registered source (or those named), built from the runtime's parts.
+        sources = build_sources(SourceDeps(pool=pool, typesense=client, get_config=config), source_names)
+        engine = Engine(config, store, sources, embedder)
         sync = OutboxSync(
             store,
             index,
@@ -162,6 +160,7 @@ async def _open_runtime(
                     sync=sync,
                     jobs=jobs,
                     embedder=embedder,
+                    specs=registered(),
                 )
             finally:
                 tg.cancel_scope.cancel()

@@ -58,10 +58,11 @@ import anyio
 import httpx
 import msgspec
 
-from config.schema import BraidConfig, is_safe_name
+from config import BraidConfig, TypesenseSourceConfig, is_safe_name, source_defaults
 from fusion.rrf import rrf
 
 from .base import BackendError, Filters, Hit, MemoryRecord, SearchQuery, SourceUnavailable
+from .registry import SourceSpec, register
 
 __all__ = [
     "IMPORT_CONCURRENCY",
@@ -809,14 +810,15 @@ class TypesenseSource:
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             return doc["tier"] in allowed and doc["confidence"] >= floor
 
-        candidates = min(config.sources.typesense.candidates, MAX_PER_PAGE)
+        ts = config.source(SOURCE)
+        assert isinstance(ts, TypesenseSourceConfig)
+        candidates = min(ts.candidates, MAX_PER_PAGE)
         # Keyword: one search per query term, each document scored by the summed
         # idf of the terms that found it (Typesense 0.24 ranks a multi-word query
         # by how many words match, not by their rarity). The idf's N, the number
         # of documents the filter allows, is counted by one more search and
         # reused for a few seconds. Vector: one k-NN search. All in a single
         # multi_search.
-        ts = config.sources.typesense
         terms = keyword_terms(query.text, ts.max_terms)
         single = ts.keyword_mode == "single"
         searches: list[dict[str, Any]] = [
@@ -840,7 +842,8 @@ class TypesenseSource:
         if terms and not single and total is None:
             count_at = len(searches)
             searches.append({"q": "*", "per_page": 0})
-        if query.vector is not None:
+        # `alone`: leave vector search to a source that covers the vectors.
+        if query.vector is not None and (ts.vector_search == "always" or not query.vectors_covered):
             vector = vector_literal(query.vector)
             searches.append(
                 {
@@ -888,3 +891,13 @@ class TypesenseSource:
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+register(
+    SourceSpec(
+        name=SOURCE,
+        build=lambda deps: TypesenseSource(deps.typesense, deps.get_config().typesense.collection, deps.get_config),
+        defaults=source_defaults()[SOURCE],
+        store="typesense",
+    )
+)

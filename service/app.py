@@ -278,9 +278,12 @@ async def health(state: State) -> Response[HealthOut]:
         # Bounded like the ping: a Postgres that stalls now must not hang /health.
         with anyio.move_on_after(PING_TIMEOUT_S):
             pending = await rt.sync.pending()
-    backends["typesense"] = {"status": "up" if ts_up else "down", "node": rt.typesense.active_node}
-    for name in ("pgvector", "graph"):
-        backends[name] = {"status": "up" if pg_up else "down", "store": "postgres"}
+    stores = {"postgres": pg_up, "typesense": ts_up}
+    for name in rt.engine.sources:
+        store = rt.specs[name].store if name in rt.specs else "none"
+        backends[name] = {"status": "up" if stores.get(store, True) else "down", "store": store}
+        if store == "typesense":
+            backends[name]["node"] = rt.typesense.active_node
     backends["sync"] = {
         "status": "up" if pg_up and rt.sync.last_error is None else "lagging",
         "pending": pending,

@@ -196,7 +196,8 @@ class RecallIn(_In):
     tiers: Annotated[list[Label], Meta(max_length=16)] | None = None
     created_after: Stamp | None = None
     created_before: Stamp | None = None
-    sources: Annotated[list[Literal["typesense", "pgvector", "graph"]], Meta(min_length=1)] | None = None
+    #: Search only these sources (names as in the answer's ``sources``); default all enabled.
+    sources: Annotated[list[Label], Meta(min_length=1, max_length=16)] | None = None
     embedding: Vector | None = None
     #: Relation hops the graph walk may go (default graph.maxHops, at most limits.maxHops).
     hops: int | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from config import BraidConfig
+from config import BraidConfig, source_defaults
 from indexers.base import Filters
 from indexers.engine import GraphWrite, MemoryWrite, RecallOptions
 from indexers.postgres import EntityInput, RelationInput
@@ -144,6 +144,11 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         )
     if body.hops is not None and not 0 <= body.hops <= lim.max_hops:
         raise InputError(f"hops must be between 0 and {lim.max_hops}, got {body.hops}")
+    if body.sources is not None:
+        known = list({**source_defaults(), **cfg.sources})
+        for i, name in enumerate(body.sources):
+            if name not in known:
+                raise InputError(f"sources[{i}]: unknown source {name!r}; sources are {known}")
     if body.tiers is not None:
         unknown = [t for t in body.tiers if t not in cfg.tiers]
         if unknown:

@@ -529,7 +529,7 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             print("load: direct baselines", flush=True)
             report["direct"] = {
                 "pgvector": await asyncio.to_thread(direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500),
-                "typesense": await direct_typesense(ts, corpus, 500, cfg.sources.typesense.candidates),
+                "typesense": await direct_typesense(ts, corpus, 500, cfg.source("typesense").candidates),
             }
             report["direct"]["pgvector"]["ef_search"] = cfg.tiers["session"].ef_search
             health = (await client.get("/health")).json()

@@ -62,7 +62,7 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "embedding[0]: Number out of range",
         ),
         ("/v1/recall", b'{"query": "x", "embedding": [NaN]}', 400, None),
-        ("/v1/recall", {"query": "x", "sources": ["nope"]}, 400, "sources[0]: Invalid enum value 'nope'"),
+        ("/v1/recall", {"query": "x", "sources": ["nope"]}, 400, "sources[0]: unknown source 'nope'; sources are ['typesense', 'pgvector', 'graph']"),
         (
             "/v1/recall",
             {"query": "x", "tiers": ["archive"]},

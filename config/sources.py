@@ -1,0 +1,126 @@
+"""Per-source settings: ``sources.<name>`` in YAML, one section per registered source.
+
+Every source has the common keys of :class:`SourceConfig` (its RRF weight
+included); a source may declare a subclass with keys of its own. The three
+built-in sources have their defaults here; a source registered later
+(:func:`register_source_config`, called by ``indexers.registry.register``)
+brings its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from .base import Section
+
+__all__ = [
+    "SourceConfig",
+    "TypesenseSourceConfig",
+    "parse_sources",
+    "register_source_config",
+    "source_defaults",
+    "unregister_source_config",
+]
+
+log = logging.getLogger("braid.config")
+
+DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
+
+
+class SourceConfig(Section):
+    enabled: bool = True
+    #: The source's RRF weight: ``score(d) = sum_s weight_s / (k + rank_s(d))``.
+    weight: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
+    deadline_ms: DeadlineMs = 1000
+    candidates: Annotated[int, Meta(ge=1, le=1000)] = 50
+
+
+class TypesenseSourceConfig(SourceConfig):
+    """The Typesense source also searches each query term on its own."""
+
+    #: ``terms``: each query term is searched on its own and the hits ranked
+    #: by summed idf (better ranking, one search per term). ``single``: one
+    #: search for all the terms, ranked by Typesense (how many terms match).
+    keyword_mode: Literal["terms", "single"] = "terms"
+    #: Query terms searched one by one for the keyword list (the first ones).
+    max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
+    #: Hits fetched per term search: Typesense's time grows with it.
+    term_hits: Annotated[int, Meta(ge=1, le=250)] = 50
+    #: ``always``: the source runs its own vector search in every recall.
+    #: ``alone``: only in recalls where no other source covers the vectors.
+    vector_search: Literal["always", "alone"] = "always"
+
+
+#: Defaults of each registered source, in the order recalls report them.
+_DEFAULTS: dict[str, SourceConfig] = {
+    "typesense": TypesenseSourceConfig(),
+    "pgvector": SourceConfig(),
+    # The graph's list overlaps the keyword list, so it counts less.
+    "graph": SourceConfig(weight=0.3),
+}
+
+
+def register_source_config(name: str, default: SourceConfig) -> None:
+    """Make ``sources.<name>`` a known section, with ``default`` as its defaults."""
+    if name in _DEFAULTS and _DEFAULTS[name] != default:
+        raise ValueError(f"source {name!r} is already registered with other defaults")
+    _DEFAULTS[name] = default
+
+
+def unregister_source_config(name: str) -> None:
+    _DEFAULTS.pop(name, None)
+
+
+def source_defaults() -> dict[str, SourceConfig]:
+    """Every registered source's defaults (a new dict; the sections are frozen)."""
+    return dict(_DEFAULTS)
+
+
+def parse_sources(raw: Any, legacy_weights: Any = None) -> dict[str, SourceConfig]:
+    """``sources`` and the deprecated ``rrf.weights`` from YAML, over the defaults.
+
+    Raises ``ValueError`` with the path of the bad key.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"Expected `object`, got `{type(raw).__name__}` - at `$.sources`")
+    out = source_defaults()
+    for name, section in raw.items():
+        if name not in out:
+            raise ValueError(f"unknown source {name!r}; sources are {list(out)} - at `$.sources`")
+        out[name] = _merge(out[name], section, f"$.sources.{name}")
+    if legacy_weights is not None:
+        if not isinstance(legacy_weights, Mapping):
+            raise ValueError("Expected `object` - at `$.rrf.weights`")
+        unknown = sorted(set(legacy_weights) - set(out))
+        if unknown:
+            raise ValueError(f"rrf.weights names unknown source(s) {unknown}; known: {list(out)}")
+        log.warning("rrf.weights is deprecated and will be removed: use sources.<name>.weight")
+        for name, weight in legacy_weights.items():
+            given = raw.get(name)
+            if isinstance(given, Mapping) and "weight" in given:
+                continue  # the new key wins
+            out[name] = _merge(out[name], {"weight": weight}, f"$.rrf.weights.{name}", key="weight")
+    return out
+
+
+def _merge(default: SourceConfig, section: Any, path: str, key: str | None = None) -> SourceConfig:
+    if not isinstance(section, Mapping):
+        raise ValueError(f"Expected `object`, got `{type(section).__name__}` - at `{path}`")
+    base = msgspec.to_builtins(default)
+    try:
+        return msgspec.convert({**base, **section}, type(default), strict=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if " - at `$" in message:
+            head, _, rest = message.rpartition(" - at `$")
+            if key is not None:  # a single value given under another path
+                rest = rest.removeprefix(f".{key}")
+            raise ValueError(f"{head} - at `{path}{rest}") from None
+        raise ValueError(f"{message} - at `{path}`") from None
