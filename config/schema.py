@@ -52,7 +52,7 @@ DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
 _Base = Section
 
 
-class RrfConfig(_Base):
+class RrfConfig(_Base, frozen=True):
     k: Annotated[int, Meta(ge=1, le=10_000)] = 60
     vector_weight: Unit = 0.2
 
@@ -60,7 +60,7 @@ class RrfConfig(_Base):
 Boost = Annotated[float, Meta(ge=0.0, le=100.0)]
 
 
-class QueryConfig(_Base):
+class QueryConfig(_Base, frozen=True):
     """Query analysis (:mod:`fusion.query`) and the post-fusion factors."""
 
     #: Take the known speakers the query names out of the searched text.
@@ -77,7 +77,7 @@ class QueryConfig(_Base):
     speaker_lookup_ms: Annotated[int, Meta(ge=1, le=60_000)] = 200
 
 
-class TierConfig(_Base):
+class TierConfig(_Base, frozen=True):
     holds: Literal["memories", "entities"] = "memories"
     m: Annotated[int, Meta(ge=2, le=100)] = 16
     ef_construction: Annotated[int, Meta(ge=4, le=1000)] = 64
@@ -101,7 +101,7 @@ def _default_tiers() -> dict[str, TierConfig]:
     }
 
 
-class GraphConfig(_Base):
+class GraphConfig(_Base, frozen=True):
     max_hops: Annotated[int, Meta(ge=0, le=5)] = 2
     seed_limit: Annotated[int, Meta(ge=0, le=100)] = 5
     seed_min_similarity: Annotated[float, Meta(ge=-1.0, le=1.0)] = 0.3
@@ -111,7 +111,7 @@ class GraphConfig(_Base):
     mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
 
 
-class EmbeddingConfig(_Base):
+class EmbeddingConfig(_Base, frozen=True):
     model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
     dim: Annotated[int, Meta(ge=1, le=4096)] = 384
     cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
@@ -126,7 +126,7 @@ class EmbeddingConfig(_Base):
     write_batch: Annotated[int, Meta(ge=1, le=4096)] = 64
 
 
-class PostgresConfig(_Base):
+class PostgresConfig(_Base, frozen=True):
     #: ``None`` starts the embedded Postgres under ``$BRAID_HOME/postgres``.
     dsn: str | None = None
     pool_min: Annotated[int, Meta(ge=1, le=100)] = 2
@@ -137,7 +137,7 @@ class PostgresConfig(_Base):
             raise ValueError(f"poolMax ({self.pool_max}) must be >= poolMin ({self.pool_min})")
 
 
-class TypesenseConfig(_Base):
+class TypesenseConfig(_Base, frozen=True):
     #: Node URLs such as ``http://10.0.0.5:8108``; empty starts the embedded server.
     nodes: list[str] = msgspec.field(default_factory=list)
     api_key: str | None = None
@@ -145,18 +145,18 @@ class TypesenseConfig(_Base):
     timeout_ms: DeadlineMs = 2000
 
 
-class SyncConfig(_Base):
+class SyncConfig(_Base, frozen=True):
     batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 256
     max_retry_ms: Annotated[int, Meta(ge=10, le=600_000)] = 2000
 
 
-class ServerConfig(_Base):
+class ServerConfig(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     max_body_bytes: Annotated[int, Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
 
 
-class LimitsConfig(_Base):
+class LimitsConfig(_Base, frozen=True):
     max_top_k: Annotated[int, Meta(ge=1, le=10_000)] = 100
     max_budget_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 65536
     max_batch: Annotated[int, Meta(ge=1, le=100_000)] = 512
@@ -168,7 +168,7 @@ class LimitsConfig(_Base):
     rate_burst: Annotated[int, Meta(ge=1, le=1_000_000)] = 200
 
 
-class ApiKey(_Base):
+class ApiKey(_Base, frozen=True):
     """One key: either ``key`` in clear or ``sha256`` (hex digest of the key)."""
 
     tenant: Name
@@ -183,12 +183,12 @@ class ApiKey(_Base):
             raise ValueError("`key` must be at least 16 characters")
 
 
-class AuthConfig(_Base):
+class AuthConfig(_Base, frozen=True):
     default_tenant: Name = "default"
     keys: list[ApiKey] = msgspec.field(default_factory=list)
 
 
-class BraidConfig(_Base):
+class BraidConfig(_Base, frozen=True):
     search_top_k: PositiveInt = 10
     context_budget_tokens: PositiveInt = 8192
     min_confidence: Unit = 0.5

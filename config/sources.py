@@ -32,7 +32,7 @@ log = logging.getLogger("braid.config")
 DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
 
 
-class SourceConfig(Section):
+class SourceConfig(Section, frozen=True):
     enabled: bool = True
     #: The source's RRF weight: ``score(d) = sum_s weight_s / (k + rank_s(d))``.
     weight: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
@@ -40,7 +40,7 @@ class SourceConfig(Section):
     candidates: Annotated[int, Meta(ge=1, le=1000)] = 50
 
 
-class TypesenseSourceConfig(SourceConfig):
+class TypesenseSourceConfig(SourceConfig, frozen=True):
     """The Typesense source also searches each query term on its own."""
 
     #: ``terms``: each query term is searched on its own and the hits ranked

@@ -25,7 +25,7 @@ from indexers.engine import ConfigHolder
 from indexers.runtime import Backends
 
 from .app import AppSettings, create_app
-from .auth import Keyring, default_keys
+from .auth import Keyring, Principal, default_keys
 
 log = logging.getLogger("braid")
 
@@ -64,7 +64,7 @@ def main() -> int:
             nodes = tuple(cfg.typesense.nodes)
             ts_key = cfg.typesense.api_key or os.environ.get("TYPESENSE_API_KEY", "")
 
-        extra = {}
+        extra: dict[str, Principal] = {}
         if not cfg.auth.keys or os.environ.get("BRAID_API_KEY") or os.environ.get("BRAID_ADMIN_KEY"):
             extra, messages = default_keys(home, cfg.auth.default_tenant)
             for line in messages:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 
 # Litestar's own Struct schema plugin has no public import path (litestar is pinned).
-from litestar._openapi.schema_generation.plugins import StructSchemaPlugin
+from litestar._openapi.schema_generation.plugins import StructSchemaPlugin  # type: ignore[attr-defined]
 from litestar.openapi.spec import OpenAPIType, Reference, Schema
 from litestar.typing import FieldDefinition
 from msgspec import Meta
@@ -114,7 +114,7 @@ def _array(schema: Schema | Reference) -> Schema | None:
     return None
 
 
-class MemoryIn(_In):
+class MemoryIn(_In, frozen=True):
     content: str
     id: Id | None = None
     kind: Label = "note"
@@ -134,7 +134,7 @@ class MemoryIn(_In):
     embedding: Vector | None = None
 
 
-class MemoriesIn(_In):
+class MemoriesIn(_In, frozen=True):
     memories: Annotated[list[MemoryIn], Meta(min_length=1)]
 
 
@@ -146,7 +146,7 @@ class DeletedOut(msgspec.Struct):
     deleted: str
 
 
-class GraphEntityIn(_In):
+class GraphEntityIn(_In, frozen=True):
     name: Name
     type: Label | None = None
     summary: Annotated[str, Meta(max_length=4000)] | None = None
@@ -155,7 +155,7 @@ class GraphEntityIn(_In):
 RelationName = Annotated[str, Meta(min_length=1, max_length=100, pattern=r"^[^\x00]+$")]
 
 
-class RelationIn(_In):
+class RelationIn(_In, frozen=True):
     source: Name
     relation: RelationName
     target: Name
@@ -164,7 +164,7 @@ class RelationIn(_In):
     valid_to: Stamp | None = None
 
 
-class GraphIn(_In):
+class GraphIn(_In, frozen=True):
     entities: list[GraphEntityIn] = []
     relations: list[RelationIn] = []
 
@@ -185,7 +185,7 @@ class EntityDeletedOut(msgspec.Struct):
     relations: int
 
 
-class RecallIn(_In):
+class RecallIn(_In, frozen=True):
     query: str
     top_k: int | None = None
     budget_tokens: int | None = None
@@ -207,7 +207,7 @@ class RecallIn(_In):
 RecallOut = RecallResult
 
 
-class ReindexIn(_In):
+class ReindexIn(_In, frozen=True):
     target: Literal["typesense", "pgvector", "all"]
     tier: Label | None = None
 
