@@ -673,7 +673,7 @@ async def test_single_keyword_mode_sends_one_search_and_drops_words(
     assert [s["q"] for s in sent.calls[0]] == ["heron ibis"]
 
 
-# Import requests (Typesense 0.24.1's vector-slot race, module docstring)
+# Import requests (Typesense 0.24.1's vector-slot race, indexers.typesense.client)
 
 
 class CountingTransport(httpx.AsyncBaseTransport):

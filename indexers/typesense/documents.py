@@ -1,0 +1,163 @@
+"""Memories as Typesense documents, and the ``filter_by`` expressions over them.
+
+Memory ids are unique per tenant only (Postgres' key is ``(tenant, id)``),
+while a Typesense document id is unique per collection, so a document's id
+is ``<tenant>:<memory id>`` (:func:`document_id`; a tenant name has no colon)
+and the memory id is stored beside it in ``memory_id``.
+
+In Typesense 0.24.1 ``field:[a]`` on a string matches any value *containing
+the token* ``a``; only ``field:=[a]`` is exact, so every string filter here
+uses ``:=``. Values are wrapped in backticks (which may hold commas, not
+backticks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from config import is_safe_name
+
+from ..base import Filters, MemoryRecord
+
+__all__ = [
+    "build_filter",
+    "collection_schema",
+    "document_id",
+    "narrow_filter",
+    "quoted",
+    "quoted_list",
+    "record_document",
+    "vector_literal",
+]
+
+#: Below the smallest normal float32 Typesense cannot parse a vector component
+#: ("one of the vector values is not a float"); it stores float32 anyway.
+_FLOAT32_TINY = 1.1754944e-38
+
+
+def quoted(value: str) -> str:
+    """A filter value in backticks. Defence in depth: the HTTP layer already
+    refuses such values, and a backtick cannot be escaped in Typesense."""
+    if "`" in value:
+        raise ValueError(f"filter value {value!r} contains a backtick")
+    return f"`{value}`"
+
+
+def quoted_list(values: Iterable[str]) -> str:
+    """Filter values as a bracketed list, each in backticks (:func:`quoted`)."""
+    return "[" + ",".join(quoted(v) for v in values) + "]"
+
+
+def _epoch(dt: datetime) -> int:
+    """Whole epoch seconds; a naive datetime is taken to be UTC."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return math.floor(dt.timestamp())
+
+
+def vector_literal(values: Iterable[float]) -> str:
+    """A query vector as ``vector_query`` takes it: components too small for a
+    normal float32 are written as 0."""
+    return ",".join("0.0" if abs(x) < _FLOAT32_TINY else repr(float(x)) for x in values)
+
+
+def document_id(tenant: str, memory_id: str) -> str:
+    """The Typesense id of a tenant's memory: ``<tenant>:<memory id>``."""
+    if not is_safe_name(tenant):
+        raise ValueError(f"invalid tenant name {tenant!r}")
+    return f"{tenant}:{memory_id}"
+
+
+def record_document(record: MemoryRecord) -> dict[str, Any]:
+    """The Typesense document of a memory: epoch seconds, no ``None`` fields."""
+    doc: dict[str, Any] = {
+        "id": document_id(record.tenant, record.id),
+        "memory_id": record.id,
+        "tenant": record.tenant,
+        "content": record.content,
+        "kind": record.kind,
+        "tier": record.tier,
+        "created_at": _epoch(record.created_at),
+        "confidence": float(record.confidence),
+        "tags": list(record.tags),
+    }
+    if record.session_id is not None:
+        doc["session_id"] = record.session_id
+    if record.speaker is not None:
+        doc["speaker"] = record.speaker
+    if record.context:
+        doc["context"] = record.context
+    if record.importance is not None:
+        doc["importance"] = float(record.importance)
+    if record.model is not None:
+        doc["model"] = record.model
+    if record.embedding is not None:
+        doc["embedding"] = [float(x) for x in record.embedding]
+    return doc
+
+
+def collection_schema(name: str, dim: int) -> dict[str, Any]:
+    """The schema of a collection ``name`` holding :func:`record_document`
+    documents with ``dim``-dimensional embeddings."""
+    return {
+        "name": name,
+        "fields": [
+            {"name": "id", "type": "string"},
+            # Stored, not indexed (so it has to be optional in 0.24.1).
+            {"name": "memory_id", "type": "string", "index": False, "optional": True},
+            {"name": "tenant", "type": "string", "facet": True},
+            {"name": "content", "type": "string"},
+            # Indexed-only text (neighbouring turns): keyword-searched, never shown.
+            {"name": "context", "type": "string", "optional": True},
+            {"name": "speaker", "type": "string", "index": False, "optional": True},
+            {"name": "kind", "type": "string", "facet": True},
+            {"name": "tier", "type": "string", "facet": True},
+            {"name": "session_id", "type": "string", "facet": True, "optional": True},
+            {"name": "tags", "type": "string[]", "facet": True, "optional": True},
+            {"name": "created_at", "type": "int64", "sort": True},
+            {"name": "confidence", "type": "float"},
+            {"name": "importance", "type": "float", "optional": True},
+            {"name": "model", "type": "string", "optional": True},
+            {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
+        ],
+    }
+
+
+def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Sequence[str]) -> str:
+    """The full ``filter_by`` of a search. ``tiers`` must not be empty.
+
+    ``created_after``/``created_before`` compare whole seconds, as stored.
+    Empty ``tags``/``kinds`` do not restrict (as in Postgres).
+    """
+    if not tiers:
+        raise ValueError("tiers must not be empty")
+    return f"{narrow_filter(tenant, filters, tiers)} && confidence:>={float(min_confidence)!r}"
+
+
+def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = None) -> str:
+    """The part of :func:`build_filter` that narrows a tenant's documents: the
+    tenant, the request's filters and ``tiers`` if given; not the confidence
+    floor.
+
+    Typesense 0.24 builds the id list of every filter clause on each search,
+    so a clause that matches most of the collection costs as much as a
+    selective one; the source leaves out such clauses and checks them on the
+    hits instead.
+    """
+    parts = [f"tenant:={quoted(tenant)}"]
+    if tiers is not None:
+        parts.append(f"tier:={quoted_list(tiers)}")
+    if filters.kinds:
+        parts.append(f"kind:={quoted_list(filters.kinds)}")
+    if filters.tags:
+        parts.append(f"tags:={quoted_list(filters.tags)}")
+    if filters.session_id is not None:
+        parts.append(f"session_id:={quoted(filters.session_id)}")
+    if filters.created_after is not None:
+        parts.append(f"created_at:>={_epoch(filters.created_after)}")
+    if filters.created_before is not None:
+        parts.append(f"created_at:<={_epoch(filters.created_before)}")
+    return " && ".join(parts)
