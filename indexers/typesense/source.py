@@ -2,12 +2,13 @@
 
 Typesense 0.24.1 refuses ``q`` together with ``vector_query``, so a search is
 several searches in one ``POST /multi_search`` (keyword, vector), fused here
-with :func:`fusion.rrf.rrf`.
+with :func:`fusion.rrf.rrf`. Each search is sent with a role, and each result
+is read by the role of the search it answers, never by its position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +28,26 @@ MAX_PER_PAGE = 250
 
 #: The fields a search hit needs; the embedding is never sent back.
 _HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence,speaker"
+
+
+def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:
+    """A keyword search for ``q`` in the content and its context that drops
+    words (right to left) until ``drop_tokens`` documents match."""
+    return {
+        "q": q,
+        "query_by": "content,context",
+        "prefix": True,
+        "num_typos": 1,
+        "drop_tokens_threshold": drop_tokens,
+        "typo_tokens_threshold": 1,
+        "per_page": per_page,
+        "highlight_fields": "none",
+    }
+
+
+def _ids(result: Mapping[str, Any]) -> list[str]:
+    """The memory ids of a result's hits, in its order."""
+    return [h["document"]["memory_id"] for h in result["hits"]]
 
 
 class TypesenseSource:
@@ -67,66 +88,33 @@ class TypesenseSource:
         ts = config.source(SOURCE)
         assert isinstance(ts, TypesenseSourceConfig)
         candidates = min(ts.candidates, MAX_PER_PAGE)
-        # Keyword: one search per query term, each document scored by the summed
-        # idf of the terms that found it (Typesense 0.24 ranks a multi-word query
-        # by how many words match, not by their rarity). The idf's N, the number
-        # of documents the filter allows, is counted by one more search and
-        # reused for a few seconds. Vector: one k-NN search. All in a single
-        # multi_search.
         terms = keyword_terms(query.text, ts.max_terms)
-        single = ts.keyword_mode == "single"
-        searches: list[dict[str, Any]] = [
-            {
-                "q": term,
-                "query_by": "content,context",
-                "prefix": True,
-                "num_typos": 1,
-                "drop_tokens_threshold": 0,
-                "typo_tokens_threshold": 1,
-                "per_page": ts.term_hits,
-                "highlight_fields": "none",
-            }
-            for term in ([" ".join(terms)] if single and terms else terms)
-        ]
-        if single and searches:
-            # Drop words (right to left) until `candidates` documents match.
-            searches[0].update(drop_tokens_threshold=candidates, per_page=candidates)
-        total = self._totals.get(filter_by) if terms and not single else None
-        count_at = -1
-        if terms and not single and total is None:
-            count_at = len(searches)
-            searches.append({"q": "*", "per_page": 0})
-        # `alone`: leave vector search to a source that covers the vectors.
-        if query.vector is not None and (ts.vector_search == "always" or not query.vectors_covered):
-            vector = vector_literal(query.vector)
-            searches.append(
-                {
-                    "q": "*",
-                    "vector_query": f"embedding:([{vector}], k:{candidates})",
-                    "per_page": candidates,
-                }
-            )
+        total = self._totals.get(filter_by) if terms and ts.keyword_mode != "single" else None
+        searches = _searches(query, ts, terms, candidates, count=total is None)
         if not searches:
             return []
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
-        results = await self.client.multi_search([{**common, **s} for s in searches])
+        answers = await self.client.multi_search([{**common, **search} for _, search in searches])
 
         # Hits outside the allowed tiers or under the confidence floor go first.
+        results: dict[str, dict[str, Any]] = {
+            role: {**answer, "hits": [h for h in answer.get("hits", []) if allowed_doc(h["document"])]}
+            for (role, _), answer in zip(searches, answers, strict=True)
+        }
         docs: dict[str, dict[str, Any]] = {}
-        for result in results:
-            result["hits"] = [h for h in result.get("hits", []) if allowed_doc(h["document"])]
+        for result in results.values():
             for h in result["hits"]:
                 docs.setdefault(h["document"]["memory_id"], h["document"])
         rankings: dict[str, list[str]] = {}
-        if single and terms:
-            rankings["keyword"] = [h["document"]["memory_id"] for h in results[0]["hits"]]
+        if "single" in results:
+            rankings["keyword"] = _ids(results["single"])
         elif terms:
             if total is None:
-                total = int(results[count_at].get("found", 0))
+                total = int(results["count"].get("found", 0))
                 self._totals.put(filter_by, total)
-            rankings["keyword"] = idf_ranking(results[: len(terms)], total)[:candidates]
-        if query.vector is not None:
-            rankings["vector"] = [h["document"]["memory_id"] for h in results[-1]["hits"]]
+            rankings["keyword"] = idf_ranking([results[f"term:{t}"] for t in terms], total)[:candidates]
+        if "vector" in results:
+            rankings["vector"] = _ids(results["vector"])
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [
@@ -145,6 +133,46 @@ class TypesenseSource:
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+def _searches(
+    query: SearchQuery,
+    ts: TypesenseSourceConfig,
+    terms: Sequence[str],
+    candidates: int,
+    *,
+    count: bool,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The searches of one multi_search, in the order sent, each with its role.
+
+    Keyword: a ``term:<term>`` search per term, each document then scored by
+    the summed idf of the terms that found it (:func:`idf_ranking`), and, if
+    ``count``, a ``count`` search for the number of documents the filter
+    allows (the idf's N); or, in the ``single`` keyword mode, one ``single``
+    search for every term. Vector: one ``vector`` (k-NN) search, unless the
+    config leaves it to a source that covers the vectors.
+    """
+    searches: list[tuple[str, dict[str, Any]]] = []
+    if ts.keyword_mode == "single":
+        if terms:
+            searches.append(("single", _keyword_search(" ".join(terms), candidates, drop_tokens=candidates)))
+    else:
+        searches += [(f"term:{term}", _keyword_search(term, ts.term_hits)) for term in terms]
+        if terms and count:
+            searches.append(("count", {"q": "*", "per_page": 0}))
+    if query.vector is not None and (ts.vector_search == "always" or not query.vectors_covered):
+        vector = vector_literal(query.vector)
+        searches.append(
+            (
+                "vector",
+                {
+                    "q": "*",
+                    "vector_query": f"embedding:([{vector}], k:{candidates})",
+                    "per_page": candidates,
+                },
+            )
+        )
+    return searches
 
 
 register(

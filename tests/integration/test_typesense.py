@@ -673,6 +673,23 @@ async def test_single_keyword_mode_sends_one_search_and_drops_words(
     assert [s["q"] for s in sent.calls[0]] == ["heron ibis"]
 
 
+@pytest.mark.anyio
+async def test_a_vector_left_to_another_source_adds_no_vector_ranking(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, config: ConfigHolder
+) -> None:
+    await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel", i=3)])
+    with_typesense(config, vector_search="alone")
+    covered = msgspec.structs.replace(q("otter eel", vector=VECTORS[3]), vectors_covered=True)
+    sent = SentSearches(client)
+    # The first search also counts the documents; the second reuses the count,
+    # so its last search is a term search, which must not be read as the vector's.
+    for _ in range(2):
+        assert await source.search(covered) == await source.search(q("otter eel"))
+    assert [[s["q"] for s in call] for call in sent.calls] == [
+        ["otter", "eel", "*"], ["otter", "eel"], ["otter", "eel"], ["otter", "eel"]
+    ]
+
+
 # Import requests (Typesense 0.24.1's vector-slot race, indexers.typesense.client)
 
 
