@@ -138,16 +138,9 @@ async def patient(
     """The usual app with deadlines far above what a loaded 2-core machine
     needs, so a degraded answer means a refused search, not a slow one."""
     cfg = load_config()
-    src = cfg.sources
-    sources = msgspec.structs.replace(
-        src,
-        typesense=msgspec.structs.replace(src.typesense, deadline_ms=30_000),
-        pgvector=msgspec.structs.replace(src.pgvector, deadline_ms=30_000),
-        graph=msgspec.structs.replace(src.graph, deadline_ms=30_000),
-    )
-    app, dsn, alias = make_app(
-        postgres, typesense, embedder, msgspec.structs.replace(cfg, sources=sources)
-    )
+    for name in cfg.sources:
+        cfg = cfg.with_source(name, deadline_ms=30_000)
+    app, dsn, alias = make_app(postgres, typesense, embedder, cfg)
     async with serve(app) as client:
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
 

@@ -139,12 +139,10 @@ def fault_config(alias: str, broken: frozenset[str]) -> BraidConfig:
     """The default config with :data:`DEADLINE_S` for the ``broken`` sources."""
     cfg = base_config(alias)
     ms = int(DEADLINE_S * 1000)
-    sources = msgspec.structs.replace(
-        cfg.sources,
-        **{name: msgspec.structs.replace(getattr(cfg.sources, name), deadline_ms=ms) for name in broken},
-    )
+    for name in broken:
+        cfg = cfg.with_source(name, deadline_ms=ms)
     sync = msgspec.structs.replace(cfg.sync, max_retry_ms=500)
-    return msgspec.structs.replace(cfg, sources=sources, sync=sync)
+    return msgspec.structs.replace(cfg, sync=sync)
 
 
 @dataclass
