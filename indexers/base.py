@@ -68,9 +68,6 @@ class Hit(msgspec.Struct, frozen=True):
     confidence: float
     score: float
     speaker: str | None = None
-    #: ``"memory"`` for a stored memory, ``"fact"`` for a graph relation
-    #: rendered as a sentence (its id starts with ``rel:``).
-    type: str = "memory"
 
 
 @runtime_checkable

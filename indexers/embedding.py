@@ -228,10 +228,6 @@ class MiniLMEmbedder:
         self.queries.close()
         self.writes.close()
 
-    @property
-    def cache_stats(self) -> dict[str, int]:
-        return {"hits": self._cache.hits, "misses": self._cache.misses}
-
 
 MODEL_NAMES = {"all-MiniLM-L6-v2": MiniLMEmbedder}
 

@@ -269,7 +269,6 @@ class GraphSource(PoolSource):
                     created_at=created,
                     confidence=1.0,
                     score=score,
-                    type="fact",
                 )
             )
         return hits

@@ -44,11 +44,10 @@ from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
 from .sync import OutboxSync
 from .typesense import TypesenseIndex
 
-__all__ = ["ReindexBusy", "ReindexJobs", "TARGETS"]
+__all__ = ["ReindexBusy", "ReindexJobs"]
 
 log = logging.getLogger("braid.reindex")
 
-TARGETS = ("typesense", "pgvector", "all")
 BATCH = 500
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.

@@ -242,8 +242,13 @@ async def search(
     return await GraphSource(pool, lambda: cfg).search(q)
 
 
+def what(hit: Hit) -> str:
+    """A relation rendered as a sentence has an id starting ``rel:``."""
+    return "fact" if hit.id.startswith("rel:") else "memory"
+
+
 def summary(hits: list[Hit]) -> list[tuple[str, str]]:
-    return [(h.type, h.content) for h in hits]
+    return [(what(h), h.content) for h in hits]
 
 
 # --- walking the graph -------------------------------------------------------
@@ -255,7 +260,7 @@ async def test_named_entity_seeds_a_two_hop_walk(
     vector = await embedder.embed_query(ALEX_LIKES)
     hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, vector=vector)
     pa, pt, pj = ppr_path_from_end()  # Alex - TypeScript - JavaScript, restart at Alex
-    assert [(h.type, h.id, h.content) for h in hits] == [
+    assert [(what(h), h.id, h.content) for h in hits] == [
         ("fact", f"rel:{graph['ga']['Alex prefers TypeScript.']}", "Alex prefers TypeScript."),
         ("fact", f"rel:{graph['ga']['TypeScript compiles to JavaScript.']}",
          "TypeScript compiles to JavaScript."),

@@ -307,8 +307,7 @@ async def test_keyword_search_finds_exact_words(index: TypesenseIndex, source: T
     hits = await source.search(q("password Blue"))
     assert [h.id for h in hits] == ["pw"]
     hit = hits[0]
-    assert (hit.content, hit.kind, hit.tier, hit.confidence, hit.type) == (
-        "The password is Blue", "fact", "rag", 0.9, "memory")
+    assert (hit.content, hit.kind, hit.tier, hit.confidence) == ("The password is Blue", "fact", "rag", 0.9)
     assert hit.created_at == T0
     assert hit.score == pytest.approx(0.8 / 61)  # keyword weight 1 - vectorWeight 0.2, rank 1, k=60
 
