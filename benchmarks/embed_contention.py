@@ -29,6 +29,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -195,6 +196,7 @@ def source_tree(rev: str | None) -> Iterator[tuple[Path, str]]:
         yield path, short.stdout.strip()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False, capture_output=True)
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def run_tree(rev: str | None, label: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
