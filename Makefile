@@ -6,7 +6,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test bench bench-quality bench-load bench-faults clean
+.PHONY: install run test bench bench-quality bench-load bench-faults bench-embed clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ bench-load: install
 # SOAK_MINUTES (default 10); report in benchmarks/results/faults.md, last line `faults: ...`.
 bench-faults: install
 	$(PY) -m benchmarks.faults $(if $(SOAK_MINUTES),--soak-minutes $(SOAK_MINUTES))
+
+# Recall latency while 512-memory writes are embedded; BEFORE=<rev> also runs the service
+# from a git worktree of that commit first (AFTER=<rev> instead of the working tree),
+# ROUNDS=<n> alternates them; report in benchmarks/results/embed-contention.{md,json,png}.
+bench-embed: install
+	$(PY) -m benchmarks.embed_contention $(if $(BEFORE),--before $(BEFORE)) $(if $(AFTER),--after $(AFTER)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 clean:
 	rm -rf $(VENV) .braid .pytest_cache

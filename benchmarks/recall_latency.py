@@ -59,10 +59,14 @@ class Service:
     """``python -m service`` on the embedded stack, in a fresh ``BRAID_HOME`` on a free port.
 
     ``config_text`` (YAML) becomes the service's ``BRAID_CONFIG``; without it
-    the shipped config and the generated default keys are used.
+    the shipped config and the generated default keys are used. ``root`` is the
+    source tree the service runs from (another checkout, e.g. a ``git worktree``
+    of an older commit, to compare against).
     """
 
-    def __init__(self, *, config_text: str | None = None, prefix: str = "braid-bench-") -> None:
+    def __init__(
+        self, *, config_text: str | None = None, prefix: str = "braid-bench-", root: Path = ROOT
+    ) -> None:
         self.home = Path(tempfile.mkdtemp(prefix=prefix))
         self.home.chmod(0o755)
         self.port = free_port()
@@ -78,7 +82,7 @@ class Service:
             env["BRAID_CONFIG"] = str(config)
         self.log = open(self.home / "service.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "service"], cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
         try:
             self._wait_healthy(180)

@@ -213,8 +213,12 @@ class Engine:
         """
         new = load_config(self.config.path)
         old = self.config.current
+        # The query-embedding deadline is read at every recall: it may change.
+        fixed_new = msgspec.structs.replace(
+            new, embedding=msgspec.structs.replace(new.embedding, query_deadline_ms=old.embedding.query_deadline_ms)
+        )
         for section in FIXED_SECTIONS:
-            if getattr(new, section) != getattr(old, section):
+            if getattr(fixed_new, section) != getattr(old, section):
                 raise ConfigError(f"`{section}` cannot change without a restart; config not reloaded")
         dropped = [t for t in old.memory_tiers if t not in new.memory_tiers]
         if dropped:

@@ -26,7 +26,7 @@ from litestar.exceptions import (
     TooManyRequestsException,
 )
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
@@ -168,11 +168,11 @@ async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Princi
     responses=problem_responses(400, 401, 404, 429, 503),
 )
 async def delete_relations(
-    source: str,
-    target: str,
+    source: FromQuery[str],
+    target: FromQuery[str],
     principal: NamedDependency[Principal],
     engine: NamedDependency[Engine],
-    relation: str | None = None,
+    relation: FromQuery[str | None] = None,
 ) -> RelationsDeletedOut:
     src, dst, rel = validate.relation_key(source, target, relation)
     count = await engine.delete_relations(principal.tenant, src, dst, rel)

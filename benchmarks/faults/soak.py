@@ -204,6 +204,13 @@ async def verify(stack: SoakStack, book: Book, drain_timeout: float = 300.0) -> 
         drain_s = time.monotonic() - start
         cur = await conn.execute("SELECT tenant, id, content FROM memories WHERE tenant = ANY(%s)", (TENANTS,))
         pg = {(t, i): c for t, i, c in await cur.fetchall()}
+        # Freshness: each outbox row from its write to its application in Typesense.
+        cur = await conn.execute(
+            "SELECT extract(epoch FROM processed_at - created_at) * 1000 FROM outbox"
+            " WHERE tenant = ANY(%s) AND processed_at IS NOT NULL",
+            (TENANTS,),
+        )
+        lag = [float(r[0]) for r in await cur.fetchall()]
     ts = await _read_typesense(stack)
     missing_pg = [k for k, c in book.live.items() if k not in pg]
     missing_ts = [k for k, c in book.live.items() if k not in ts]
@@ -229,6 +236,7 @@ async def verify(stack: SoakStack, book: Book, drain_timeout: float = 300.0) -> 
         "postgres_rows": len(pg),
         "typesense_docs": len(ts),
         "lost": (len(book.live) - found) + len(undeleted),
+        "outbox_lag_ms": {"rows": len(lag), "p50": pct(lag, 50), "p99": pct(lag, 99), "max": max(lag, default=None)},
         "lost_examples": [f"{t}/{i}" for t, i in (missing_pg + missing_ts + stale_pg + stale_ts + undeleted)[:10]],
     }
 

@@ -136,6 +136,15 @@ def _cpu(cores: dict[str, float] | None) -> str:
     return " / ".join(f"{cores.get(k, 0.0):.2f}" for k in _KINDS) + f" (sum {sum(cores.values()):.2f})"
 
 
+def _lag_line(lag: dict[str, Any] | None) -> str:
+    if not lag or not lag.get("rows"):
+        return "Outbox lag: not measured."
+    return (
+        f"Outbox lag (each outbox row from its write to its application in Typesense, {lag['rows']} rows): "
+        f"p50 {_f(lag['p50'])} ms, p99 {_f(lag['p99'])} ms, max {_f(lag['max'], 0)} ms."
+    )
+
+
 def _markdown(r: dict[str, Any]) -> str:
     s, sc, mem = r["settings"], r["scenario"], r["memory"]
     v = r.get("verify") or {}
@@ -189,6 +198,8 @@ def _markdown(r: dict[str, Any]) -> str:
         f"| {v.get('missing_typesense', '–')} | {v.get('stale_postgres', '–')} | {v.get('stale_typesense', '–')} "
         f"| {v.get('acked_deletes', '–')} | {v.get('undeleted', '–')} | {v.get('uncertain', '–')} "
         f"| {v.get('orphans_typesense', '–')} | {v.get('lost', '–')} |",
+        "",
+        _lag_line(v.get("outbox_lag_ms")),
         "",
         "## Per minute",
         "",

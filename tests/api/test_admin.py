@@ -187,6 +187,7 @@ async def test_reload_names_keys_that_need_a_restart(
         path.write_text(
             f"searchTopK: 4\ntypesense:\n  collection: {alias}\n"
             "server:\n  port: 9999\n  maxBodyBytes: 2048\nsync:\n  batchSize: 8\n"
+            "embedding:\n  queryDeadlineMs: 400\n"
         )
         r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
         assert r.status_code == 200, r.text
@@ -194,7 +195,16 @@ async def test_reload_names_keys_that_need_a_restart(
         now = braid.runtime.engine.config.current
         # The rest is in force; the start-up keys keep their running values.
         assert now.search_top_k == 4
+        assert now.embedding.query_deadline_ms == 400  # read at every recall: reloadable
         assert now.server == before.server and now.sync == before.sync
+
+        path.write_text(f"typesense:\n  collection: {alias}\nembedding:\n  writeBatch: 8\n")
+        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
+        assert r.status_code == 400
+        assert r.json()["detail"] == (
+            "config not reloaded, the running config stays: "
+            "`embedding` cannot change without a restart; config not reloaded"
+        )
 
 
 async def test_an_admin_key_acts_on_every_tenant(braid: Braid) -> None:

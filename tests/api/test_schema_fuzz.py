@@ -61,6 +61,8 @@ OPERATIONS = {
     "POST /v1/memories",
     "DELETE /v1/memories/{memory_id}",
     "POST /v1/graph",
+    "DELETE /v1/graph/relations",
+    "DELETE /v1/graph/entities/{name}",
     "POST /v1/recall",
     "POST /admin/reindex",
     "GET /admin/reindex/{job_id}",
@@ -70,6 +72,7 @@ OPERATIONS = {
 #: No body and a free string path (or nothing at all): nothing to make invalid.
 NOTHING_TO_NEGATE = {
     "DELETE /v1/memories/{memory_id}",
+    "DELETE /v1/graph/entities/{name}",
     "GET /admin/reindex/{job_id}",
     "POST /admin/config/reload",
     "GET /health",

@@ -162,3 +162,11 @@ async def test_jobs_run_one_at_a_time_in_order_on_the_lane_thread() -> None:
     assert seen == [(i, "braid-ordered", 1) for i in range(5)]
     assert sorted(results) == list(range(5))
     lane.close()
+
+
+async def test_write_jobs_take_texts_longest_first_and_vectors_keep_the_given_order() -> None:
+    model = HeldModel(write_batch=2)
+    assert await model.embed(["a", "ccc", "bb", "dddd", "e"]) == [(1.0,), (3.0,), (2.0,), (4.0,), (1.0,)]
+    assert [texts for _, texts in model.calls] == [["dddd", "ccc"], ["bb", "a"], ["e"]]
+    assert await model.embed([]) == []
+    model.close()
