@@ -579,7 +579,21 @@ def test_dockerfile_copies_everything_the_wheel_needs() -> None:
     if isinstance(readme, str):
         assert readme in sources, f"pyproject.toml names {readme}, which the image does not copy"
     for package in PYPROJECT["tool"]["setuptools"]["packages"]:
-        assert any(s == package or s.startswith(package + "/") for s in sources), f"{package} is not copied"
+        path = package.replace(".", "/")  # a subpackage is copied with its parent's directory
+        assert any(
+            s == path or s.startswith(path + "/") or path.startswith(s + "/") for s in sources
+        ), f"{package} is not copied"
+
+
+def test_every_subpackage_is_listed_for_the_wheel() -> None:
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in listed
+        if "." not in top
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert sorted(found - listed) == [], "not in [tool.setuptools] packages, so not in the wheel"
 
 
 def test_dockerfile_runtime_stage() -> None:

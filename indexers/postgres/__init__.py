@@ -1,0 +1,59 @@
+"""Postgres, the source of truth: connection pool, migrations, and every write.
+
+One job a module:
+
+* :mod:`.models`: :class:`MemoryInput`, :class:`EntityInput` and
+  :class:`RelationInput`, what the store writes.
+* :mod:`.names`: how entity names compare (:func:`normalize_name`) and the
+  names a text could mention (:func:`name_candidates`).
+* :mod:`.pool`: :func:`open_pool` (migrations first, see
+  :mod:`indexers.migrations`), transactions scoped to one tenant by row-level
+  security (:func:`tenant_transaction`, :func:`scope_to_tenant`) and
+  :class:`PoolSource`, the base of the sources that read Postgres.
+* :mod:`.sql`: the memory columns read, rows as hits or records, and the SQL
+  conditions of a search's filters (:func:`filter_clause`).
+* :mod:`.store`: :class:`PostgresStore`, every memory write in one
+  transaction with its outbox rows, and the reads derived indexes need.
+* :mod:`.graph_writes`: the store's entity and relation edits.
+"""
+
+from __future__ import annotations
+
+from .models import EntityInput, MemoryInput, RelationInput
+from .names import name_candidates, normalize_name
+from .pool import (
+    NOTIFY_CHANNEL,
+    PING_TIMEOUT_S,
+    PoolSource,
+    open_pool,
+    scope_to_tenant,
+    tenant_transaction,
+)
+from .sql import (
+    HIT_COLUMNS,
+    RECORD_COLUMNS,
+    filter_clause,
+    hit_from_row,
+    record_from_row,
+)
+from .store import PostgresStore
+
+__all__ = [
+    "HIT_COLUMNS",
+    "NOTIFY_CHANNEL",
+    "PING_TIMEOUT_S",
+    "RECORD_COLUMNS",
+    "EntityInput",
+    "MemoryInput",
+    "PoolSource",
+    "PostgresStore",
+    "RelationInput",
+    "filter_clause",
+    "hit_from_row",
+    "name_candidates",
+    "normalize_name",
+    "open_pool",
+    "record_from_row",
+    "scope_to_tenant",
+    "tenant_transaction",
+]

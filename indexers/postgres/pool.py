@@ -1,0 +1,98 @@
+"""The connection pool, and transactions scoped to one tenant by row-level security."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool
+
+from config.schema import BraidConfig
+
+from ..base import SourceUnavailable
+from ..migrations import TENANT_ROLE, migrate
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "PING_TIMEOUT_S",
+    "PoolSource",
+    "open_pool",
+    "scope_to_tenant",
+    "tenant_transaction",
+]
+
+#: Notified on commit of every write that adds outbox rows; the sync worker listens.
+NOTIFY_CHANNEL = "braid_outbox"
+
+#: How long a health check waits on Postgres.
+PING_TIMEOUT_S = 2.0
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    await register_vector_async(conn)
+    # Timestamps are read back in UTC whatever the server's TimeZone: in another
+    # zone, a valid instant near year 1 or 9999 would be out of Python's range.
+    await conn.execute("SET TIME ZONE 'UTC'")
+
+
+async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """Migrate the schema, then open a pool whose connections know `vector`."""
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await migrate(conn, dim=dim)
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable("postgres", str(exc).strip()) from exc
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        configure=_configure,
+        kwargs={"autocommit": True},
+        name="braid",
+        # How long a request waits for a connection before it fails with 503.
+        timeout=5.0,
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool
+
+
+async def scope_to_tenant(conn: psycopg.AsyncConnection, tenant: str) -> None:
+    """Run the rest of the current transaction as :data:`TENANT_ROLE` for ``tenant``.
+
+    Row-level security (migration v5) then lets the transaction see and write
+    ``tenant``'s rows only: a statement that forgot ``tenant = %s`` still sees
+    one tenant. The connecting role is not restricted; the outbox worker and
+    reindex, which work across tenants, run as it. Both settings are
+    transaction-local: they end with the transaction, so a connection goes
+    back to the pool unscoped even after an error.
+    """
+    await conn.execute(
+        "SELECT set_config('role', %s, true), set_config('braid.tenant', %s, true)",
+        (TENANT_ROLE, tenant),
+    )
+
+
+@asynccontextmanager
+async def tenant_transaction(
+    pool: AsyncConnectionPool, tenant: str
+) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection inside a transaction scoped to ``tenant``."""
+    async with pool.connection() as conn, conn.transaction():
+        await scope_to_tenant(conn, tenant)
+        yield conn
+
+
+class PoolSource:
+    """Base of the sources that read Postgres: a shared pool and the live config."""
+
+    name: str
+
+    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
+        self._pool = pool
+        self._get_config = get_config
+
+    async def aclose(self) -> None:
+        """Nothing to release: the pool belongs to the runtime."""

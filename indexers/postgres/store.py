@@ -1,0 +1,241 @@
+"""The write side of the source of truth, and the reads derived indexes need.
+
+A write is one transaction: the memory rows, their entity links, and an
+outbox row per changed memory. Derived indexes (Typesense) are fed from the
+outbox by :mod:`indexers.sync`, so nothing acknowledged can be lost to a
+Typesense outage. ``NOTIFY braid_outbox`` wakes the sync worker on commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+import anyio
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from ..base import MemoryRecord
+from .graph_writes import GraphWrites, upsert_entities
+from .models import EntityInput, MemoryInput
+from .names import name_candidates, normalize_name
+from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, tenant_transaction
+from .sql import RECORD_COLUMNS, record_from_row, vector_param
+
+__all__ = ["PostgresStore"]
+
+async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
+    """Apply net mention-count changes (entity id -> +/-n) in the caller's transaction.
+
+    The rows are locked in id order first, so concurrent writers touching
+    overlapping entities queue instead of deadlocking. ``FOR NO KEY UPDATE``
+    (the lock the UPDATE takes anyway) does not conflict with the key-share
+    locks that the writers' mention inserts hold on the same entities.
+    """
+    changes = sorted((eid, n) for eid, n in delta.items() if n)
+    if not changes:
+        return
+    eids = [eid for eid, _ in changes]
+    await conn.execute(
+        "SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,)
+    )
+    await conn.execute(
+        "UPDATE entities SET mention_count = mention_count + d.n"
+        " FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n) WHERE entities.id = d.id",
+        (eids, [n for _, n in changes]),
+    )
+
+
+class PostgresStore(GraphWrites):
+    """Write side of the source of truth, and the reads derived indexes need.
+
+    The graph edits (entities, relations) come from :class:`.graph_writes.GraphWrites`.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+
+    async def ping(self, timeout: float = PING_TIMEOUT_S) -> bool:
+        """Whether Postgres answers ``SELECT 1`` within ``timeout`` seconds,
+        the wait for a connection included (a stalled server accepts
+        connections and never answers)."""
+        try:
+            with anyio.fail_after(timeout):
+                async with self.pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+            return True
+        except Exception:  # any failure means "not up"; the reason is logged by the caller
+            return False
+
+    async def existing_entities(self, tenant: str, names: Sequence[str]) -> set[str]:
+        """The normalised names among ``names`` that already exist."""
+        if not names:
+            return set()
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute(
+                "SELECT name_norm FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
+                (tenant, [normalize_name(n) for n in names]),
+            )
+            return {row[0] for row in await cur.fetchall()}
+
+    async def write_memories(
+        self,
+        tenant: str,
+        memories: Sequence[MemoryInput],
+        new_entities: Sequence[EntityInput] = (),
+    ) -> list[str]:
+        """Upsert memories, their mentions and outbox rows in one transaction.
+
+        ``new_entities`` are entities named by the memories that do not exist
+        yet, with their embeddings computed by the caller.
+        """
+        if any(m.embedding is None or m.model is None for m in memories):
+            raise ValueError("every memory must carry its embedding and model")
+        ids = [m.id or str(uuid.uuid4()) for m in memories]
+        async with tenant_transaction(self.pool, tenant) as conn:
+            if new_entities:
+                await upsert_entities(conn, tenant, new_entities, overwrite=False)
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """
+                    INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
+                        importance, confidence, speaker, context, metadata, created_at,
+                        embedding, model)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    ON CONFLICT (tenant, id) DO UPDATE SET
+                        content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
+                        session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
+                        importance = EXCLUDED.importance, confidence = EXCLUDED.confidence,
+                        speaker = EXCLUDED.speaker, context = EXCLUDED.context,
+                        metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
+                        embedding = EXCLUDED.embedding, model = EXCLUDED.model,
+                        updated_at = clock_timestamp()
+                    """,
+                    [
+                        (
+                            tenant, mid, m.content, m.kind, m.tier, m.session_id, list(m.tags),
+                            m.importance, m.confidence, m.speaker, m.context,
+                            Jsonb(m.metadata), m.created_at,
+                            vector_param(m.embedding or ()), m.model,
+                        )
+                        for mid, m in zip(ids, memories, strict=True)
+                    ],
+                )
+                speakers = sorted({m.speaker for m in memories if m.speaker})
+                if speakers:
+                    await cur.execute(
+                        "INSERT INTO speakers (tenant, name) SELECT %s, unnest(%s::text[])"
+                        " ON CONFLICT DO NOTHING",
+                        (tenant, speakers),
+                    )
+                # Mentions: the names given explicitly plus known entity names in the text.
+                await cur.execute(
+                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)"
+                    " RETURNING entity_id",
+                    (tenant, ids),
+                )
+                delta: Counter[int] = Counter()
+                delta.subtract(eid for (eid,) in await cur.fetchall())
+                links: list[tuple[str, str]] = []
+                for mid, m in zip(ids, memories, strict=True):
+                    names = {normalize_name(n) for n in m.entities}
+                    names.update(name_candidates(m.content))
+                    links.extend((mid, n) for n in names)
+                if links:
+                    # created_at is the memory's (copied for the newest-first
+                    # fetch); the memory row is locked by the upsert above.
+                    await cur.execute(
+                        """
+                        INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
+                        SELECT %(tenant)s, l.memory_id, e.id, m.created_at
+                        FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
+                        JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
+                        JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
+                        ON CONFLICT DO NOTHING
+                        RETURNING entity_id
+                        """,
+                        {
+                            "tenant": tenant,
+                            "mids": [mid for mid, _ in links],
+                            "names": [n for _, n in links],
+                        },
+                    )
+                    delta.update(eid for (eid,) in await cur.fetchall())
+                await _count_mentions(conn, delta)
+                await cur.execute(
+                    """
+                    INSERT INTO outbox (tenant, memory_id, op)
+                    SELECT %s, unnest(%s::text[]), 'upsert'
+                    """,
+                    (tenant, ids),
+                )
+                await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        return ids
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        async with tenant_transaction(self.pool, tenant) as conn:
+            # Lock the memory first: a concurrent write of it then either
+            # finished (its mentions are seen below) or waits for us.
+            cur = await conn.execute(
+                "SELECT 1 FROM memories WHERE tenant = %s AND id = %s FOR UPDATE",
+                (tenant, memory_id),
+            )
+            if await cur.fetchone() is None:
+                return False
+            cur = await conn.execute(
+                "DELETE FROM mentions WHERE tenant = %s AND memory_id = %s RETURNING entity_id",
+                (tenant, memory_id),
+            )
+            delta: Counter[int] = Counter()
+            delta.subtract(eid for (eid,) in await cur.fetchall())
+            await _count_mentions(conn, delta)
+            await conn.execute(
+                "DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id)
+            )
+            await conn.execute(
+                "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'delete')",
+                (tenant, memory_id),
+            )
+            await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        return True
+
+    async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
+        """Those of ``tiers`` that hold at least one memory, of any tenant."""
+        if not tiers:
+            return []
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT t FROM unnest(%s::text[]) AS t"
+                " WHERE EXISTS (SELECT 1 FROM memories m WHERE m.tier = t) ORDER BY t",
+                (list(tiers),),
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+    async def speakers(self, tenant: str) -> list[str]:
+        """Every speaker name the tenant's memories have had."""
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
+            return [row[0] for row in await cur.fetchall()]
+
+    async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
+        """Current rows for (tenant, id) pairs; missing ones are absent."""
+        if not keys:
+            return {}
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""
+                SELECT {RECORD_COLUMNS}
+                FROM memories m
+                JOIN unnest(%s::text[], %s::text[]) AS k(tenant, id)
+                  ON m.tenant = k.tenant AND m.id = k.id
+                """,
+                ([t for t, _ in keys], [i for _, i in keys]),
+            )
+            rows = await cur.fetchall()
+        return {(r["tenant"], r["id"]): record_from_row(r) for r in rows}
