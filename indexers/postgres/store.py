@@ -8,6 +8,7 @@ Typesense outage. ``NOTIFY braid_outbox`` wakes the sync worker on commit.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, tenant_transaction
 from .sql import RECORD_COLUMNS, record_from_row, vector_param
 
 __all__ = ["PostgresStore"]
+
+log = logging.getLogger("braid.postgres")
+
 
 async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
     """Apply net mention-count changes (entity id -> +/-n) in the caller's transaction.
@@ -57,6 +61,7 @@ class PostgresStore(GraphWrites):
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
+        self._ping_failing = False
 
     async def aclose(self) -> None:
         await self.pool.close()
@@ -64,14 +69,30 @@ class PostgresStore(GraphWrites):
     async def ping(self, timeout: float = PING_TIMEOUT_S) -> bool:
         """Whether Postgres answers ``SELECT 1`` within ``timeout`` seconds,
         the wait for a connection included (a stalled server accepts
-        connections and never answers)."""
+        connections and never answers).
+
+        Any failure means "not up". The first failure of a streak is logged
+        at WARNING with its reason, the next success at INFO; the failures
+        in between are not logged again.
+        """
         try:
             with anyio.fail_after(timeout):
                 async with self.pool.connection() as conn:
                     await conn.execute("SELECT 1")
-            return True
-        except Exception:  # any failure means "not up"; the reason is logged by the caller
+        except Exception as exc:
+            if not self._ping_failing:
+                reason = (
+                    f"no answer within {timeout:g} s"
+                    if isinstance(exc, TimeoutError)
+                    else str(exc).strip() or type(exc).__name__
+                )
+                log.warning("postgres ping failed: %s", reason)
+            self._ping_failing = True
             return False
+        if self._ping_failing:
+            log.info("postgres answers pings again")
+        self._ping_failing = False
+        return True
 
     async def existing_entities(self, tenant: str, names: Sequence[str]) -> set[str]:
         """The normalised names among ``names`` that already exist."""

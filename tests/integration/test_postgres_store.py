@@ -3,6 +3,7 @@ embedded Postgres 18. Each test gets a fresh database."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -456,3 +457,41 @@ async def test_migration_v3_backfills_counts_and_dates(
         ]
         cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'mentions' ORDER BY 1")
         assert [n for (n,) in await cur.fetchall()] == ["mentions_entity_recent", "mentions_pkey"]
+
+
+# --- health ------------------------------------------------------------------
+
+
+async def test_ping_logs_the_reason_once_per_failure_streak(
+    store: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="braid.postgres")
+
+    def logged() -> list[tuple[str, str]]:
+        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "braid.postgres"]
+
+    # A zero timeout: no answer can come in time, as from a stalled server.
+    assert await store.ping(timeout=0) is False
+    assert await store.ping(timeout=0) is False
+    assert logged() == [("WARNING", "postgres ping failed: no answer within 0 s")]
+
+    assert await store.ping() is True
+    assert await store.ping() is True
+    assert await store.ping(timeout=0) is False
+    assert logged() == [
+        ("WARNING", "postgres ping failed: no answer within 0 s"),
+        ("INFO", "postgres answers pings again"),
+        ("WARNING", "postgres ping failed: no answer within 0 s"),
+    ]
+
+
+async def test_ping_logs_the_error_that_failed_it(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=1)
+    await pool.close()
+    caplog.set_level(logging.WARNING, logger="braid.postgres")
+    assert await PostgresStore(pool).ping() is False
+    assert [r.getMessage() for r in caplog.records if r.name == "braid.postgres"] == [
+        "postgres ping failed: the pool 'braid' is already closed"
+    ]
