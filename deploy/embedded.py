@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EmbeddedPostgres",
     "EmbeddedTypesense",
-    "EmbeddedTypesenseCluster",
     "StackInfo",
     "Supervisor",
     "free_port",
@@ -62,12 +61,11 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-#: Server settings of the embedded Postgres (initdb's defaults are sized for a
-#: small machine: 128 MB of shared buffers against ~150 MB of vectors and
-#: ~300 MB of HNSW graphs per 100k memories). ``autovacuum_naptime`` is
-#: shortened so that a bulk load is analyzed within seconds. (Exact search or
-#: HNSW is not left to the planner's statistics: ``pgvector.nearest_sql``
-#: decides it per search.)
+#: Server settings of the embedded Postgres, applied over initdb's defaults
+#: (sized for a small machine; why these: the Postgres section of
+#: ``docs/design.md``). ``autovacuum_naptime`` is shortened so that a bulk
+#: load is analyzed within seconds. (Exact search or HNSW is not left to the
+#: planner's statistics: ``pgvector.nearest_sql`` decides it per search.)
 POSTGRES_SETTINGS: dict[str, str] = {
     "shared_buffers": "1GB",
     "effective_cache_size": "4GB",
@@ -231,9 +229,9 @@ class EmbeddedTypesense:
         peering_port: int | None = None,
         nodes_file: Path | None = None,
     ) -> None:
-        """``peering_port`` ``None`` picks a free one at each start; a
-        ``nodes_file`` makes the server a member of that Raft cluster
-        (:class:`EmbeddedTypesenseCluster`)."""
+        """``peering_port`` ``None`` picks a free one at the first start and
+        keeps it for the next; a ``nodes_file`` (Typesense's ``--nodes``)
+        makes the server a member of the Raft cluster it lists."""
         self.data_dir = data_dir.resolve()
         self.port = port
         self.peering_port = peering_port
@@ -368,11 +366,9 @@ class EmbeddedTypesense:
 class Supervisor:
     """Restarts an embedded server that exits on its own (``make run``).
 
-    Typesense 0.24.1 can crash (the soak saw it abort inside hnswlib's
-    ``insertPoint`` until Braid stopped sending several documents with a
-    vector in one import: ``indexers.typesense``); started again on the same
-    data dir it replays its log and comes back, and the outbox fills in what
-    it missed.
+    Started again on the same data dir, Typesense replays its log and comes
+    back, and the outbox fills in what it missed (why it may exit: the
+    Typesense section of ``docs/design.md``).
     A daemon thread checks every ``interval`` seconds; repeated failures back
     off up to ``max_backoff``. It must outlive the server it restarts: the
     server's parent-death signal is tied to the thread that started it.
@@ -433,110 +429,3 @@ class Supervisor:
             self.restarts += 1
             backoff = 1.0
             log.warning("embedded %s is back (restart %d)", self.name, self.restarts)
-
-
-class EmbeddedTypesenseCluster:
-    """``size`` Typesense servers forming one Raft cluster on loopback (tests).
-
-    Each node has its own data dir under ``home`` (``node0``, ``node1``...),
-    its own api and peering ports, kept across restarts, and the same api
-    key; one ``nodes`` file lists them all as ``127.0.0.1:<peering>:<api>``.
-    """
-
-    LEADER = 1
-    FOLLOWER = 4
-
-    def __init__(self, home: Path, size: int = 3, *, api_key: str | None = None) -> None:
-        if size < 1:
-            raise ValueError("a cluster needs at least one node")
-        self.home = home.resolve()
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.api_key = api_key or secrets.token_urlsafe(24)
-        self.nodes_file = self.home / "nodes"
-        self.nodes = [
-            EmbeddedTypesense(
-                self.home / f"node{i}",
-                api_key=self.api_key,
-                port=free_port(),
-                peering_port=free_port(),
-                nodes_file=self.nodes_file,
-            )
-            for i in range(size)
-        ]
-        self.nodes_file.write_text(
-            ",".join(f"127.0.0.1:{n.peering_port}:{n.port}" for n in self.nodes)
-        )
-
-    @property
-    def urls(self) -> list[str]:
-        return [n.url for n in self.nodes]
-
-    def start(self, i: int | None = None, *, timeout: float = 120.0) -> list[str]:
-        """Start every node (or node ``i`` again, with its ports and data);
-        return once a leader is elected and the started nodes are ready (a
-        restarted node answers 503 until it is within ``--healthy-read-lag``
-        writes of the leader)."""
-        started = self.nodes if i is None else [self.nodes[i]]
-        for node in started:
-            node.spawn()
-        deadline = time.monotonic() + timeout
-        for node in started:
-            node.wait_ready(max(deadline - time.monotonic(), 0.1))
-        self.wait_leader(max(deadline - time.monotonic(), 0.1))
-        return self.urls
-
-    def kill(self, i: int) -> None:
-        """SIGKILL node ``i``, as a crash would."""
-        self.nodes[i].kill()
-
-    def pause(self, i: int) -> None:
-        """SIGSTOP node ``i``: it keeps its sockets but answers nothing (a hung
-        server, or a host gone from the network). :meth:`resume` undoes it."""
-        proc = self.nodes[i].proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGSTOP)
-
-    def resume(self, i: int) -> None:
-        proc = self.nodes[i].proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-
-    def alive(self, i: int) -> bool:
-        proc = self.nodes[i].proc
-        return proc is not None and proc.poll() is None
-
-    def state(self, i: int, timeout: float = 1.0) -> int | None:
-        """Node ``i``'s Raft state from ``/debug`` (1 leader, 4 follower), or
-        ``None`` if it does not answer."""
-        if not self.alive(i):
-            return None
-        try:
-            r = httpx.get(
-                f"{self.nodes[i].url}/debug",
-                headers={"X-TYPESENSE-API-KEY": self.api_key},
-                timeout=timeout,
-            )
-            return int(r.json()["state"]) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            return None
-
-    def leader(self) -> int | None:
-        """The index of the node that says it leads, if exactly one does."""
-        leaders = [i for i in range(len(self.nodes)) if self.state(i) == self.LEADER]
-        return leaders[0] if len(leaders) == 1 else None
-
-    def wait_leader(self, timeout: float = 60.0, *, other_than: int | None = None) -> int:
-        """Wait until one node leads (not ``other_than``); return its index."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            leader = self.leader()
-            if leader is not None and leader != other_than:
-                return leader
-            time.sleep(0.05)
-        states = {i: self.state(i) for i in range(len(self.nodes))}
-        raise RuntimeError(f"no Typesense leader after {timeout:.0f}s; states {states}")
-
-    def stop(self) -> None:
-        for i, node in enumerate(self.nodes):
-            self.resume(i)  # a stopped process would ignore SIGTERM
-            node.stop()

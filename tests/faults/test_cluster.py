@@ -40,7 +40,7 @@ import httpx
 import psycopg
 import pytest
 
-from deploy.embedded import EmbeddedPostgres, EmbeddedTypesenseCluster
+from deploy.embedded import EmbeddedPostgres
 from indexers.base import SourceUnavailable
 from indexers.engine import ConfigHolder
 from indexers.runtime import Backends
@@ -49,6 +49,7 @@ from service import AppSettings, create_app
 from service.auth import Keyring
 from tests.api import conftest as api
 from tests.api.conftest import AGENT_A, Braid, fresh_database, serve
+from tests.faults.cluster import EmbeddedTypesenseCluster
 from tests.ledger import Ledger, Scenario
 
 pytestmark = pytest.mark.anyio
