@@ -1,6 +1,8 @@
 """Configuration: the msgspec schema and the default ``braid.yaml``."""
 
-from .loader import DEFAULT_CONFIG_PATH, ConfigError, config_path, load_config, parse_config
+from .errors import BraidError, ConfigError
+from .holder import ConfigHolder
+from .loader import DEFAULT_CONFIG_PATH, config_path, load_config, parse_config
 from .sources import (
     SourceConfig,
     TypesenseSourceConfig,
@@ -29,6 +31,8 @@ from .schema import (
 )
 
 __all__ = [
+    "BraidError",
+    "ConfigHolder",
     "register_source_config",
     "source_defaults",
     "unregister_source_config",

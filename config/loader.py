@@ -8,16 +8,13 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from .errors import ConfigError
 from .schema import BraidConfig, TierConfig
 from .sources import parse_sources
 
 __all__ = ["ConfigError", "DEFAULT_CONFIG_PATH", "config_path", "load_config", "parse_config"]
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "braid.yaml"
-
-
-class ConfigError(Exception):
-    """The configuration file is missing, not YAML, or fails validation."""
 
 
 def config_path() -> Path:

@@ -7,13 +7,23 @@ hits carry what the memory block needs so nothing is fetched twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from config import BraidError
 
 __all__ = [
     "BackendError",
+    "StoreUnavailable",
+    "UnstorableValue",
+    "WriteTimeout",
+    "postgres_errors",
     "Filters",
     "Hit",
     "MemoryRecord",
@@ -86,7 +96,7 @@ class Source(Protocol):
     async def aclose(self) -> None: ...
 
 
-class BackendError(Exception):
+class BackendError(BraidError):
     """Base of every error raised by a backend adapter."""
 
 
@@ -97,6 +107,50 @@ class SourceUnavailable(BackendError):
         super().__init__(f"{source} unavailable: {reason}")
         self.source = source
         self.reason = reason
+
+
+class StoreUnavailable(BackendError):
+    """Postgres could not be reached or gave no connection in time.
+    ``during`` says whether a read or a write was refused (a refused write
+    stored nothing)."""
+
+    def __init__(self, during: Literal["read", "write"], reason: str) -> None:
+        # The reason (socket paths, server messages) is for the log, not the client.
+        super().__init__("postgres unavailable")
+        self.during = during
+        self.reason = reason
+
+
+class WriteTimeout(BackendError):
+    """Postgres did not finish a write step in time. Unlike a refused
+    connection, the outcome is unknown: a COMMIT held by a stalled server may
+    still land. A retry with the same ids is safe (a write replaces)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"postgres did not answer within {seconds:g} s; the write may or may not "
+            "have been stored: retry it with the same ids (a write with ids replaces, "
+            "never duplicates)"
+        )
+
+
+class UnstorableValue(BraidError):
+    """Postgres refused a value the request carries (a NUL in text or JSON, a
+    number a ``real`` column cannot hold); its transaction was rolled back."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"a value in the request cannot be stored: {reason}")
+
+
+@contextmanager
+def postgres_errors(during: Literal["read", "write"]) -> Iterator[None]:
+    """Translate the Postgres errors a request can cause into the error tree."""
+    try:
+        yield
+    except psycopg.DataError as exc:
+        raise UnstorableValue(exc.diag.message_primary or str(exc).splitlines()[0]) from exc
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailable(during, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
 
 
 class MemoryRecord(msgspec.Struct, frozen=True):

@@ -232,6 +232,11 @@ class MiniLMEmbedder:
             return cached
         return await self.queries.run(partial(self._encode_query, text))
 
+    @property
+    def cache_stats(self) -> dict[str, int]:
+        """Query-cache hits and misses since start."""
+        return {"hits": self._cache.hits, "misses": self._cache.misses}
+
     def close(self) -> None:
         """Stop both lanes' threads (blocking: call from a worker thread)."""
         self.queries.close()

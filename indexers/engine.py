@@ -17,16 +17,15 @@ import msgspec
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, load_config
+from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
 from fusion import QueryPlan, analyze_query, assemble, get_encoding
 
-from .base import Filters, Hit, SearchQuery, Source
+from .base import Filters, Hit, SearchQuery, Source, WriteTimeout, postgres_errors
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
 from .registry import DEGRADED, SourceResult, SourceStatus, registered, search_all
 
 __all__ = [
-    "WriteTimeout",
     "EmbeddingStatus",
     "Engine",
     "GraphWrite",
@@ -60,19 +59,6 @@ MemoryWrite = MemoryInput
 class GraphWrite(msgspec.Struct, frozen=True):
     entities: tuple[EntityInput, ...]
     relations: tuple[RelationInput, ...]
-
-
-class WriteTimeout(Exception):
-    """Postgres did not finish a write step in time. Unlike a refused
-    connection, the outcome is unknown: a COMMIT held by a stalled server may
-    still land. A retry with the same ids is safe (a write replaces)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(
-            f"postgres did not answer within {seconds:g} s; the write may or may not "
-            "have been stored: retry it with the same ids (a write with ids replaces, "
-            "never duplicates)"
-        )
 
 
 class RecallOptions(msgspec.Struct, frozen=True):
@@ -169,17 +155,6 @@ def _changed(old: msgspec.Struct, new: msgspec.Struct) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-class ConfigHolder:
-    """The config in force; replaced whole on reload, never mutated."""
-
-    def __init__(self, config: BraidConfig, path: str | None = None) -> None:
-        self.current = config
-        self.path = path
-
-    def __call__(self) -> BraidConfig:
-        return self.current
-
-
 class Engine:
     def __init__(
         self,
@@ -259,9 +234,10 @@ class Engine:
     # --- writes -------------------------------------------------------------
 
     async def _bounded(self, step: Awaitable[T]) -> T:
-        """Await one Postgres step of a write for at most :attr:`write_timeout_s`."""
+        """Await one Postgres step of a write for at most :attr:`write_timeout_s`,
+        its errors translated (:func:`indexers.base.postgres_errors`)."""
         try:
-            with anyio.fail_after(self.write_timeout_s):
+            with postgres_errors("write"), anyio.fail_after(self.write_timeout_s):
                 return await step
         except TimeoutError as exc:
             raise WriteTimeout(self.write_timeout_s) from exc

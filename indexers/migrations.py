@@ -12,12 +12,14 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from config import BraidError
+
 __all__ = ["MIGRATIONS", "SchemaMismatch", "TENANT_ROLE", "TENANT_TABLES", "migrate"]
 
 _LOCK_KEY = 0x42524149  # "BRAI"
 
 
-class SchemaMismatch(Exception):
+class SchemaMismatch(BraidError):
     """The database was created with settings this config cannot use."""
 
 

@@ -37,8 +37,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .base import BackendError
-from .engine import ConfigHolder
+from config import BraidError, ConfigHolder
+
+from .base import BackendError, postgres_errors
 from .pgvector import rebuild_index
 from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
 from .sync import OutboxSync
@@ -58,7 +59,7 @@ REPLAY_MARGIN = timedelta(seconds=60)
 _JOB_LOCK = "hashtextextended('braid-reindex:' || %s, 0)"
 
 
-class ReindexBusy(Exception):
+class ReindexBusy(BraidError):
     """A reindex job is already queued or running."""
 
     def __init__(self, job_id: str) -> None:
@@ -155,22 +156,23 @@ class ReindexJobs:
         """Queue a job; :class:`ReindexBusy` if one is queued or running (a
         unique index on the active jobs decides, across processes too)."""
         job_id = uuid.uuid4().hex
-        # Locked before the row exists: no process can see the job unlocked.
-        lock = await self._store.pool.getconn()
-        try:
-            await lock.execute(f"SELECT pg_advisory_lock({_JOB_LOCK})", (job_id,))
-            await lock.execute(
-                "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
-                (job_id, target, tier),
-            )
-        except psycopg.errors.UniqueViolation:
-            cur = await lock.execute("SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')")
-            row = await cur.fetchone()
-            await self._release(lock, job_id)
-            raise ReindexBusy(row[0] if row else "") from None
-        except BaseException:
-            await self._release(lock, job_id)
-            raise
+        with postgres_errors("write"):
+            # Locked before the row exists: no process can see the job unlocked.
+            lock = await self._store.pool.getconn()
+            try:
+                await lock.execute(f"SELECT pg_advisory_lock({_JOB_LOCK})", (job_id,))
+                await lock.execute(
+                    "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
+                    (job_id, target, tier),
+                )
+            except psycopg.errors.UniqueViolation:
+                cur = await lock.execute("SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')")
+                row = await cur.fetchone()
+                await self._release(lock, job_id)
+                raise ReindexBusy(row[0] if row else "") from None
+            except BaseException:
+                await self._release(lock, job_id)
+                raise
         self._spawn(lambda: self._run(job_id, target, tier, lock))
         return job_id
 
@@ -184,6 +186,10 @@ class ReindexJobs:
             await self._store.pool.putconn(lock)
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
+        with postgres_errors("read"):
+            return await self._get(job_id)
+
+    async def _get(self, job_id: str) -> dict[str, Any] | None:
         async with self._store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 "SELECT id, target, tier, status, progress, error, created_at, finished_at"

@@ -13,15 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import psycopg
-import psycopg_pool
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
 
 from config import ConfigError
-from indexers.base import SourceUnavailable
-from indexers.engine import WriteTimeout
+from indexers.base import BackendError, StoreUnavailable, UnstorableValue, WriteTimeout
 from indexers.reindex import ReindexBusy
 
 from .validate import InputError
@@ -79,22 +76,12 @@ def _input_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str
     return _problem(400, str(exc))
 
 
-def _unstorable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    # Postgres refused a value the body schema lets through: a NUL character in
-    # text or JSON, a number a `real` column cannot hold (1e-300). The request,
-    # not the service, is at fault; the transaction it ran in was rolled back.
-    assert isinstance(exc, psycopg.DataError)
-    reason = exc.diag.message_primary or str(exc).splitlines()[0]
-    return _problem(400, f"a value in the request cannot be stored: {reason}")
-
-
 def _unavailable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    log.warning("backend unavailable: %s", exc)
-    if isinstance(exc, WriteTimeout):
-        detail = str(exc)
-    else:
-        reason = str(exc) if isinstance(exc, SourceUnavailable) else "postgres unavailable"
-        detail = f"{reason}; nothing was written, retry later"
+    log.warning("backend unavailable: %s%s", exc, f" ({exc.reason})" if isinstance(exc, StoreUnavailable) else "")
+    if isinstance(exc, StoreUnavailable) and exc.during == "write":
+        detail = f"{exc}; nothing was written, retry later"
+    else:  # a read, a write of unknown outcome (WriteTimeout says so), a source
+        detail = f"{exc}; retry later" if not isinstance(exc, WriteTimeout) else str(exc)
     return Response(
         {"status_code": 503, "detail": detail},
         status_code=503,
@@ -135,15 +122,13 @@ def _busy(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]
 
 
 def exception_handlers() -> dict[type[Exception] | int, Callable[..., Response[Any]]]:
+    """The one table from the error tree (:class:`config.BraidError`) to answers."""
     return {
         InputError: _input_error,
         ConfigError: _input_error,
+        UnstorableValue: _input_error,
         ReindexBusy: _busy,
-        SourceUnavailable: _unavailable,
-        WriteTimeout: _unavailable,
-        psycopg.DataError: _unstorable,
-        psycopg.OperationalError: _unavailable,
-        psycopg_pool.PoolTimeout: _unavailable,
+        BackendError: _unavailable,
         HTTPException: _http,
         Exception: _internal,
     }

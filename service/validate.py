@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from config import BraidConfig, source_defaults
+from config import BraidConfig, BraidError, source_defaults
 from indexers.base import Filters
 from indexers.engine import GraphWrite, MemoryWrite, RecallOptions
 from indexers.postgres import EntityInput, RelationInput
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-class InputError(Exception):
+class InputError(BraidError):
     """A request that is well-formed JSON but cannot be served as asked."""
 
 
