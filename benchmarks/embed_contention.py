@@ -93,7 +93,7 @@ async def _recall(client: httpx.AsyncClient, query: str) -> dict[str, Any]:
     }
 
 
-async def _write(client: httpx.AsyncClient, texts: list[str]) -> dict[str, Any]:
+async def _post_batch(client: httpx.AsyncClient, texts: list[str]) -> dict[str, Any]:
     start = time.monotonic()
     r = await client.post("/v1/memories", json={"memories": [{"content": t} for t in texts]})
     if r.status_code != 201:
@@ -105,7 +105,7 @@ async def measure(url: str, headers: dict[str, str], args: argparse.Namespace, s
     rng = random.Random(seed)
     queries = query_texts(args.idle + 100_000, rng)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as client:
-        await _write(client, memory_texts(BATCH, rng))  # a corpus to recall from
+        await _post_batch(client, memory_texts(BATCH, rng))  # a corpus to recall from
         idle = [await _recall(client, next(queries)) for _ in range(args.idle)]
 
         batches = [memory_texts(BATCH, rng) for _ in range(args.batches)]
@@ -117,7 +117,7 @@ async def measure(url: str, headers: dict[str, str], args: argparse.Namespace, s
             nonlocal writing
             try:
                 for texts in batches:
-                    writes.append(await _write(client, texts))
+                    writes.append(await _post_batch(client, texts))
             finally:
                 writing = False
 
