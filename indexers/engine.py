@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
-from datetime import date, datetime
-from typing import Annotated, Literal, TypeVar
+from typing import TypeVar
 
 import anyio
 import msgspec
@@ -20,23 +19,22 @@ from psycopg_pool import PoolTimeout
 from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
 from fusion import QueryPlan, analyze_query, assemble, get_encoding
 
-from .base import Filters, Hit, SearchQuery, Source, WriteTimeout, postgres_errors
+from .base import SearchQuery, Source, WriteTimeout, postgres_errors
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
-from .registry import DEGRADED, SourceResult, SourceStatus, registered, search_all
+from .registry import DEGRADED, SourceResult, registered, search_all
+from .results import (
+    EmbeddingStatus,
+    QueryInfo,
+    RecallItem,
+    RecallOptions,
+    RecallResult,
+    ReloadReport,
+    SourceReport,
+    changed_keys,
+)
 
-__all__ = [
-    "EmbeddingStatus",
-    "Engine",
-    "GraphWrite",
-    "MemoryWrite",
-    "QueryInfo",
-    "RecallItem",
-    "RecallOptions",
-    "RecallResult",
-    "ReloadReport",
-    "SourceReport",
-]
+__all__ = ["Engine", "GraphWrite", "MemoryWrite", "WRITE_TIMEOUT_S"]
 
 log = logging.getLogger("braid")
 
@@ -59,100 +57,6 @@ MemoryWrite = MemoryInput
 class GraphWrite(msgspec.Struct, frozen=True):
     entities: tuple[EntityInput, ...]
     relations: tuple[RelationInput, ...]
-
-
-class RecallOptions(msgspec.Struct, frozen=True):
-    query: str
-    top_k: int | None = None
-    budget_tokens: int | None = None
-    min_confidence: float | None = None
-    filters: Filters = Filters()
-    sources: tuple[str, ...] | None = None
-    embedding: tuple[float, ...] | None = None
-    #: Relation hops of the graph walk; None = graph.maxHops.
-    hops: int | None = None
-
-
-class RecallItem(msgspec.Struct):
-    """One recalled memory and how its score came about:
-    ``score == rrf_score * product(factors.values())`` and
-    ``rrf_score == sum(contributions.values())``."""
-
-    id: str
-    content: str
-    kind: str
-    tier: str
-    created_at: datetime
-    confidence: float
-    speaker: str | None
-    score: float
-    rrf_score: float
-    ranks: dict[str, int | None]
-    contributions: dict[str, float]
-    factors: dict[str, float]
-    in_block: bool
-    truncated: bool
-
-
-class QueryInfo(msgspec.Struct):
-    """What the query analysis made of the query (:mod:`fusion.query`)."""
-
-    #: The text the sources searched (and the query embedding was made of).
-    text: str
-    speakers: list[str]
-    #: Inclusive ``[first, last]`` day ranges the query names.
-    dates: list[tuple[date, date]]
-
-
-EmbeddingStatus = Literal["ok", "client", "timeout"]
-
-_EMBEDDING_STATUS = (
-    "`ok`: made by the model (or found in its cache) within embedding.queryDeadlineMs; "
-    "`client`: the request gave it; `timeout`: not made in time, so the recall searched "
-    "without a vector (pgvector skipped as `no_vector`, Typesense by keyword only, the "
-    "graph seeded by the names in the query) and `degraded` starts with `embedding`."
-)
-_SOURCE_STATUS = (
-    "`ok`; `timeout`: no answer within its deadlineMs; `error`: it failed; `no_vector`: it "
-    "searches by vector only and the query embedding missed embedding.queryDeadlineMs; "
-    "`skipped`: not asked for. `timeout`, `error` and `no_vector` name it in `degraded`."
-)
-
-
-class SourceReport(msgspec.Struct):
-    """How one source fared in a recall."""
-
-    status: Annotated[SourceStatus, msgspec.Meta(description=_SOURCE_STATUS)]
-    ms: float
-    hits: int
-    error: str | None = None
-
-
-class RecallResult(msgspec.Struct):
-    block: str
-    tokens: int
-    items: list[RecallItem]
-    sources: dict[str, SourceReport]
-    #: Sources that timed out, failed or could not search without a vector, after
-    #: ``"embedding"`` when the query embedding missed its deadline.
-    degraded: list[str]
-    #: Time spent getting the query embedding (0 when the request gave it).
-    embedding_ms: float
-    embedding_status: Annotated[EmbeddingStatus, msgspec.Meta(description=_EMBEDDING_STATUS)]
-    query: QueryInfo
-
-
-class ReloadReport(msgspec.Struct):
-    #: Changed keys that take effect at the next start (until then the old values hold).
-    restart_required: list[str]
-    #: Changed tier index settings that take effect through ``POST /admin/reindex``.
-    reindex_required: list[str]
-
-
-def _changed(old: msgspec.Struct, new: msgspec.Struct) -> list[str]:
-    """The (camelCase) keys whose values differ between two config sections."""
-    a, b = msgspec.to_builtins(old), msgspec.to_builtins(new)
-    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
 class Engine:
@@ -213,13 +117,13 @@ class Engine:
         restart = [
             f"{section}.{key}"
             for section in RESTART_SECTIONS
-            for key in _changed(getattr(old, section), getattr(new, section))
+            for key in changed_keys(getattr(old, section), getattr(new, section))
         ]
         reindex = [
             f"tiers.{name}.{key}"
             for name, tier in new.tiers.items()
             if name in old.tiers
-            for key in _changed(old.tiers[name], tier)
+            for key in changed_keys(old.tiers[name], tier)
             if key in ("m", "efConstruction")
         ]
         # Keys read at start-up stay as they were until a restart.

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import uvloop
 
-from config import ConfigError, config_path, load_config
-from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, Supervisor
-from indexers.engine import ConfigHolder
+from config import ConfigError, ConfigHolder, config_path, load_config
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from deploy.supervisor import Supervisor
 from indexers.runtime import Backends
 
 from .app import AppSettings, create_app

@@ -15,35 +15,34 @@ from typing import Any
 import anyio
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
-from litestar.datastructures import State
 from litestar.connection import ASGIConnection
+from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.handlers import BaseRouteHandler
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
     TooManyRequestsException,
 )
+from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from config import ConfigError
-from indexers.engine import ConfigHolder, Engine
+from config import ConfigError, ConfigHolder
+from indexers.engine import Engine
 from indexers.postgres import PING_TIMEOUT_S
 from indexers.runtime import Backends, Runtime, open_runtime
 
-from .decode import BraidRequest
+from . import validate
 from .auth import Keyring, Principal, RateLimiter, retry_after_header
+from .decode import BraidRequest
 from .errors import exception_handlers, problem_responses
 from .schemas import (
-    Id,
     BodySchemaPlugin,
     DeletedOut,
     EntityDeletedOut,
-    RelationsDeletedOut,
     GraphIn,
     GraphOut,
     HealthOut,
@@ -54,9 +53,9 @@ from .schemas import (
     RecallIn,
     RecallOut,
     ReindexIn,
+    RelationsDeletedOut,
     ReloadOut,
 )
-from . import validate
 from .validate import InputError, memory_writes, recall_options
 
 __all__ = ["AppSettings", "create_app"]

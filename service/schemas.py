@@ -18,7 +18,7 @@ from litestar.openapi.spec import OpenAPIType, Reference, Schema
 from litestar.typing import FieldDefinition
 from msgspec import Meta
 
-from indexers.engine import RecallResult
+from indexers.results import RecallResult
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator

@@ -13,8 +13,9 @@ import msgspec
 
 from config import BraidConfig, BraidError, source_defaults
 from indexers.base import Filters
-from indexers.engine import GraphWrite, MemoryWrite, RecallOptions
+from indexers.engine import GraphWrite, MemoryWrite
 from indexers.postgres import EntityInput, RelationInput
+from indexers.results import RecallOptions
 
 from .decode import MAX_METADATA_DEPTH
 from .schemas import GraphIn, Id, MemoriesIn, Name, RecallIn, ReindexIn, RelationName

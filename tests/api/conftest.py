@@ -15,9 +15,8 @@ import psycopg
 import pytest
 from litestar import Litestar
 
-from config import BraidConfig, load_config
+from config import BraidConfig, ConfigHolder, load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
-from indexers.engine import ConfigHolder
 from indexers.runtime import Backends, Runtime
 from service import AppSettings, create_app
 from service.auth import Keyring

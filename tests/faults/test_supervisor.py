@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.embedded import EmbeddedTypesense, Supervisor
-from tests.ledger import Ledger, Scenario
+from benchmarks.faults.ledger import Ledger, Scenario
+from deploy.embedded import EmbeddedTypesense
+from deploy.supervisor import Supervisor
 
 pytestmark = pytest.mark.faults
 

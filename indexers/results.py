@@ -1,0 +1,117 @@
+"""What a recall takes and gives back, and what a reload reports (the engine's
+side of the API; ``service.schemas`` is the HTTP side)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from .base import Filters
+from .registry import SourceStatus
+
+__all__ = [
+    "EmbeddingStatus",
+    "QueryInfo",
+    "RecallItem",
+    "RecallOptions",
+    "RecallResult",
+    "ReloadReport",
+    "SourceReport",
+    "changed_keys",
+]
+
+
+class RecallOptions(msgspec.Struct, frozen=True):
+    query: str
+    top_k: int | None = None
+    budget_tokens: int | None = None
+    min_confidence: float | None = None
+    filters: Filters = Filters()
+    sources: tuple[str, ...] | None = None
+    embedding: tuple[float, ...] | None = None
+    #: Relation hops of the graph walk; None = graph.maxHops.
+    hops: int | None = None
+
+
+class RecallItem(msgspec.Struct):
+    """One recalled memory and how its score came about:
+    ``score == rrf_score * product(factors.values())`` and
+    ``rrf_score == sum(contributions.values())``."""
+
+    id: str
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    confidence: float
+    speaker: str | None
+    score: float
+    rrf_score: float
+    ranks: dict[str, int | None]
+    contributions: dict[str, float]
+    factors: dict[str, float]
+    in_block: bool
+    truncated: bool
+
+
+class QueryInfo(msgspec.Struct):
+    """What the query analysis made of the query (:mod:`fusion.query`)."""
+
+    #: The text the sources searched (and the query embedding was made of).
+    text: str
+    speakers: list[str]
+    #: Inclusive ``[first, last]`` day ranges the query names.
+    dates: list[tuple[date, date]]
+
+
+EmbeddingStatus = Literal["ok", "client", "timeout"]
+
+_EMBEDDING_STATUS = (
+    "`ok`: made by the model (or found in its cache) within embedding.queryDeadlineMs; "
+    "`client`: the request gave it; `timeout`: not made in time, so the recall searched "
+    "without a vector (pgvector skipped as `no_vector`, Typesense by keyword only, the "
+    "graph seeded by the names in the query) and `degraded` starts with `embedding`."
+)
+_SOURCE_STATUS = (
+    "`ok`; `timeout`: no answer within its deadlineMs; `error`: it failed; `no_vector`: it "
+    "searches by vector only and the query embedding missed embedding.queryDeadlineMs; "
+    "`skipped`: not asked for. `timeout`, `error` and `no_vector` name it in `degraded`."
+)
+
+
+class SourceReport(msgspec.Struct):
+    """How one source fared in a recall."""
+
+    status: Annotated[SourceStatus, msgspec.Meta(description=_SOURCE_STATUS)]
+    ms: float
+    hits: int
+    error: str | None = None
+
+
+class RecallResult(msgspec.Struct):
+    block: str
+    tokens: int
+    items: list[RecallItem]
+    sources: dict[str, SourceReport]
+    #: Sources that timed out, failed or could not search without a vector, after
+    #: ``"embedding"`` when the query embedding missed its deadline.
+    degraded: list[str]
+    #: Time spent getting the query embedding (0 when the request gave it).
+    embedding_ms: float
+    embedding_status: Annotated[EmbeddingStatus, msgspec.Meta(description=_EMBEDDING_STATUS)]
+    query: QueryInfo
+
+
+class ReloadReport(msgspec.Struct):
+    #: Changed keys that take effect at the next start (until then the old values hold).
+    restart_required: list[str]
+    #: Changed tier index settings that take effect through ``POST /admin/reindex``.
+    reindex_required: list[str]
+
+
+def changed_keys(old: msgspec.Struct, new: msgspec.Struct) -> list[str]:
+    """The (camelCase) keys whose values differ between two config sections."""
+    a, b = msgspec.to_builtins(old), msgspec.to_builtins(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
