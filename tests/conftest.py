@@ -15,9 +15,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.faults.ledger import Ledger  # noqa: E402
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense  # noqa: E402
-
-from .ledger import Ledger  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -62,5 +61,5 @@ def embedder():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def ledger() -> Ledger:
-    """Where fault and abuse tests record what they injected and saw (tests/ledger.py)."""
+    """Where fault and abuse tests record what they injected and saw (benchmarks/faults/ledger.py)."""
     return Ledger.from_env()

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from benchmarks.recall_latency import ROOT
-from tests.ledger import Ledger
 
 from . import report
+from .ledger import Ledger
 from .soak import SoakSettings, run_soak
 from .soak_report import write_outputs
 

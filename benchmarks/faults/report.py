@@ -20,7 +20,8 @@ from typing import Any
 import msgspec
 
 from benchmarks.recall_latency import RESULTS
-from tests.ledger import Scenario
+
+from .ledger import Scenario
 
 __all__ = [
     "KIND_ORDER",

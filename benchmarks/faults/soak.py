@@ -46,8 +46,8 @@ import psutil
 import psycopg
 
 from benchmarks.recall_latency import RESULTS, pct
-from tests.ledger import Ledger, Scenario
 
+from .ledger import Ledger, Scenario
 from .soak_report import memory_verdict, per_minute, write_outputs
 from .stack import SoakStack
 from .workload import Book, Mix, SchemaCheck, queries, run_clients

@@ -30,10 +30,10 @@ import msgspec
 import psycopg
 import pytest
 
+from benchmarks.faults.ledger import Ledger, Scenario
 from config import load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from service.schemas import FREE_LABEL_PATTERN, ID_PATTERN
-from tests.ledger import Ledger, Scenario
 
 from .conftest import AGENT_A, AGENT_B, Braid, make_app, serve
 

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.ledger import Ledger, Scenario
+from benchmarks.faults.ledger import Ledger, Scenario
 
 from .conftest import Braid
 

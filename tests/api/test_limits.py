@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from benchmarks.faults.ledger import Ledger, Scenario
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
-from tests.ledger import Ledger, Scenario
 
 from . import conftest
 from .conftest import AGENT_A, Braid, make_app, serve

@@ -38,8 +38,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from benchmarks.faults.ledger import Ledger, Scenario
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
-from tests.ledger import Ledger, Scenario
 
 pytestmark = pytest.mark.faults
 

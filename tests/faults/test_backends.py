@@ -36,16 +36,15 @@ import msgspec
 import psycopg
 import pytest
 
-from config import BraidConfig
+from benchmarks.faults.ledger import Ledger, Scenario
+from config import BraidConfig, ConfigHolder
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
-from indexers.engine import ConfigHolder
 from indexers.runtime import Backends
 from service import AppSettings, create_app
 from service.auth import Keyring
 
 from ..api.conftest import AGENT_A, Braid, serve
 from ..api.conftest import test_config as base_config
-from ..ledger import Ledger, Scenario
 from .stall import StallProxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults]

@@ -40,9 +40,10 @@ import httpx
 import psycopg
 import pytest
 
+from benchmarks.faults.ledger import Ledger, Scenario
+from config import ConfigHolder
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import SourceUnavailable
-from indexers.engine import ConfigHolder
 from indexers.runtime import Backends
 from indexers.typesense import TypesenseClient
 from service import AppSettings, create_app
@@ -50,7 +51,6 @@ from service.auth import Keyring
 from tests.api import conftest as api
 from tests.api.conftest import AGENT_A, Braid, fresh_database, serve
 from tests.faults.cluster import EmbeddedTypesenseCluster
-from tests.ledger import Ledger, Scenario
 
 pytestmark = pytest.mark.anyio
 

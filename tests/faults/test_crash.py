@@ -28,9 +28,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from benchmarks.faults.ledger import Ledger, Scenario
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from tests.api.conftest import ADMIN_A, Braid, make_app, serve
-from tests.ledger import Ledger, Scenario
 
 from .service_proc import ADMIN_KEY, TENANT, ServiceProcess
 

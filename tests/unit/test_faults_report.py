@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from benchmarks.faults.__main__ import pytest_summary
+from benchmarks.faults.ledger import Ledger, Scenario
 from benchmarks.faults.report import (
     failed,
     format_table,
@@ -16,7 +17,6 @@ from benchmarks.faults.report import (
 )
 from benchmarks.faults.soak_report import memory_verdict, per_minute
 from benchmarks.faults.workload import Done
-from tests.ledger import Ledger, Scenario
 
 SCENARIOS = [
     Scenario(name="postgres killed", kind="fault", injected=1, requests=40, errors=6, server_errors=0,

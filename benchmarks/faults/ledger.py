@@ -1,10 +1,13 @@
 """The fault ledger: what each fault or abuse test injected and what it saw.
 
-Tests record one :class:`Scenario` each through the ``ledger`` fixture. When
+Tests record one :class:`Scenario` each through the ``ledger`` fixture
+(``tests/conftest.py``); the soak (:mod:`.soak`) records one of its own. When
 ``BRAID_FAULT_LEDGER`` names a file, the session appends every scenario to it
 as one JSON line; ``make bench-faults`` sums them into
 ``benchmarks/results/faults.md`` and its closing ``faults:`` line. Outside
-``make bench-faults`` the records are simply dropped.
+``make bench-faults`` the records are simply dropped. It lives here, beside
+the report that reads it, so that tests import benchmarks and never the
+other way round.
 
 A test records its counts *before* asserting on them, so a failing run still
 leaves the figures that made it fail.
