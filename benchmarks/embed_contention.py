@@ -42,8 +42,7 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.plotting import pyplot
-from benchmarks.recall_latency import RESULTS, ROOT, Service, pct
+from benchmarks.common import RESULTS, ROOT, Service, pct, pyplot, write_results
 
 __all__ = ["main", "run_tree", "summarize"]
 
@@ -324,18 +323,16 @@ def main(argv: list[str] | None = None) -> None:
             plan.append((args.before, f"before{suffix}"))
         plan.append((args.after, f"after{suffix}" if args.before else f"run{suffix}"))
     runs = [run_tree(rev, label, args, args.seed) for rev, label in plan]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(
-        json.dumps({"command": command, "args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}, indent=1)
-    )
-    _write(runs, args, command)
+    data = {"command": command, "args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}
+    _write(runs, args, command, data)
 
 
-def _write(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -> None:
+def _write(runs: list[dict[str, Any]], args: argparse.Namespace, command: str, data: Any = None) -> None:
+    """The .md and .png of ``runs`` and, given ``data``, the .json."""
     for run in runs:
         run["summary"] = summarize(run)
     png = args.out.with_suffix(".png")
-    args.out.with_suffix(".md").write_text(report(runs, args, command, png.name))
+    write_results(args.out.stem, report(runs, args, command, png.name), data, results=args.out.parent)
     plot(runs, png)
     for run in runs:
         s = run["summary"]

@@ -18,13 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import secrets
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,11 +26,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from deploy.embedded import free_port
+from benchmarks.common import LOCOMO_DATA, RESULTS, Service, pct, pyplot, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
+__all__ = ["load_turns", "main", "run", "timed_recalls", "write_report"]
 
 
 def load_turns(data: Path) -> tuple[list[str], list[str]]:
@@ -49,71 +41,6 @@ def load_turns(data: Path) -> tuple[list[str], list[str]]:
                 turns += [f"{t['speaker']}: {t['text']}" for t in value]
         questions += [q["question"] for q in conv.get("qa", []) if q.get("category") in (1, 2, 3, 4)]
     return turns, questions
-
-
-def pct(values: list[float], p: float) -> float:
-    return float(np.percentile(np.asarray(values), p)) if values else float("nan")
-
-
-class Service:
-    """``python -m service`` on the embedded stack, in a fresh ``BRAID_HOME`` on a free port.
-
-    ``config_text`` (YAML) becomes the service's ``BRAID_CONFIG``; without it
-    the shipped config and the generated default keys are used. ``root`` is the
-    source tree the service runs from (another checkout, e.g. a ``git worktree``
-    of an older commit, to compare against).
-    """
-
-    def __init__(
-        self, *, config_text: str | None = None, prefix: str = "braid-bench-", root: Path = ROOT
-    ) -> None:
-        self.home = Path(tempfile.mkdtemp(prefix=prefix))
-        self.home.chmod(0o755)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
-        env.update(BRAID_HOME=str(self.home), BRAID_PORT=str(self.port), BRAID_LOG_LEVEL="WARNING")
-        # Generated keys are shown once and stored as digests: choose the agent key here.
-        self.agent_key = f"braid_bench_{secrets.token_urlsafe(24)}"
-        env["BRAID_API_KEY"] = self.agent_key
-        if config_text is not None:
-            config = self.home / "braid.yaml"
-            config.write_text(config_text)
-            env["BRAID_CONFIG"] = str(config)
-        self.log = open(self.home / "service.log", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service"], cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        try:
-            self._wait_healthy(180)
-        except BaseException:
-            self.stop()
-            raise
-        self.headers = {"Authorization": f"Bearer {self.agent_key}"}
-        self.ts_key = (self.home / "typesense" / "api-key").read_text().strip()
-
-    def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited:\n{self._log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"service not healthy after {timeout:.0f} s:\n{self._log_tail()}")
-
-    def _log_tail(self) -> str:
-        self.log.flush()
-        return (self.home / "service.log").read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(60)
-        self.log.close()
-        shutil.rmtree(self.home, ignore_errors=True)
 
 
 async def timed_recalls(
@@ -158,7 +85,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # Freshness: acknowledged write -> document readable in Typesense.
             fresh = []
             ts = httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{_typesense_port(svc)}",
+                base_url=f"http://127.0.0.1:{svc.typesense_port()}",
                 headers={"X-TYPESENSE-API-KEY": svc.ts_key},
             )
             for i in range(args.fresh):
@@ -213,19 +140,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def _typesense_port(svc: Service) -> int:
-    pid = int((svc.home / "typesense" / "typesense.pid").read_text())
-    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    return int(next(a.split("=", 1)[1] for a in cmd if a.startswith("--api-port=")))
-
-
 def _unit(seed: int) -> list[float]:
     v = np.random.default_rng(seed).standard_normal(384)
     return (v / np.linalg.norm(v)).tolist()
 
 
 def write_report(report: dict[str, Any], command: str) -> str:
-    RESULTS.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Recall latency (embedded stack, one machine)",
         "",
@@ -242,13 +162,9 @@ def write_report(report: dict[str, Any], command: str) -> str:
         lines.append(
             f"| {r['config']} | {r['clients']} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['qps']:.0f} | {src} |"
         )
-    (RESULTS / "recall_latency.md").write_text("\n".join(lines) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    write_results("recall_latency", "\n".join(lines) + "\n")
+    plt = pyplot()
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in report["rows"]:
             data = np.sort(np.asarray(r["latencies"]))
@@ -260,8 +176,6 @@ def write_report(report: dict[str, Any], command: str) -> str:
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(RESULTS / "recall_latency.png", dpi=120)
-    except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
     fused8 = next(r for r in report["rows"] if r["config"] == "fused" and r["clients"] == 8)
     return (
         f"bench: memories={report['memories']} fused_p50_ms={fused8['p50']:.1f} "
@@ -272,7 +186,7 @@ def write_report(report: dict[str, Any], command: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, default=LOCOMO_DATA)
     parser.add_argument("--limit", type=int, default=0, help="use only the first N turns")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--fresh", type=int, default=100, help="single writes timed for freshness")

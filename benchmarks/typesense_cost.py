@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from benchmarks.common import LOCOMO_DATA, Service, write_results
 from config import load_config
 from fusion import analyze_query
 from indexers.base import Filters
@@ -27,10 +28,9 @@ from indexers.embedding import create_embedder
 from indexers.typesense import build_filter, keyword_terms
 
 from .quality.locomo import MappingOptions, conversation_memories, load_conversations
-from .recall_latency import ROOT, Service, _typesense_port
 
-DATA = ROOT.parent / "shared" / "data" / "locomo"
-RESULTS = ROOT / "benchmarks" / "results"
+__all__ = ["main", "measure", "searches"]
+
 HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence,speaker"
 QUESTIONS = 150
 
@@ -78,7 +78,7 @@ def searches(
 
 
 async def measure() -> list[tuple[str, float, float, int]]:
-    convs = load_conversations(DATA)
+    convs = load_conversations(LOCOMO_DATA)
     svc = Service(prefix="braid-tscost-")
     try:
         async with httpx.AsyncClient(base_url=svc.url, timeout=120, headers=svc.headers) as client:
@@ -94,7 +94,7 @@ async def measure() -> list[tuple[str, float, float, int]]:
         embedder = create_embedder(load_config().embedding.model, cache_size=0)
         vectors = [await embedder.embed_query(q) for q in questions]
         filter_by = build_filter("default", Filters(), 0.0, ["session", "rag"])
-        port = _typesense_port(svc)
+        port = svc.typesense_port()
         rows = []
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", headers={"X-TYPESENSE-API-KEY": svc.ts_key}, timeout=60
@@ -130,8 +130,7 @@ def main() -> None:
         "|---|---|---|---|",
         *(f"| {n} | {w:.1f} | {s:.1f} | {b} |" for n, w, s, b in rows),
     ]
-    path = RESULTS / "typesense_cost.md"
-    path.write_text("\n".join(lines) + "\n")
+    path = write_results("typesense_cost", "\n".join(lines) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
 

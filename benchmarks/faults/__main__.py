@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.recall_latency import ROOT
+from benchmarks.common import ROOT
 
 from . import report
 from .ledger import Ledger

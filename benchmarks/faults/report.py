@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks.recall_latency import RESULTS
+from benchmarks.common import RESULTS
 
 from .ledger import Scenario
 

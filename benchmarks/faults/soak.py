@@ -45,7 +45,7 @@ import httpx
 import psutil
 import psycopg
 
-from benchmarks.recall_latency import RESULTS, pct
+from benchmarks.common import RESULTS, pct
 
 from .ledger import Ledger, Scenario
 from .soak_report import memory_verdict, per_minute, write_outputs

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plotting import pyplot
-from benchmarks.recall_latency import pct
+from benchmarks.common import pct, pyplot, write_results
 
 _KINDS = ("service", "postgres", "typesense", "client")
 
@@ -269,9 +267,7 @@ def _plot(r: dict[str, Any], path: Path) -> bool:
 
 def write_outputs(r: dict[str, Any], out: str | Path) -> tuple[Path, Path, Path]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = (out / "soak.json", out / "soak.md", out / "soak.png")
-    paths[0].write_text(json.dumps(_clean(r), indent=1) + "\n")
-    paths[1].write_text(_markdown(r))
+    md = write_results("soak", _markdown(r), _clean(r), results=out)
+    paths = (out / "soak.json", md, out / "soak.png")
     _plot(r, paths[2])
     return paths

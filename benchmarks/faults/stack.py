@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import yaml
 
-from benchmarks.recall_latency import ROOT
-from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, Supervisor, free_port
+from benchmarks.common import ROOT, wait_healthy
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense, free_port
+from deploy.supervisor import Supervisor
 
 __all__ = ["SoakStack"]
 
@@ -91,19 +91,9 @@ class SoakStack:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    self._log.flush()
-                    self._ready_at = (self.home / "service.log").stat().st_size
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"service not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+        wait_healthy(self.url, self.proc, timeout, self.log_tail)
+        self._log.flush()
+        self._ready_at = (self.home / "service.log").stat().st_size
 
     def log_tail(self, chars: int = 4000) -> str:
         if self._log is not None:

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plotting import pyplot
-from benchmarks.recall_latency import RESULTS
+from benchmarks.common import RESULTS, pyplot, write_results
 
 from .report import hnsw_min_recall
 
@@ -143,9 +142,9 @@ def write_growth(results: Path = RESULTS) -> Path | None:
     reports = load_reports(results)
     if not reports:
         return None
-    md = results / "load-growth.md"
     commands = "; ".join(f"{s:,}: `{r.get('command', '?')}`" for s, r in reports.items())
-    md.write_text(
+    md = write_results(
+        "load-growth",
         "\n".join(
             [
                 "# Load figures against size",
@@ -156,7 +155,8 @@ def write_growth(results: Path = RESULTS) -> Path | None:
                 *growth_table(reports),
                 "",
             ]
-        )
+        ),
+        results=results,
     )
     _plot(reports, results / "load-growth.png")
     return md

@@ -7,8 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plotting import pyplot
-from benchmarks.recall_latency import RESULTS
+from benchmarks.common import RESULTS, pyplot, write_results
 
 __all__ = ["hnsw_min_recall", "summary_line", "write_report"]
 
@@ -215,11 +214,8 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 
 
 def write_report(report: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"load-{report['size']}"
-    md = stem.with_suffix(".md")
-    md.write_text(_markdown(report))
+    name = f"load-{report['size']}"
     slim = {**report, "recall": [{k: v for k, v in r.items() if k != "latencies"} for r in report["recall"]]}
-    stem.with_suffix(".json").write_text(json.dumps(slim, indent=1, default=str))
-    _plot(report, stem.with_suffix(".png"))
+    md = write_results(name, _markdown(report), slim)
+    _plot(report, RESULTS / f"{name}.png")
     return md

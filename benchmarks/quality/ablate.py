@@ -28,15 +28,15 @@ from typing import Any
 import httpx
 import yaml
 
+from benchmarks.common import LOCOMO_DATA, ROOT, write_results
 from fusion import apply_factors, rrf
 from fusion.query import QueryPlan
 
 from .locomo import MappingOptions, load_conversations
 from .metrics import mean, ndcg_at_k, recall_at_k
-from .run import BUDGET, DEFAULT_DATA, write_all
+from .run import BUDGET, write_all
 from .service import TenantService
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 SOURCES = ("typesense", "pgvector", "graph")
 DEPTH = 100
 
@@ -124,8 +124,8 @@ def ceilings(rows: list[Row], k: int, speaker_boost: float, time_boost: float) -
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality.ablate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[2] / "config" / "braid.yaml")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DATA)
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "braid.yaml")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--name", default="quality-ablation")
     args = parser.parse_args()
@@ -158,8 +158,7 @@ def main() -> None:
         lines += ["", f"Ceilings at k={k}, speakerBoost 0.5, timeBoost 0.6: oracle best single source per question "
                   f"R@10 {c['oracle_best_source']:.3f}; union of the three top-10s (up to 30 items) "
                   f"{c['union_of_top10s']:.3f}."]
-    path = RESULTS / f"{args.name}.md"
-    path.write_text("\n".join(lines) + "\n")
+    path = write_results(args.name, "\n".join(lines) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     print("best:", best_row[1])
 

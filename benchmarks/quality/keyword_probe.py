@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from benchmarks.common import LOCOMO_DATA
 from benchmarks.quality.locomo import Conversation, conversation_memories, load_conversations, sessions
 from benchmarks.quality.metrics import mean, recall_at_k
 from deploy.embedded import EmbeddedTypesense
@@ -390,7 +391,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--data", default="/work/shared/data/locomo")
+    p.add_argument("--data", type=Path, default=LOCOMO_DATA)
     p.add_argument("--table", default="/tmp/keyword-probe-table.md")
     asyncio.run(main_async(p.parse_args()))
 

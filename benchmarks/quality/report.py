@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plotting import pyplot
-from benchmarks.recall_latency import RESULTS
+from benchmarks.common import RESULTS, pyplot, write_results
 
 __all__ = ["REFERENCE", "summary_line", "targets", "write_outputs"]
 
@@ -196,9 +194,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def write_outputs(report: dict[str, Any], name: str = "quality", results: Path = RESULTS) -> list[Path]:
-    results.mkdir(parents=True, exist_ok=True)
-    md, js, png = (results / f"{name}.{ext}" for ext in ("md", "json", "png"))
-    md.write_text(markdown(report))
-    js.write_text(json.dumps(report, indent=1) + "\n")
+    md = write_results(name, markdown(report), report, results=results)
+    png = results / f"{name}.png"
     plot(report, png)
-    return [md, js, png]
+    return [md, results / f"{name}.json", png]

@@ -16,16 +16,15 @@ from typing import Any
 
 import httpx
 
-from benchmarks.recall_latency import ROOT, pct
+from benchmarks.common import LOCOMO_DATA, ROOT, pct
 
 from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations
 from .metrics import hit_ranks, mean
 from .naive import MAX_K, naive_reference, summarize
 from .service import TenantService
 
-__all__ = ["CONFIGS", "DEFAULT_DATA", "MAX_K", "run"]
+__all__ = ["CONFIGS", "MAX_K", "run"]
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
 #: Configuration name -> the recall's ``sources`` (None: all of them, fused).
 CONFIGS: dict[str, list[str] | None] = {
     "typesense": ["typesense"],
@@ -198,7 +197,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of LoCoMo *.json files")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DATA, help="folder of LoCoMo *.json files")
     parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
     for when, default in (("before", 2), ("after", 1)):
         parser.add_argument(

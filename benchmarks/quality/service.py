@@ -1,6 +1,6 @@
 """Start ``python -m service`` with one agent key per tenant.
 
-A :class:`benchmarks.recall_latency.Service` whose config is the shipped
+A :class:`benchmarks.common.Service` whose config is the shipped
 ``config/braid.yaml`` (or ``--config``) plus an ``auth.keys`` list, so each
 tenant is reached with its own key.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from benchmarks.recall_latency import ROOT, Service
+from benchmarks.common import ROOT, Service
 
 __all__ = ["TenantService"]
 
