@@ -19,7 +19,10 @@ from psycopg_pool import PoolTimeout
 from config import BraidError
 
 __all__ = [
+    "RECORD_FIELDS",
+    "SHOWN_FIELDS",
     "BackendError",
+    "Shown",
     "StoreUnavailable",
     "UnstorableValue",
     "WriteTimeout",
@@ -67,8 +70,12 @@ class SearchQuery(msgspec.Struct, frozen=True):
     vectors_covered: bool = False
 
 
-class Hit(msgspec.Struct, frozen=True):
-    """One ranked result. ``score`` is the source's own, higher is better."""
+class Shown(msgspec.Struct, frozen=True, kw_only=True):
+    """The memory model's shown part: what every search hit carries and every
+    recalled item shows. :class:`Hit`, :class:`MemoryRecord` and the recall's
+    items extend it, and the SQL columns and Typesense fields a hit is read
+    from are derived from it (:data:`SHOWN_FIELDS`), so a field added here
+    needs a column (a migration) and whatever gives it meaning, nothing else."""
 
     id: str
     content: str
@@ -76,8 +83,14 @@ class Hit(msgspec.Struct, frozen=True):
     tier: str
     created_at: datetime
     confidence: float
-    score: float
+    #: Who said or wrote it (a person's name, ``user``, ``assistant``).
     speaker: str | None = None
+
+
+class Hit(Shown, frozen=True, kw_only=True):
+    """One ranked result. ``score`` is the source's own, higher is better."""
+
+    score: float
 
 
 @runtime_checkable
@@ -153,21 +166,14 @@ def postgres_errors(during: Literal["read", "write"]) -> Iterator[None]:
         raise StoreUnavailable(during, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
 
 
-class MemoryRecord(msgspec.Struct, frozen=True):
-    """A memory as stored in Postgres, the shape derived indexes are fed."""
+class MemoryRecord(Shown, frozen=True, kw_only=True):
+    """A memory as stored in Postgres, the shape derived indexes are fed: the
+    shown fields and the rest of the row (:data:`RECORD_FIELDS`)."""
 
-    id: str
     tenant: str
-    content: str
-    kind: str
-    tier: str
-    created_at: datetime
-    confidence: float = 1.0
     importance: float | None = None
     session_id: str | None = None
     tags: tuple[str, ...] = ()
-    #: Who said or wrote it (a person's name, ``user``, ``assistant``).
-    speaker: str | None = None
     #: Indexed-only text (e.g. the neighbouring turns): searched by keyword,
     #: never shown in the memory block.
     context: str | None = None
@@ -175,3 +181,9 @@ class MemoryRecord(msgspec.Struct, frozen=True):
     embedding: tuple[float, ...] | None = None
     #: The model that produced ``embedding`` (e.g. ``all-MiniLM-L6-v2``).
     model: str | None = None
+
+
+#: The shown fields, in order: the columns and document fields a hit is read from.
+SHOWN_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(Shown))
+#: Every stored field of a memory: the columns a record is read from.
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(MemoryRecord))

@@ -19,7 +19,7 @@ from psycopg_pool import PoolTimeout
 from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
 from fusion import QueryPlan, analyze_query, assemble, get_encoding
 
-from .base import SearchQuery, Source, WriteTimeout, postgres_errors
+from .base import SHOWN_FIELDS, SearchQuery, Source, WriteTimeout, postgres_errors
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
 from .registry import DEGRADED, SourceResult, registered, search_all
@@ -312,13 +312,7 @@ class Engine:
         )
         items = [
             RecallItem(
-                id=r.hit.id,
-                content=r.hit.content,
-                kind=r.hit.kind,
-                tier=r.hit.tier,
-                created_at=r.hit.created_at,
-                confidence=r.hit.confidence,
-                speaker=r.hit.speaker,
+                **{name: getattr(r.hit, name) for name in SHOWN_FIELDS},
                 score=r.score,
                 rrf_score=r.rrf_score,
                 ranks=r.ranks,

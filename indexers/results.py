@@ -3,12 +3,12 @@ side of the API; ``service.schemas`` is the HTTP side)."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 from typing import Annotated, Literal
 
 import msgspec
 
-from .base import Filters
+from .base import Filters, Shown
 from .registry import SourceStatus
 
 __all__ = [
@@ -35,18 +35,11 @@ class RecallOptions(msgspec.Struct, frozen=True):
     hops: int | None = None
 
 
-class RecallItem(msgspec.Struct):
-    """One recalled memory and how its score came about:
+class RecallItem(Shown, frozen=True, kw_only=True):
+    """One recalled memory (its shown fields) and how its score came about:
     ``score == rrf_score * product(factors.values())`` and
     ``rrf_score == sum(contributions.values())``."""
 
-    id: str
-    content: str
-    kind: str
-    tier: str
-    created_at: datetime
-    confidence: float
-    speaker: str | None
     score: float
     rrf_score: float
     ranks: dict[str, int | None]

@@ -3,7 +3,7 @@ records, vectors as parameters, and the SQL conditions of a search's filters."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timezone
 from typing import Any
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from config.schema import is_safe_name
 
-from ..base import Filters, Hit, MemoryRecord
+from ..base import RECORD_FIELDS, SHOWN_FIELDS, Filters, Hit, MemoryRecord
 
 __all__ = [
     "HIT_COLUMNS",
@@ -22,14 +22,15 @@ __all__ = [
     "vector_param",
 ]
 
-#: The memory columns :func:`record_from_row` reads.
-RECORD_COLUMNS = (
-    "m.tenant, m.id, m.content, m.kind, m.tier, m.session_id, m.tags, m.importance, "
-    "m.confidence, m.speaker, m.context, m.created_at, m.embedding, m.model"
-)
+def _columns(names: Sequence[str]) -> str:
+    return ", ".join(f"m.{name}" for name in names)
 
-#: The memory columns :func:`hit_from_row` reads.
-HIT_COLUMNS = "m.id, m.content, m.kind, m.tier, m.created_at, m.confidence, m.speaker"
+
+#: The memory columns :func:`record_from_row` reads: every stored field.
+RECORD_COLUMNS = _columns(RECORD_FIELDS)
+
+#: The memory columns :func:`hit_from_row` reads: the shown fields.
+HIT_COLUMNS = _columns(SHOWN_FIELDS)
 
 
 def vector_param(values: Sequence[float]) -> np.ndarray:
@@ -37,41 +38,36 @@ def vector_param(values: Sequence[float]) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
+def _embedding(value: Any) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    if hasattr(value, "to_list"):  # pgvector.Vector from a binary-format fetch
+        value = value.to_list()
+    return tuple(float(x) for x in value)
+
+
+#: How a column's value becomes the field's; other columns are taken as read.
+_READ: dict[str, Callable[[Any], Any]] = {
+    "created_at": lambda v: v.astimezone(timezone.utc),
+    "confidence": float,
+    "importance": lambda v: None if v is None else float(v),
+    "tags": lambda v: tuple(v or ()),
+    "embedding": _embedding,
+}
+
+
+def _fields(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {n: _READ[n](row[n]) if n in _READ else row[n] for n in names}
+
+
 def hit_from_row(row: dict[str, Any], score: float) -> Hit:
     """A memory row (:data:`HIT_COLUMNS`) as a search hit."""
-    return Hit(
-        id=row["id"],
-        content=row["content"],
-        kind=row["kind"],
-        tier=row["tier"],
-        created_at=row["created_at"].astimezone(timezone.utc),
-        confidence=float(row["confidence"]),
-        score=score,
-        speaker=row["speaker"],
-    )
+    return Hit(**_fields(row, SHOWN_FIELDS), score=score)
 
 
 def record_from_row(row: dict[str, Any]) -> MemoryRecord:
     """A memory row (:data:`RECORD_COLUMNS`) as a record, timestamps in UTC."""
-    emb = row["embedding"]
-    if hasattr(emb, "to_list"):  # pgvector.Vector from a binary-format fetch
-        emb = emb.to_list()
-    return MemoryRecord(
-        id=row["id"],
-        tenant=row["tenant"],
-        content=row["content"],
-        kind=row["kind"],
-        tier=row["tier"],
-        created_at=row["created_at"].astimezone(timezone.utc),
-        confidence=float(row["confidence"]),
-        importance=None if row["importance"] is None else float(row["importance"]),
-        session_id=row["session_id"],
-        tags=tuple(row["tags"] or ()),
-        speaker=row["speaker"],
-        context=row["context"],
-        embedding=None if emb is None else tuple(float(x) for x in emb),
-        model=row["model"],
-    )
+    return MemoryRecord(**_fields(row, RECORD_FIELDS))
 
 
 def filter_clause(

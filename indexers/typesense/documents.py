@@ -14,15 +14,17 @@ backticks).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from config import is_safe_name
 
-from ..base import Filters, MemoryRecord
+from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
 
 __all__ = [
+    "document_field",
+    "hit_from_document",
     "build_filter",
     "collection_schema",
     "document_id",
@@ -97,6 +99,20 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
     if record.embedding is not None:
         doc["embedding"] = [float(x) for x in record.embedding]
     return doc
+
+
+def document_field(name: str) -> str:
+    """The document field holding a memory's field ``name`` (``id`` is the
+    document's own id, tenant-qualified; the memory's is ``memory_id``)."""
+    return "memory_id" if name == "id" else name
+
+
+def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
+    """A document (with at least the shown fields) as a search hit."""
+    values = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
+    values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=timezone.utc)
+    values["confidence"] = float(values["confidence"])
+    return Hit(**values, score=score)
 
 
 def collection_schema(name: str, dim: int) -> dict[str, Any]:

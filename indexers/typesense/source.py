@@ -9,16 +9,15 @@ is read by the role of the search it answers, never by its position.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
 
-from ..base import Hit, SearchQuery
+from ..base import SHOWN_FIELDS, Hit, SearchQuery
 from ..registry import SourceSpec, register
 from .client import SOURCE, TypesenseClient
-from .documents import narrow_filter, vector_literal
+from .documents import document_field, hit_from_document, narrow_filter, vector_literal
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
@@ -27,7 +26,7 @@ __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
 MAX_PER_PAGE = 250
 
 #: The fields a search hit needs; the embedding is never sent back.
-_HIT_FIELDS = "memory_id,content,kind,tier,created_at,confidence,speaker"
+_HIT_FIELDS = ",".join(document_field(name) for name in SHOWN_FIELDS)
 
 
 def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:
@@ -118,16 +117,7 @@ class TypesenseSource:
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [
-            Hit(
-                id=f.id,
-                content=docs[f.id]["content"],
-                kind=docs[f.id]["kind"],
-                tier=docs[f.id]["tier"],
-                created_at=datetime.fromtimestamp(docs[f.id]["created_at"], tz=timezone.utc),
-                confidence=float(docs[f.id]["confidence"]),
-                score=f.score,
-                speaker=docs[f.id].get("speaker"),
-            )
+            hit_from_document(docs[f.id], f.score)
             for f in fused[: query.limit]
         ]
 

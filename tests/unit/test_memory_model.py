@@ -1,0 +1,42 @@
+"""The memory model is declared once (indexers.base.Shown and MemoryRecord);
+everything that stores, indexes, returns or accepts a memory follows it. A
+field added to the model fails here until each place gives it a meaning."""
+
+from __future__ import annotations
+
+import msgspec
+
+from indexers.base import RECORD_FIELDS, SHOWN_FIELDS, Hit, MemoryRecord, Shown
+from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput
+from indexers.results import RecallItem
+from indexers.typesense.documents import collection_schema, document_field
+from service.schemas import MemoryIn
+
+
+def names(struct: type[msgspec.Struct]) -> list[str]:
+    return [f.name for f in msgspec.structs.fields(struct)]
+
+
+def test_hits_records_and_items_extend_the_shown_fields() -> None:
+    for struct in (Hit, MemoryRecord, RecallItem):
+        assert issubclass(struct, Shown)
+        assert names(struct)[: len(SHOWN_FIELDS)] == list(SHOWN_FIELDS)
+
+
+def test_sql_columns_are_the_model_fields() -> None:
+    assert HIT_COLUMNS == ", ".join(f"m.{n}" for n in SHOWN_FIELDS)
+    assert RECORD_COLUMNS == ", ".join(f"m.{n}" for n in RECORD_FIELDS)
+
+
+def test_the_typesense_schema_has_a_field_for_every_stored_field() -> None:
+    fields = {f["name"] for f in collection_schema("c", 4)["fields"]}
+    # The document's own id is tenant-qualified; the memory's id is `memory_id`.
+    assert fields == {document_field(n) for n in RECORD_FIELDS} | {"id"}
+
+
+def test_writes_carry_every_stored_field() -> None:
+    written = set(names(MemoryInput))
+    # The tenant comes from the key; everything else is written.
+    assert set(RECORD_FIELDS) - {"tenant"} <= written
+    # The API accepts every written field except what the engine fills in.
+    assert written - {"model"} <= set(names(MemoryIn))
