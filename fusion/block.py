@@ -16,7 +16,7 @@ step measured on the real text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -75,7 +75,7 @@ def format_block(
 def _render(item: BlockItem, content: str) -> str:
     moment = item.created_at
     if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc)
+        moment = moment.astimezone(UTC)
     return (
         f"[Memory: {item.kind} | {moment.date().isoformat()}]\n"
         f"{content}\n"

@@ -32,7 +32,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -45,7 +45,6 @@ from config import BraidConfig, source_defaults
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .pgvector import nearest_sql, set_search_params
-from .registry import SourceSpec, register
 from .postgres import (
     HIT_COLUMNS,
     PoolSource,
@@ -54,6 +53,7 @@ from .postgres import (
     name_candidates,
     tenant_transaction,
 )
+from .registry import SourceSpec, register
 
 #: The tenant's entities nearest to the query vector (seeds of the walk).
 _SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
@@ -116,7 +116,7 @@ _UNREADABLE: set[int] = set()
 def _instant(relation_id: int, seconds: float) -> datetime | None:
     """A relation's time from epoch seconds; None (logged once) if Python cannot hold it."""
     try:
-        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        return datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):
         if relation_id not in _UNREADABLE and len(_UNREADABLE) < 100_000:
             _UNREADABLE.add(relation_id)

@@ -273,7 +273,7 @@ async def migrate(conn: psycopg.AsyncConnection, *, dim: int) -> list[int]:
                 continue
             async with conn.transaction():
                 for statement in MIGRATIONS[version](dim):
-                    await conn.execute(statement)
+                    await conn.execute(statement)  # type: ignore[call-overload]  # psycopg takes any Composable
                 await conn.execute("INSERT INTO braid_migrations (version) VALUES (%s)", (version,))
             applied.append(version)
         cur = await conn.execute("SELECT value FROM braid_meta WHERE key = 'embedding_dim'")

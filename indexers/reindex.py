@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -76,7 +76,7 @@ class ReindexJobs:
         store: PostgresStore,
         index: TypesenseIndex,
         sync: OutboxSync,
-        spawn: Callable[[Callable[[], Awaitable[None]]], None],
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
     ) -> None:
         self._config = config
         self._store = store

@@ -9,15 +9,18 @@ the worker and closes every pool and client.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import msgspec
 
+from config import ConfigHolder
+
 from .base import SourceUnavailable
 from .embedding import Embedder, create_embedder
-from .engine import ConfigHolder, Engine
+from .engine import Engine
 from .pgvector import ensure_indexes
 from .postgres import PostgresStore, open_pool
 from .registry import SourceDeps, SourceSpec, build_sources, registered
@@ -145,7 +148,7 @@ async def _open_runtime(
         )
         async with anyio.create_task_group() as tg:
 
-            def spawn(job: Callable[[], Awaitable[None]]) -> None:
+            def spawn(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(job)
 
             jobs = ReindexJobs(config, store, index, sync, spawn)

@@ -64,7 +64,7 @@ class Keyring:
     @classmethod
     def from_config(
         cls, get_config: Callable[[], BraidConfig], extra: Mapping[str, Principal] | None = None
-    ) -> "Keyring":
+    ) -> Keyring:
         """``extra``: digest -> principal, kept across reloads (the embedded default keys)."""
         ring = cls()
         ring._get_config = get_config

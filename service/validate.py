@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -58,7 +58,7 @@ def _utc(value: datetime, where: str) -> datetime:
     """``value`` in UTC; refused when UTC takes it out of years 1-9999 (Postgres
     would store it, but it could never be read back)."""
     try:
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
     except OverflowError:
         raise InputError(
             f"{where}: {value.isoformat()} is outside the years 1-9999 once converted to UTC"
@@ -99,7 +99,7 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
             f"memories has {len(body.memories)} items; the limit is {cfg.limits.max_batch} per request"
         )
     tiers = cfg.memory_tiers
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     seen: set[str] = set()
     out = []
     for i, m in enumerate(body.memories):

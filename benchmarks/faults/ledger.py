@@ -59,7 +59,7 @@ class Ledger:
         self.scenarios: list[Scenario] = []
 
     @classmethod
-    def from_env(cls) -> "Ledger":
+    def from_env(cls) -> Ledger:
         return cls(os.environ.get("BRAID_FAULT_LEDGER"))
 
     def record(self, scenario: Scenario) -> Scenario:

@@ -18,7 +18,7 @@ always give the same memories, relations and queries:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ QUERY_TEMPLATES = (
     "{topic} {project} {place}",
     "what happened with {topic} on {date}",
 )
-START = datetime(2025, 1, 1, tzinfo=timezone.utc)
+START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @dataclass

@@ -4,7 +4,7 @@ records, vectors as parameters, and the SQL conditions of a search's filters."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ def _embedding(value: Any) -> tuple[float, ...] | None:
 
 #: How a column's value becomes the field's; other columns are taken as read.
 _READ: dict[str, Callable[[Any], Any]] = {
-    "created_at": lambda v: v.astimezone(timezone.utc),
+    "created_at": lambda v: v.astimezone(UTC),
     "confidence": float,
     "importance": lambda v: None if v is None else float(v),
     "tags": lambda v: tuple(v or ()),

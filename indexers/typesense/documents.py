@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from config import is_safe_name
@@ -56,7 +56,7 @@ def quoted_list(values: Iterable[str]) -> str:
 def _epoch(dt: datetime) -> int:
     """Whole epoch seconds; a naive datetime is taken to be UTC."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return math.floor(dt.timestamp())
 
 
@@ -109,8 +109,8 @@ def document_field(name: str) -> str:
 
 def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
     """A document (with at least the shown fields) as a search hit."""
-    values = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
-    values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=timezone.utc)
+    values: dict[str, Any] = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
+    values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=UTC)
     values["confidence"] = float(values["confidence"])
     return Hit(**values, score=score)
 

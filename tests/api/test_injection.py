@@ -26,7 +26,6 @@ from urllib.parse import quote
 
 import anyio
 import httpx
-import msgspec
 import psycopg
 import pytest
 

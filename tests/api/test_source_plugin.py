@@ -4,7 +4,7 @@ configurable with no other file touched."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from .conftest import ADMIN_A, Braid, make_app, serve
 
 pytestmark = pytest.mark.anyio
 
-T0 = datetime(2026, 1, 15, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 15, tzinfo=UTC)
 
 
 class EchoSource:

@@ -8,7 +8,7 @@ scores follow from closed forms of personalized PageRank on small graphs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -26,7 +26,7 @@ from tests.api.conftest import fresh_database
 pytestmark = pytest.mark.anyio
 
 D = 0.85  # graph.damping in braid.yaml
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 ALEX_LIKES = "What does Alex like?"
 
 
@@ -166,7 +166,7 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
     Returns each tenant's relation ids by fact sentence.
     """
     w = Writer(PostgresStore(pool), embedder)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     await w.graph(
         "ga",
         ["Alex", "TypeScript", "JavaScript", "Bob", "Rust"],
@@ -353,7 +353,7 @@ async def test_relations_outside_their_validity_window_are_skipped(
         ("memory", "Python scripts crunch the data."),
     ]
     # The fact is dated by its valid_from.
-    assert hits[0].created_at < datetime.now(timezone.utc) - timedelta(days=9)
+    assert hits[0].created_at < datetime.now(UTC) - timedelta(days=9)
 
 
 async def test_tenants_never_see_each_others_graph(

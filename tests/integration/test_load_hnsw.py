@@ -11,7 +11,7 @@ sentence embeddings have. Queries are fresh draws from the same clusters.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 import numpy as np
@@ -33,7 +33,7 @@ TENANT = "load"
 SMALL_TENANT = "tiny"
 SIZES = {"session": 12_000, "rag": 8_000}
 ENTITIES = 3_000
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 GRID = (10, 16, 24, 48, 96, 192, 400)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -41,7 +41,7 @@ from tests.api.conftest import fresh_database
 pytestmark = pytest.mark.anyio
 
 DIM = 16
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 BIG_TENANT = "big"
 BIG_ROWS = 20_000
 RARE_SHARE = 0.05

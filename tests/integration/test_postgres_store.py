@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -29,7 +29,7 @@ from tests.api.conftest import fresh_database
 pytestmark = pytest.mark.anyio
 
 DIM = 384
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 MISMATCH = (
     "the database stores 384-d embeddings but embedding.dim is 8; "
     "use a new database or the matching model"

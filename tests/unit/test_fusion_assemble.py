@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from fusion import BlockItem, QueryPlan, assemble, format_block, get_encoding
 
 K = 60
-T0 = datetime(2026, 1, 15, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 15, tzinfo=UTC)
 ENC = get_encoding("cl100k_base")
 
 

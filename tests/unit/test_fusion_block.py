@@ -7,13 +7,13 @@ byte) so every count can be read off the text; the sweeps use cl100k_base.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from fusion import Block, BlockItem, Encoding, format_block, get_encoding
 
-UTC = timezone.utc
+UTC = UTC
 DAY = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 # "[Memory: fact | 2024-05-01]\n" + content + "\nconfidence: 0.90" is 45 chars + content.
 FIXED = 45

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -79,7 +79,7 @@ def test_analyze_treats_regex_characters_in_names_literally() -> None:
     assert plan.text == "what did say"
 
 
-JULY_5 = datetime(2023, 7, 5, 23, 59, tzinfo=timezone.utc)
+JULY_5 = datetime(2023, 7, 5, 23, 59, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -88,8 +88,8 @@ JULY_5 = datetime(2023, 7, 5, 23, 59, tzinfo=timezone.utc)
         ("Caroline", JULY_5, {"speaker": 1.5, "time": 1.6}),
         ("caroline", JULY_5, {"speaker": 1.5, "time": 1.6}),
         ("Melanie", JULY_5, {"time": 1.6}),
-        (None, datetime(2023, 8, 1, tzinfo=timezone.utc), {}),
-        ("Caroline", datetime(2023, 6, 30, 23, 59, tzinfo=timezone.utc), {"speaker": 1.5}),
+        (None, datetime(2023, 8, 1, tzinfo=UTC), {}),
+        ("Caroline", datetime(2023, 6, 30, 23, 59, tzinfo=UTC), {"speaker": 1.5}),
     ],
 )
 def test_score_factors(speaker: str | None, created_at: datetime, expected: dict[str, float]) -> None:
@@ -129,9 +129,9 @@ def test_apply_factors_reranks_every_candidate() -> None:
 
     fused = rrf({"a": ["x", "y", "z"]}, k=60)
     memories = {
-        "x": ("Melanie", datetime(2023, 3, 1, tzinfo=timezone.utc)),
-        "y": ("Melanie", datetime(2023, 7, 2, tzinfo=timezone.utc)),
-        "z": ("Caroline", datetime(2023, 7, 3, tzinfo=timezone.utc)),
+        "x": ("Melanie", datetime(2023, 3, 1, tzinfo=UTC)),
+        "y": ("Melanie", datetime(2023, 7, 2, tzinfo=UTC)),
+        "z": ("Caroline", datetime(2023, 7, 3, tzinfo=UTC)),
     }
     plan = QueryPlan(text="paint", speakers=("Caroline",), dates=((date(2023, 7, 1), date(2023, 7, 31)),))
     ranked = apply_factors(fused, memories.__getitem__, plan, speaker_boost=0.5, time_boost=0.6)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from itertools import pairwise
 from typing import Any
@@ -41,7 +41,7 @@ PROPS = settings(
     database=None,
 )
 
-UTC = timezone.utc
+UTC = UTC
 CONFIG = load_config()
 
 # --- RRF ---------------------------------------------------------------------

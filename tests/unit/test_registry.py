@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import anyio
 import msgspec
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 HIT = Hit(
     id="m1", content="c", kind="note", tier="session",
-    created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), confidence=1.0, score=1.0,
+    created_at=datetime(2026, 1, 1, tzinfo=UTC), confidence=1.0, score=1.0,
 )
 
 
