@@ -84,9 +84,7 @@ class Service:
     of an older commit, to compare against).
     """
 
-    def __init__(
-        self, *, config_text: str | None = None, prefix: str = "braid-bench-", root: Path = ROOT
-    ) -> None:
+    def __init__(self, *, config_text: str | None = None, prefix: str = "braid-bench-", root: Path = ROOT) -> None:
         self.home = Path(tempfile.mkdtemp(prefix=prefix))
         self.home.chmod(0o755)
         self.port = free_port()

@@ -166,8 +166,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "max": max(ms, default=float("nan")),
         "degraded": sum(1 for r in ok if r["degraded"]),
         "degraded_by": {
-            name: sum(1 for r in ok if name in r["degraded"])
-            for name in sorted({n for r in ok for n in r["degraded"]})
+            name: sum(1 for r in ok if name in r["degraded"]) for name in sorted({n for r in ok for n in r["degraded"]})
         },
         "embedding_timeouts": sum(1 for r in ok if "embedding" in r["degraded"]),
         "embedding_p50": pct(emb, 50),
@@ -185,13 +184,20 @@ def source_tree(rev: str | None) -> Iterator[tuple[Path, str]]:
     """The working tree (``rev`` None) or a detached ``git worktree`` of ``rev``."""
     if rev is None:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
-        yield ROOT, f"working tree at {head.stdout.strip()}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+        yield (
+            ROOT,
+            f"working tree at {head.stdout.strip()}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}",
+        )
         return
     path = Path(tempfile.mkdtemp(prefix="braid-tree-")) / "tree"
     subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, check=True, capture_output=True)
     try:
-        short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True)
+        short = subprocess.run(
+            ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+        )
         yield path, short.stdout.strip()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False, capture_output=True)

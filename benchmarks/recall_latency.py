@@ -113,9 +113,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ("fused", None),
             ):
                 for clients in (1, 8):
-                    bodies = [
-                        {"query": q, **({"sources": sources} if sources else {})} for q in questions
-                    ]
+                    bodies = [{"query": q, **({"sources": sources} if sources else {})} for q in questions]
                     lat, qps, per_source = await timed_recalls(client, svc.headers, bodies, clients)
                     rows.append(
                         {
@@ -132,8 +130,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # Query embedding computed by the service, never seen before (cold cache).
             cold = [{"query": f"{q} (variant {i})"} for i, q in enumerate(questions)]
             lat, qps, _ = await timed_recalls(client, svc.headers, cold, 1)
-            rows.append({"config": "fused, cold embedding", "clients": 1, "p50": pct(lat, 50),
-                         "p95": pct(lat, 95), "p99": pct(lat, 99), "qps": qps, "sources": {}, "latencies": lat})
+            rows.append(
+                {
+                    "config": "fused, cold embedding",
+                    "clients": 1,
+                    "p50": pct(lat, 50),
+                    "p95": pct(lat, 95),
+                    "p99": pct(lat, 99),
+                    "qps": qps,
+                    "sources": {},
+                    "latencies": lat,
+                }
+            )
             report["rows"] = rows
     finally:
         svc.stop()

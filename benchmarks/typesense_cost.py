@@ -63,17 +63,31 @@ def searches(
     query_by: str = "content,context",
 ) -> list[dict[str, Any]]:
     """The source's searches (see ``TypesenseSource.search``), with knobs."""
-    out: list[dict[str, Any]] = [
-        {"q": t, "query_by": query_by, "prefix": prefix, "num_typos": typos, "drop_tokens_threshold": 0,
-         "typo_tokens_threshold": 1, "per_page": per_page, "highlight_fields": "none", "include_fields": fields}
-        for t in keyword_terms(text, terms)
-    ] if terms else []
+    out: list[dict[str, Any]] = (
+        [
+            {
+                "q": t,
+                "query_by": query_by,
+                "prefix": prefix,
+                "num_typos": typos,
+                "drop_tokens_threshold": 0,
+                "typo_tokens_threshold": 1,
+                "per_page": per_page,
+                "highlight_fields": "none",
+                "include_fields": fields,
+            }
+            for t in keyword_terms(text, terms)
+        ]
+        if terms
+        else []
+    )
     if count:
         out.append({"q": "*", "per_page": 0})
     if vector_search:
         literal = ",".join(repr(float(x)) for x in vector)
-        out.append({"q": "*", "vector_query": f"embedding:([{literal}], k:50)", "per_page": 50,
-                    "include_fields": HIT_FIELDS})
+        out.append(
+            {"q": "*", "vector_query": f"embedding:([{literal}], k:50)", "per_page": 50, "include_fields": HIT_FIELDS}
+        )
     return [{"collection": "braid_memories", "filter_by": filter_by, **s} for s in out]
 
 
@@ -111,7 +125,9 @@ async def measure() -> list[tuple[str, float, float, int]]:
                     server.append(sum(x.get("search_time_ms", 0) for x in results))
                     size = len(r.content)
                 rows.append((name, statistics.median(wall), statistics.median(server), size))
-                print(f"{name:50s} wall p50 {rows[-1][1]:6.1f} ms, search_time_ms p50 {rows[-1][2]:6.1f}", file=sys.stderr)
+                print(
+                    f"{name:50s} wall p50 {rows[-1][1]:6.1f} ms, search_time_ms p50 {rows[-1][2]:6.1f}", file=sys.stderr
+                )
         return rows
     finally:
         svc.stop()

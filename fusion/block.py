@@ -76,11 +76,7 @@ def _render(item: BlockItem, content: str) -> str:
     moment = item.created_at
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    return (
-        f"[Memory: {item.kind} | {moment.date().isoformat()}]\n"
-        f"{content}\n"
-        f"confidence: {item.confidence:.2f}"
-    )
+    return f"[Memory: {item.kind} | {moment.date().isoformat()}]\n{content}\nconfidence: {item.confidence:.2f}"
 
 
 class _Packer:

@@ -20,10 +20,7 @@ import msgspec
 __all__ = ["QueryPlan", "analyze_query", "date_ranges"]
 
 _MONTHS = {
-    name: number
-    for number, full in enumerate(calendar.month_name)
-    if full
-    for name in (full.lower(), full[:3].lower())
+    name: number for number, full in enumerate(calendar.month_name) if full for name in (full.lower(), full[:3].lower())
 }
 _MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"

@@ -163,7 +163,9 @@ def postgres_errors(during: Literal["read", "write"]) -> Iterator[None]:
     except psycopg.DataError as exc:
         raise UnstorableValue(exc.diag.message_primary or str(exc).splitlines()[0]) from exc
     except (psycopg.OperationalError, PoolTimeout) as exc:
-        raise StoreUnavailable(during, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from exc
+        raise StoreUnavailable(
+            during, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        ) from exc
 
 
 class MemoryRecord(Shown, frozen=True, kw_only=True):

@@ -246,9 +246,7 @@ class MiniLMEmbedder:
 MODEL_NAMES = {"all-MiniLM-L6-v2": MiniLMEmbedder}
 
 
-def create_embedder(
-    model: str, *, cache_size: int, threads: int = 1, write_batch: int = 64
-) -> MiniLMEmbedder:
+def create_embedder(model: str, *, cache_size: int, threads: int = 1, write_batch: int = 64) -> MiniLMEmbedder:
     try:
         factory = MODEL_NAMES[model]
     except KeyError:

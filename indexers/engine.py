@@ -174,12 +174,9 @@ class Engine:
         texts = [_entity_text(e.name, e.summary) for e in graph.entities]
         vectors = await self.embedder.embed(texts)
         entities = [
-            msgspec.structs.replace(e, embedding=v, model=model)
-            for e, v in zip(graph.entities, vectors, strict=True)
+            msgspec.structs.replace(e, embedding=v, model=model) for e, v in zip(graph.entities, vectors, strict=True)
         ]
-        referenced = sorted(
-            {" ".join(n.split()) for r in graph.relations for n in (r.source, r.target)}
-        )
+        referenced = sorted({" ".join(n.split()) for r in graph.relations for n in (r.source, r.target)})
         referenced = [n for n in referenced if normalize_name(n) not in given]
         existing = await self._bounded(self.store.existing_entities(tenant, referenced))
         implicit = [n for n in referenced if normalize_name(n) not in existing]
@@ -190,9 +187,7 @@ class Engine:
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
         return await self._bounded(self.store.delete_memory(tenant, memory_id))
 
-    async def delete_relations(
-        self, tenant: str, source: str, target: str, relation: str | None
-    ) -> int:
+    async def delete_relations(self, tenant: str, source: str, target: str, relation: str | None) -> int:
         return await self._bounded(self.store.delete_relations(tenant, source, target, relation))
 
     async def delete_entity(self, tenant: str, name: str) -> int | None:
@@ -231,9 +226,7 @@ class Engine:
         q = self.config.current.query
         wants_speakers = q.strip_speakers or q.speaker_boost > 0
         speakers = await self.tenant_speakers(tenant) if wants_speakers else []
-        return analyze_query(
-            query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates
-        )
+        return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
 
     async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
         cfg = self.config.current
@@ -256,9 +249,7 @@ class Engine:
             embedding_status = "ok" if vector is not None else "timeout"
 
         wanted = [
-            name
-            for name in self.sources
-            if cfg.source(name).enabled and (opts.sources is None or name in opts.sources)
+            name for name in self.sources if cfg.source(name).enabled and (opts.sources is None or name in opts.sources)
         ]
         covering = self._covering.intersection(wanted)
         queries = {
@@ -324,8 +315,7 @@ class Engine:
             for r in answer.items
         ]
         sources = {
-            name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error)
-            for name, r in results.items()
+            name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error) for name, r in results.items()
         }
         degraded = [n for n, r in results.items() if r.status in DEGRADED]
         if embedding_status == "timeout":

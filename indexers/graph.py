@@ -89,9 +89,7 @@ def personalized_pagerank(
     if total <= 0:
         return {}
     personalization = {n: seeds.get(n, 0.0) / total for n in graph.nodes}
-    return dict(
-        nx.pagerank(graph, alpha=damping, personalization=personalization, weight="weight")
-    )
+    return dict(nx.pagerank(graph, alpha=damping, personalization=personalization, weight="weight"))
 
 
 #: From this many edges PageRank runs in a worker thread, off the event loop
@@ -99,14 +97,10 @@ def personalized_pagerank(
 _THREAD_FROM_EDGES = 256
 
 
-async def _pagerank(
-    edges: list[tuple[int, int, float]], seeds: dict[int, float], damping: float
-) -> dict[int, float]:
+async def _pagerank(edges: list[tuple[int, int, float]], seeds: dict[int, float], damping: float) -> dict[int, float]:
     if len(edges) < _THREAD_FROM_EDGES:
         return personalized_pagerank(edges, seeds, damping=damping)
-    return await anyio.to_thread.run_sync(
-        lambda: personalized_pagerank(edges, seeds, damping=damping)
-    )
+    return await anyio.to_thread.run_sync(lambda: personalized_pagerank(edges, seeds, damping=damping))
 
 
 #: Relations already logged as unreadable (each is logged once per process).
@@ -150,9 +144,7 @@ class GraphSource(PoolSource):
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[: query.limit]
 
-    async def _seeds(
-        self, conn: psycopg.AsyncConnection, cfg: BraidConfig, query: SearchQuery
-    ) -> dict[int, float]:
+    async def _seeds(self, conn: psycopg.AsyncConnection, cfg: BraidConfig, query: SearchQuery) -> dict[int, float]:
         seeds: dict[int, float] = {}
         cur = await conn.execute(
             "SELECT id FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
@@ -184,10 +176,7 @@ class GraphSource(PoolSource):
     async def _walk(
         self, conn: psycopg.AsyncConnection, cfg: BraidConfig, tenant: str, seeds: list[int], hops: int
     ) -> tuple[list[dict[str, Any]], dict[int, str]]:
-        valid = (
-            "(r.valid_from IS NULL OR r.valid_from <= now())"
-            " AND (r.valid_to IS NULL OR r.valid_to > now())"
-        )
+        valid = "(r.valid_from IS NULL OR r.valid_from <= now()) AND (r.valid_to IS NULL OR r.valid_to > now())"
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"""
@@ -282,9 +271,7 @@ class GraphSource(PoolSource):
     ) -> list[Hit]:
         if not ppr:
             return []
-        where, params = filter_clause(
-            query.filters, min_confidence=query.min_confidence, memory_tiers=cfg.memory_tiers
-        )
+        where, params = filter_clause(query.filters, min_confidence=query.min_confidence, memory_tiers=cfg.memory_tiers)
         params.update(
             {
                 "tenant": query.tenant,

@@ -27,9 +27,7 @@ def _v1(dim: int) -> list[sql.Composable]:
     d = sql.Literal(dim)
     return [
         sql.SQL("CREATE EXTENSION IF NOT EXISTS vector"),
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS braid_meta (key text PRIMARY KEY, value text NOT NULL)"
-        ),
+        sql.SQL("CREATE TABLE IF NOT EXISTS braid_meta (key text PRIMARY KEY, value text NOT NULL)"),
         sql.SQL(
             """
             CREATE TABLE memories (
@@ -134,9 +132,7 @@ def _v1(dim: int) -> list[sql.Composable]:
             )
             """
         ),
-        sql.SQL("INSERT INTO braid_meta (key, value) VALUES ('embedding_dim', {d})").format(
-            d=sql.Literal(str(dim))
-        ),
+        sql.SQL("INSERT INTO braid_meta (key, value) VALUES ('embedding_dim', {d})").format(d=sql.Literal(str(dim))),
     ]
 
 
@@ -146,10 +142,7 @@ def _v2(dim: int) -> list[sql.Composable]:
         sql.SQL("ALTER TABLE memories ADD COLUMN speaker text"),
         sql.SQL("ALTER TABLE memories ADD COLUMN context text"),
         # The speakers each tenant has, read by the query analysis (few rows).
-        sql.SQL(
-            "CREATE TABLE speakers (tenant text NOT NULL, name text NOT NULL,"
-            " PRIMARY KEY (tenant, name))"
-        ),
+        sql.SQL("CREATE TABLE speakers (tenant text NOT NULL, name text NOT NULL, PRIMARY KEY (tenant, name))"),
     ]
 
 
@@ -174,10 +167,7 @@ def _v3(dim: int) -> list[sql.Composable]:
         # Replaces mentions_entity (same leading columns); memory_id makes the
         # capped fetch an index-only scan with a stable order.
         sql.SQL("DROP INDEX mentions_entity"),
-        sql.SQL(
-            "CREATE INDEX mentions_entity_recent ON mentions"
-            " (tenant, entity_id, created_at DESC, memory_id DESC)"
-        ),
+        sql.SQL("CREATE INDEX mentions_entity_recent ON mentions (tenant, entity_id, created_at DESC, memory_id DESC)"),
     ]
 
 
@@ -244,15 +234,19 @@ def _v6(dim: int) -> list[sql.Composable]:
             " WHERE status IN ('queued', 'running')"
         ),
         sql.SQL(
-            "CREATE UNIQUE INDEX reindex_jobs_one_active ON reindex_jobs ((true))"
-            " WHERE status IN ('queued', 'running')"
+            "CREATE UNIQUE INDEX reindex_jobs_one_active ON reindex_jobs ((true)) WHERE status IN ('queued', 'running')"
         ),
     ]
 
 
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6,
+    1: _v1,
+    2: _v2,
+    3: _v3,
+    4: _v4,
+    5: _v5,
+    6: _v6,
 }
 
 

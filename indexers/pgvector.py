@@ -92,9 +92,7 @@ async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[st
 async def index_params(pool: AsyncConnectionPool, name: str) -> dict[str, int]:
     """The m / ef_construction an existing index was built with."""
     async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT c.reloptions FROM pg_class c WHERE c.relname = %s", (name,)
-        )
+        cur = await conn.execute("SELECT c.reloptions FROM pg_class c WHERE c.relname = %s", (name,))
         row = await cur.fetchone()
     if row is None:
         raise LookupError(f"no index {name}")
@@ -188,9 +186,7 @@ class PgvectorSource(PoolSource):
         if query.vector is None:
             return []
         cfg = self._get_config()
-        tiers = [
-            t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers
-        ]
+        tiers = [t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers]
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
@@ -224,14 +220,10 @@ class PgvectorSource(PoolSource):
                     tier=tier,
                 )
                 t = cfg.tiers[tier]
-                params.update(
-                    {"tenant": query.tenant, "vec": vec, "limit": limit, "exact_below": t.exact_below}
-                )
+                params.update({"tenant": query.tenant, "vec": vec, "limit": limit, "exact_below": t.exact_below})
                 # relaxed_order may return the index's rows slightly out of
                 # order; the statement sorts them again.
-                statement = nearest_sql(
-                    HIT_COLUMNS, "memories m", f"m.tenant = %(tenant)s AND {where}", "m.embedding"
-                )
+                statement = nearest_sql(HIT_COLUMNS, "memories m", f"m.tenant = %(tenant)s AND {where}", "m.embedding")
                 await set_search_params(conn, t.ef_search)
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(statement, params)

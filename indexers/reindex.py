@@ -63,9 +63,7 @@ class ReindexBusy(BraidError):
     """A reindex job is already queued or running."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__(
-            f"reindex job {job_id} is still running; wait for it (GET /admin/reindex/{job_id})"
-        )
+        super().__init__(f"reindex job {job_id} is still running; wait for it (GET /admin/reindex/{job_id})")
         self.job_id = job_id
 
 
@@ -206,9 +204,7 @@ class ReindexJobs:
         async with self._store.pool.connection() as conn:
             await conn.execute(f"UPDATE reindex_jobs SET {sets} WHERE id = %(id)s", fields)
 
-    async def _run(
-        self, job_id: str, target: str, tier: str | None, lock: psycopg.AsyncConnection[Any]
-    ) -> None:
+    async def _run(self, job_id: str, target: str, tier: str | None, lock: psycopg.AsyncConnection[Any]) -> None:
         try:
             await self._run_locked(job_id, target, tier)
         finally:
@@ -230,22 +226,16 @@ class ReindexJobs:
                 await self._typesense(report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
-            await self._set(
-                job_id, status="failed", error=str(exc) or type(exc).__name__
-            )
+            await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
             return
         await self._set(job_id, status="done")
         await self._finish(job_id)
 
     async def _finish(self, job_id: str) -> None:
         async with self._store.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE reindex_jobs SET finished_at = clock_timestamp() WHERE id = %s", (job_id,)
-            )
+            await conn.execute("UPDATE reindex_jobs SET finished_at = clock_timestamp() WHERE id = %s", (job_id,))
 
-    async def _pgvector(
-        self, tier: str | None, report: Callable[[dict[str, Any]], Awaitable[None]]
-    ) -> None:
+    async def _pgvector(self, tier: str | None, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         cfg = self._config.current
         tiers = [tier] if tier is not None else list(cfg.tiers)
         for i, name in enumerate(tiers):
@@ -279,7 +269,9 @@ class ReindexJobs:
                         # to yet: one import request a batch is safe in 0.24.1.
                         await self._index.upsert([record_from_row(r) for r in rows], collection=new, fresh=True)
                         done += len(rows)
-                        await report({"typesense": {"collection": new, "phase": "copying", "done": done, "total": total}})
+                        await report(
+                            {"typesense": {"collection": new, "phase": "copying", "done": done, "total": total}}
+                        )
                 await conn.commit()
             finally:
                 await conn.set_autocommit(True)
@@ -294,9 +286,7 @@ class ReindexJobs:
 
     async def _replay(self, since: Any, collection: str) -> None:
         async with self._store.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT DISTINCT tenant, memory_id FROM outbox WHERE created_at >= %s", (since,)
-            )
+            cur = await conn.execute("SELECT DISTINCT tenant, memory_id FROM outbox WHERE created_at >= %s", (since,))
             keys = [(t, m) for t, m in await cur.fetchall()]
         for i in range(0, len(keys), BATCH):
             await self._sync.apply(keys[i : i + BATCH], collection=collection)

@@ -57,8 +57,7 @@ async def _check_model(store: PostgresStore, model: str) -> None:
     """Every stored vector records its model; warn when the service's model changed."""
     async with store.pool.connection() as conn:
         await conn.execute(
-            "INSERT INTO braid_meta (key, value) VALUES ('embedding_model', %s)"
-            " ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO braid_meta (key, value) VALUES ('embedding_model', %s) ON CONFLICT (key) DO NOTHING",
             (model,),
         )
         cur = await conn.execute("SELECT value FROM braid_meta WHERE key = 'embedding_model'")

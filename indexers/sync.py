@@ -108,9 +108,7 @@ class OutboxSync:
 
     async def purge(self) -> None:
         async with self.pool.connection() as conn:
-            await conn.execute(
-                f"DELETE FROM outbox WHERE processed_at < now() - interval '{RETENTION}'"
-            )
+            await conn.execute(f"DELETE FROM outbox WHERE processed_at < now() - interval '{RETENTION}'")
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -159,4 +157,3 @@ class OutboxSync:
             except psycopg.Error as exc:
                 log.debug("outbox listener reconnecting: %s", exc)
                 await anyio.sleep(1.0)
-

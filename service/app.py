@@ -128,7 +128,9 @@ ADMIN = [authenticate, require_admin]
     summary="Write memories",
     responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
-async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> IdsOut:
+async def write_memories(
+    data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> IdsOut:
     writes = memory_writes(data, engine.config.current)
     return IdsOut(ids=await engine.write_memories(principal.tenant, writes))
 
@@ -140,7 +142,9 @@ async def write_memories(data: JSONBody[MemoriesIn], principal: NamedDependency[
     summary="Delete a memory from every store",
     responses=problem_responses(400, 401, 404, 429, 503),
 )
-async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> DeletedOut:
+async def delete_memory(
+    memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> DeletedOut:
     mid = validate.memory_id(memory_id)
     if not await engine.delete_memory(principal.tenant, mid):
         raise NotFoundException(f"no memory {mid!r}")
@@ -154,7 +158,9 @@ async def delete_memory(memory_id: FromPath[str], principal: NamedDependency[Pri
     summary="Write entities and relations",
     responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
-async def write_graph(data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> GraphOut:
+async def write_graph(
+    data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> GraphOut:
     graph = validate.graph_write(data, engine.config.current)
     return GraphOut(**await engine.write_graph(principal.tenant, graph))
 
@@ -188,7 +194,9 @@ async def delete_relations(
     summary="Delete an entity with its relations and mentions (memories stay)",
     responses=problem_responses(400, 401, 404, 429, 503),
 )
-async def delete_entity(name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> EntityDeletedOut:
+async def delete_entity(
+    name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> EntityDeletedOut:
     entity = validate.entity_name(name)
     relations = await engine.delete_entity(principal.tenant, entity)
     if relations is None:
@@ -203,7 +211,9 @@ async def delete_entity(name: FromPath[str], principal: NamedDependency[Principa
     summary="Recall: the pre-inference memory block",
     responses=problem_responses(400, 401, 413, 415, 429, 503),
 )
-async def recall(data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
+async def recall(
+    data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> RecallOut:
     opts = recall_options(data, engine.config.current)
     return await engine.recall(principal.tenant, opts)
 
@@ -331,11 +341,8 @@ def create_app(settings: AppSettings) -> Litestar:
             title="Braid",
             version="0.1.0",
             description="Hybrid retrieval for AI-agent memory.",
-            components=Components(
-                security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
-            ),
+            components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
             security=[{"bearer": []}],
         ),
         debug=False,
     )
-

@@ -154,8 +154,7 @@ def default_keys(home: Path, tenant: str) -> tuple[dict[str, Principal], list[st
             stored[role] = {"sha256": d}
             changed = True
             messages.append(
-                f"generated {role} key, shown only now ({path} keeps its SHA-256; "
-                f"set {env} to choose your own): {key}"
+                f"generated {role} key, shown only now ({path} keeps its SHA-256; set {env} to choose your own): {key}"
             )
         keys[d] = Principal(tenant=tenant, role=role, key_id=d)  # type: ignore[arg-type]
     if changed:

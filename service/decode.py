@@ -63,9 +63,7 @@ def decode_body(body: bytes, target: type[Any], content_type: str) -> Any:
     """``body`` as a ``target`` Struct, decoded strictly; raise the HTTP error that fits."""
     if not _is_json(content_type):
         shown = content_type.split(";", 1)[0].strip()
-        raise UnsupportedMediaType(
-            f"the body must be JSON sent with Content-Type: application/json, not {shown}"
-        )
+        raise UnsupportedMediaType(f"the body must be JSON sent with Content-Type: application/json, not {shown}")
     try:
         return msgspec.json.decode(body, type=target, strict=True)
     except msgspec.ValidationError as exc:

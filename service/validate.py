@@ -60,9 +60,7 @@ def _utc(value: datetime, where: str) -> datetime:
     try:
         return value.astimezone(UTC)
     except OverflowError:
-        raise InputError(
-            f"{where}: {value.isoformat()} is outside the years 1-9999 once converted to UTC"
-        ) from None
+        raise InputError(f"{where}: {value.isoformat()} is outside the years 1-9999 once converted to UTC") from None
 
 
 def _depth(value: Any) -> int:
@@ -77,9 +75,7 @@ def _depth(value: Any) -> int:
 def _metadata(value: dict[str, Any], where: str) -> dict[str, Any]:
     depth = _depth(value)
     if depth > MAX_METADATA_DEPTH:
-        raise InputError(
-            f"{where} nests {depth} levels of objects and arrays; the limit is {MAX_METADATA_DEPTH}"
-        )
+        raise InputError(f"{where} nests {depth} levels of objects and arrays; the limit is {MAX_METADATA_DEPTH}")
     return value
 
 
@@ -95,9 +91,7 @@ def _text(value: str, where: str, max_chars: int) -> str:
 
 def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
     if len(body.memories) > cfg.limits.max_batch:
-        raise InputError(
-            f"memories has {len(body.memories)} items; the limit is {cfg.limits.max_batch} per request"
-        )
+        raise InputError(f"memories has {len(body.memories)} items; the limit is {cfg.limits.max_batch} per request")
     tiers = cfg.memory_tiers
     now = datetime.now(UTC)
     seen: set[str] = set()
@@ -140,9 +134,7 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
     if body.top_k is not None and not 1 <= body.top_k <= lim.max_top_k:
         raise InputError(f"top_k must be between 1 and {lim.max_top_k}, got {body.top_k}")
     if body.budget_tokens is not None and not 1 <= body.budget_tokens <= lim.max_budget_tokens:
-        raise InputError(
-            f"budget_tokens must be between 1 and {lim.max_budget_tokens}, got {body.budget_tokens}"
-        )
+        raise InputError(f"budget_tokens must be between 1 and {lim.max_budget_tokens}, got {body.budget_tokens}")
     if body.hops is not None and not 0 <= body.hops <= lim.max_hops:
         raise InputError(f"hops must be between 0 and {lim.max_hops}, got {body.hops}")
     if body.sources is not None:
@@ -203,8 +195,7 @@ def graph_write(body: GraphIn, cfg: BraidConfig) -> GraphWrite:
         )
     return GraphWrite(
         entities=tuple(
-            EntityInput(name=e.name, type=e.type, summary=e.summary, embedding=(), model="")
-            for e in body.entities
+            EntityInput(name=e.name, type=e.type, summary=e.summary, embedding=(), model="") for e in body.entities
         ),
         relations=tuple(relations),
     )
@@ -221,9 +212,7 @@ def memory_id(value: str) -> str:
     try:
         return msgspec.convert(value, Id)
     except msgspec.ValidationError:
-        raise InputError(
-            f"memory id {value!r} is not a valid id (letters, digits, _.:- up to 128)"
-        ) from None
+        raise InputError(f"memory id {value!r} is not a valid id (letters, digits, _.:- up to 128)") from None
 
 
 def entity_name(value: str, where: str = "entity name") -> str:
@@ -244,9 +233,7 @@ def relation_key(source: str, target: str, relation: str | None) -> tuple[str, s
         try:
             relation = msgspec.convert(relation, RelationName)
         except msgspec.ValidationError:
-            raise InputError(
-                f"relation {relation!r} is not a valid relation name (1-100 characters, no NUL)"
-            ) from None
+            raise InputError(f"relation {relation!r} is not a valid relation name (1-100 characters, no NUL)") from None
     return entity_name(source, "source"), entity_name(target, "target"), relation
 
 

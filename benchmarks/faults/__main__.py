@@ -62,8 +62,9 @@ def run_pytest(ledger: Path) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.faults", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--soak-minutes", type=float, default=10.0, help="0 skips the soak")
     parser.add_argument("--skip-pytest", action="store_true", help="only the soak and the report (debugging)")
     args = parser.parse_args(argv)

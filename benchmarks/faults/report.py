@@ -45,8 +45,16 @@ RUN = RESULTS / "faults-run.json"
 KIND_ORDER = ("fault", "bad input", "isolation", "soak")
 #: The counts summed over every scenario.
 SUMMED = (
-    "injected", "requests", "errors", "server_errors", "writes_acked", "writes_found",
-    "lost_writes", "duplicates", "leaks", "schema_failures",
+    "injected",
+    "requests",
+    "errors",
+    "server_errors",
+    "writes_acked",
+    "writes_found",
+    "lost_writes",
+    "duplicates",
+    "leaks",
+    "schema_failures",
 )
 #: The counts that fail ``make bench-faults`` when above zero.
 MUST_BE_ZERO = ("lost_writes", "server_errors", "leaks", "schema_failures")
@@ -132,10 +140,19 @@ def _group(kind: str) -> tuple[int, str]:
 
 
 _COLUMNS = (
-    ("scenario", "name"), ("injected", "injected"), ("load", "load"), ("requests", "requests"),
-    ("errors", "errors"), ("5xx", "server_errors"), ("acked / found", None), ("lost", "lost_writes"),
-    ("dup", "duplicates"), ("leaks", "leaks"), ("schema", "schema_failures"),
-    ("recovery s", "recovery_s"), ("outcome", "outcome"),
+    ("scenario", "name"),
+    ("injected", "injected"),
+    ("load", "load"),
+    ("requests", "requests"),
+    ("errors", "errors"),
+    ("5xx", "server_errors"),
+    ("acked / found", None),
+    ("lost", "lost_writes"),
+    ("dup", "duplicates"),
+    ("leaks", "leaks"),
+    ("schema", "schema_failures"),
+    ("recovery s", "recovery_s"),
+    ("outcome", "outcome"),
 )
 
 
@@ -148,9 +165,7 @@ def format_table(scenarios: list[Scenario]) -> str:
         group = [s for s in scenarios if s.kind == kind]
         out += [f"### {kind} ({len(group)})", "", head, rule]
         for s in group:
-            cells = [
-                f"{s.writes_acked} / {s.writes_found}" if f is None else _cell(getattr(s, f)) for _, f in _COLUMNS
-            ]
+            cells = [f"{s.writes_acked} / {s.writes_found}" if f is None else _cell(getattr(s, f)) for _, f in _COLUMNS]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     t = totals(scenarios)
@@ -197,7 +212,7 @@ def write_report(
         "# Faults and abuse",
         "",
         f"`{run.get('command', 'python -m benchmarks.faults')}`; every scenario recorded by a fault or abuse "
-        "test (`-m \"faults or slow_faults\"`) and by the soak, from the ledger "
+        'test (`-m "faults or slow_faults"`) and by the soak, from the ledger '
         "(`faults-ledger.jsonl`, one JSON line a scenario). *errors* are answers a client must handle "
         "(4xx and documented 503 included); *5xx* excludes a documented 503; *lost* are acknowledged "
         "writes missing from a store afterwards; *leaks* rows of another tenant seen by a tenant; "

@@ -249,14 +249,26 @@ async def _soak(
     end = t0 + s.seconds
     mix = Mix(*s.mix)
     await asyncio.gather(
-        run_clients(url=stack.url, headers=stack.headers, clients=s.clients, rate=s.rate, seconds=s.seconds,
-                    mix=mix, schema=schema, pool=pool, seed=s.seed, book=book, t0=t0),
+        run_clients(
+            url=stack.url,
+            headers=stack.headers,
+            clients=s.clients,
+            rate=s.rate,
+            seconds=s.seconds,
+            mix=mix,
+            schema=schema,
+            pool=pool,
+            seed=s.seed,
+            book=book,
+            t0=t0,
+        ),
         _sampler(stack, book, t0, end, s.sample_s, samples),
         _progress(t0, s.seconds, book, samples),
     )
     result.update(load_s=time.monotonic() - t0, mix=mix.describe())
-    print(f"soak: load done after {result['load_s']:.0f} s; draining the outbox and reading both stores back",
-          flush=True)
+    print(
+        f"soak: load done after {result['load_s']:.0f} s; draining the outbox and reading both stores back", flush=True
+    )
     result["verify"] = await verify(stack, book)
 
 
@@ -281,8 +293,11 @@ def run_soak(s: SoakSettings, ledger: Ledger, command: str = "") -> dict[str, An
         print(f"soak: starting Postgres, Typesense and the service under {stack.home}", flush=True)
         stack.start()
         setup_s = time.monotonic() - started
-        print(f"soak: service up on {stack.url} after {setup_s:.0f} s; {s.minutes:g} min of load, "
-              f"{s.clients} clients at {s.rate:g} req/s", flush=True)
+        print(
+            f"soak: service up on {stack.url} after {setup_s:.0f} s; {s.minutes:g} min of load, "
+            f"{s.clients} clients at {s.rate:g} req/s",
+            flush=True,
+        )
         result["setup_s"] = setup_s
         asyncio.run(asyncio.wait_for(_soak(stack, s, book, samples, result), timeout=s.cap_s - setup_s))
     except (_Cap, TimeoutError, RuntimeError, OSError, httpx.HTTPError, psycopg.Error) as exc:
@@ -397,8 +412,11 @@ def _shares(text: str) -> tuple[float, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults.soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.faults.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     d = SoakSettings()
     parser.add_argument("--minutes", type=float, default=d.minutes)
     parser.add_argument("--clients", type=int, default=d.clients)
@@ -406,16 +424,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=d.sample_s, help="seconds between samples")
     parser.add_argument("--flat-mb", type=float, default=d.flat_mb)
     parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--mix", default=",".join(f"{x:g}" for x in d.mix), metavar="RECALL,WRITE,DELETE",
-                        help="shares of the operations (default %(default)s)")
-    parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment for the service (experiments), repeatable")
+    parser.add_argument(
+        "--mix",
+        default=",".join(f"{x:g}" for x in d.mix),
+        metavar="RECALL,WRITE,DELETE",
+        help="shares of the operations (default %(default)s)",
+    )
+    parser.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the service (experiments), repeatable",
+    )
     parser.add_argument("--ledger", default=os.environ.get("BRAID_FAULT_LEDGER"))
     parser.add_argument("--out", default=str(RESULTS), help="directory for soak.json/.md/.png")
     args = parser.parse_args(argv)
-    s = replace(d, minutes=args.minutes, clients=args.clients, rate=args.rate, sample_s=args.sample,
-                flat_mb=args.flat_mb, seed=args.seed, mix=_shares(args.mix),
-                service_env=tuple(tuple(e.split("=", 1)) for e in args.service_env))  # type: ignore[misc]
+    s = replace(
+        d,
+        minutes=args.minutes,
+        clients=args.clients,
+        rate=args.rate,
+        sample_s=args.sample,
+        flat_mb=args.flat_mb,
+        seed=args.seed,
+        mix=_shares(args.mix),
+        service_env=tuple(tuple(e.split("=", 1)) for e in args.service_env),
+    )  # type: ignore[misc]
     result = run_soak(s, Ledger(args.ledger))
     paths = write_outputs(result, args.out)
     sc = result["scenario"]

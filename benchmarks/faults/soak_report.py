@@ -42,9 +42,17 @@ def memory_verdict(samples: list[dict[str, Any]], warmup: float, bound_mb: float
     samples), and the least-squares slope over the second half in MB/min.
     Flat when the growth is below ``bound_mb``."""
     if len(samples) < 6:
-        return {"flat": False, "warm_mb": None, "end_mb": None, "growth_mb": None, "growth_pct": None,
-                "slope_mb_min": None, "peak_mb": None, "bound_mb": bound_mb,
-                "summary": f"too few samples ({len(samples)}) for a verdict"}
+        return {
+            "flat": False,
+            "warm_mb": None,
+            "end_mb": None,
+            "growth_mb": None,
+            "growth_pct": None,
+            "slope_mb_min": None,
+            "peak_mb": None,
+            "bound_mb": bound_mb,
+            "summary": f"too few samples ({len(samples)}) for a verdict",
+        }
     span = samples[-1]["t"]
     after = [s for s in samples if s["t"] >= warmup * span]
     warm = _median_rss(after[:3])
@@ -103,9 +111,9 @@ def per_minute(done: list[Any], samples: list[dict[str, Any]], seconds: float) -
                 "rss_mb": in_minute[-1]["rss_mb"] if in_minute else float("nan"),
                 "outbox_max": max((s["outbox_pending"] or 0 for s in in_minute), default=None),
                 # Mean CPU cores by process kind over the minute's samples.
-                "cpu": {
-                    k: sum(s["cpu"][k] for s in in_minute) / len(in_minute) for k in in_minute[0].get("cpu", {})
-                } if in_minute else {},
+                "cpu": {k: sum(s["cpu"][k] for s in in_minute) / len(in_minute) for k in in_minute[0].get("cpu", {})}
+                if in_minute
+                else {},
             }
         )
     return rows
@@ -252,13 +260,20 @@ def _plot(r: dict[str, Any], path: Path) -> bool:
     span = samples[-1]["t"] / 60
     ax3.axvspan(0, r["settings"]["warmup"] * span, color="0.9", label="warm-up")
     if mem.get("warm_mb") is not None:
-        ax3.axhline(mem["warm_mb"] + mem["bound_mb"], color="tab:red", ls="--", lw=0.8,
-                    label=f"flat bound (+{mem['bound_mb']:g} MB)")
+        ax3.axhline(
+            mem["warm_mb"] + mem["bound_mb"],
+            color="tab:red",
+            ls="--",
+            lw=0.8,
+            label=f"flat bound (+{mem['bound_mb']:g} MB)",
+        )
     ax3.set_ylabel("service RSS MB")
     ax3.set_xlabel("minutes")
     ax3.legend(loc="lower right", fontsize=8)
-    fig.suptitle(f"Soak: {r['settings']['clients']} clients, {r['settings']['rate']:g} req/s "
-                 f"({r['settings']['sample_s']:g} s windows)")
+    fig.suptitle(
+        f"Soak: {r['settings']['clients']} clients, {r['settings']['rate']:g} req/s "
+        f"({r['settings']['sample_s']:g} s windows)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

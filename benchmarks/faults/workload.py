@@ -42,9 +42,7 @@ THINGS = (
     "the attic window|a leather jacket|a vintage camera|the piano|a wool blanket|a telescope|"
     "the front door|a chess set|a copper kettle|the bookshelf|a mountain tent|a silver watch"
 ).split("|")
-PLACES = (
-    "Lisbon Oslo Kyoto Nairobi Lima Tallinn Hanoi Porto Quito Dakar Bergen Tbilisi Cusco Malmo Tunis"
-).split()
+PLACES = ("Lisbon Oslo Kyoto Nairobi Lima Tallinn Hanoi Porto Quito Dakar Bergen Tbilisi Cusco Malmo Tunis").split()
 
 
 def queries(n: int, seed: int) -> list[str]:
@@ -173,8 +171,17 @@ class _Pacer:
 
 
 async def _client(
-    index: int, tenant: str, headers: dict[str, str], url: str, pacer: _Pacer, book: Book,
-    schema: SchemaCheck, mix: Mix, pool: list[str], seed: int, t0: float,
+    index: int,
+    tenant: str,
+    headers: dict[str, str],
+    url: str,
+    pacer: _Pacer,
+    book: Book,
+    schema: SchemaCheck,
+    mix: Mix,
+    pool: list[str],
+    seed: int,
+    t0: float,
 ) -> None:
     rng = random.Random(seed * 1000 + index)
     mine: list[str] = []  # this client's live ids (mirrors book.live)
@@ -199,7 +206,9 @@ async def _client(
             if roll < mix.delete and mine:
                 mid = mine.pop(rng.randrange(len(mine)))
                 key = (tenant, mid)
-                status, body = await _send(http, book, schema, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{mid}", None, "delete", t0)
+                status, body = await _send(
+                    http, book, schema, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{mid}", None, "delete", t0
+                )
                 if status == 404:
                     # Left in book.live: the final check counts it as lost.
                     book.note(f"delete of acknowledged {mid} answered 404")
@@ -219,16 +228,23 @@ async def _client(
                 for mid in batch + rewrite:
                     name, place = rng.choice(NAMES), rng.choice(PLACES)
                     content = (
-                        f"{name} {rng.choice(ACTIVITIES)} {rng.choice(THINGS)} in {place} "
-                        f"(note {mid}, version {seq})"
+                        f"{name} {rng.choice(ACTIVITIES)} {rng.choice(THINGS)} in {place} (note {mid}, version {seq})"
                     )
                     memories.append(
-                        {"id": mid, "content": content, "session_id": session(), "speaker": name,
-                         "entities": [name, place], "tags": [place.lower()]}
+                        {
+                            "id": mid,
+                            "content": content,
+                            "session_id": session(),
+                            "speaker": name,
+                            "entities": [name, place],
+                            "tags": [place.lower()],
+                        }
                     )
                 for mid in rewrite:
                     book.live.pop((tenant, mid), None)
-                status, body = await _send(http, book, schema, "POST", "/v1/memories", "/v1/memories", {"memories": memories}, "write", t0)
+                status, body = await _send(
+                    http, book, schema, "POST", "/v1/memories", "/v1/memories", {"memories": memories}, "write", t0
+                )
                 if status == 201:
                     sent = [m["id"] for m in memories]
                     if not isinstance(body, dict) or body.get("ids") != sent:
@@ -262,8 +278,15 @@ async def _client(
 
 
 async def _send(
-    http: httpx.AsyncClient, book: Book, schema: SchemaCheck, method: str, route: str, path: str,
-    body: Any, op: str, t0: float,
+    http: httpx.AsyncClient,
+    book: Book,
+    schema: SchemaCheck,
+    method: str,
+    route: str,
+    path: str,
+    body: Any,
+    op: str,
+    t0: float,
 ) -> tuple[int, Any]:
     start = time.monotonic()
     try:
@@ -291,16 +314,37 @@ async def _send(
 
 
 async def run_clients(
-    *, url: str, headers: dict[str, dict[str, str]], clients: int, rate: float, seconds: float,
-    mix: Mix, schema: SchemaCheck, pool: list[str], seed: int, book: Book, t0: float,
+    *,
+    url: str,
+    headers: dict[str, dict[str, str]],
+    clients: int,
+    rate: float,
+    seconds: float,
+    mix: Mix,
+    schema: SchemaCheck,
+    pool: list[str],
+    seed: int,
+    book: Book,
+    t0: float,
 ) -> None:
     """``clients`` clients, spread over the tenants, until ``seconds`` after ``t0``."""
     tenants = list(headers)
     pacer = _Pacer(rate, t0, t0 + seconds)
     await asyncio.gather(
         *(
-            _client(i, tenants[i % len(tenants)], headers[tenants[i % len(tenants)]], url, pacer, book,
-                    schema, mix, pool, seed, t0)
+            _client(
+                i,
+                tenants[i % len(tenants)],
+                headers[tenants[i % len(tenants)]],
+                url,
+                pacer,
+                book,
+                schema,
+                mix,
+                pool,
+                seed,
+                t0,
+            )
             for i in range(clients)
         )
     )

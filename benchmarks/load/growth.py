@@ -26,8 +26,11 @@ Report = dict[str, Any]
 def _row(config: str, clients: int) -> Callable[[Report], Report | None]:
     def find(report: Report) -> Report | None:
         return next(
-            (r for r in report.get("recall", [])
-             if r["config"] == config and r["clients"] == clients and r["embedding"] == "supplied"),
+            (
+                r
+                for r in report.get("recall", [])
+                if r["config"] == config and r["clients"] == clients and r["embedding"] == "supplied"
+            ),
             None,
         )
 

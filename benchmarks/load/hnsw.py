@@ -120,8 +120,7 @@ def _statements(cfg: BraidConfig, tier: str) -> tuple[str, str, dict[str, Any]]:
         # indexers/graph.py: the entity seeds by vector.
         return (
             "SELECT id, embedding FROM entities WHERE tenant = %(tenant)s",
-            "SELECT id FROM entities WHERE tenant = %(tenant)s"
-            " ORDER BY embedding <=> %(vec)s LIMIT %(limit)s",
+            "SELECT id FROM entities WHERE tenant = %(tenant)s ORDER BY embedding <=> %(vec)s LIMIT %(limit)s",
             {},
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.
@@ -171,9 +170,7 @@ async def _built_with(conn: psycopg.AsyncConnection[Any], name: str) -> dict[str
     return {k: int(v) for k, _, v in (opt.partition("=") for opt in row[0] or [])}
 
 
-async def _nearest(
-    conn: psycopg.AsyncConnection[Any], statement: str, params: dict[str, Any], ef: int
-) -> list[Any]:
+async def _nearest(conn: psycopg.AsyncConnection[Any], statement: str, params: dict[str, Any], ef: int) -> list[Any]:
     async with conn.transaction():
         await set_search_params(conn, ef)
         cur = await conn.execute(statement, params)
@@ -181,7 +178,10 @@ async def _nearest(
 
 
 async def _uses_index(
-    conn: psycopg.AsyncConnection[Any], statement: str, params: dict[str, Any], ef: int,
+    conn: psycopg.AsyncConnection[Any],
+    statement: str,
+    params: dict[str, Any],
+    ef: int,
     name: str,
 ) -> bool:
     async with conn.transaction():
@@ -315,22 +315,34 @@ def plot_curves(result: Mapping[str, Any], path: Path) -> None:
         used = {int(ef): v for ef, v in r.get("index_used_by_ef", {}).items()}
         seq = [e for e in efs if not used.get(e, True)]
         if seq:  # exact sequential scans, not the graph
-            ax_r.plot(seq, [curve[e] for e in seq], ls="", marker="o", ms=7, mfc="none",
-                      color=line.get_color())
+            ax_r.plot(seq, [curve[e] for e in seq], ls="", marker="o", ms=7, mfc="none", color=line.get_color())
         ax_r.plot([r["ef_search"]], [r["recall"]], marker="*", ms=12, color=line.get_color())
         ax_l.plot(efs, [lat[e] for e in efs], marker="o", ms=3, color=line.get_color(), label=tier)
-        ax_l.plot([r["ef_search"]], [r["latency_p50_ms"]], marker="*", ms=12,
-                  color=line.get_color())
+        ax_l.plot([r["ef_search"]], [r["latency_p50_ms"]], marker="*", ms=12, color=line.get_color())
     for target in TARGETS:
         ax_r.axhline(target, color="grey", lw=0.8, ls="--")
-        ax_r.annotate(f"{target:.2f}", (1.0, target), xycoords=("axes fraction", "data"),
-                      fontsize=7, color="grey", ha="right", va="bottom")
+        ax_r.annotate(
+            f"{target:.2f}",
+            (1.0, target),
+            xycoords=("axes fraction", "data"),
+            fontsize=7,
+            color="grey",
+            ha="right",
+            va="bottom",
+        )
     k = result.get("k", 10)
-    ax_r.set(xscale="log", xlabel="hnsw.ef_search", ylabel=f"recall@{k}",
-             title=f"recall@{k} vs exact ({result.get('queries')} queries;"
-             " * configured, o seq scan)")
-    ax_l.set(xscale="log", xlabel="hnsw.ef_search", ylabel="p50 latency per query (ms)",
-             title="latency (sequential, one connection)")
+    ax_r.set(
+        xscale="log",
+        xlabel="hnsw.ef_search",
+        ylabel=f"recall@{k}",
+        title=f"recall@{k} vs exact ({result.get('queries')} queries; * configured, o seq scan)",
+    )
+    ax_l.set(
+        xscale="log",
+        xlabel="hnsw.ef_search",
+        ylabel="p50 latency per query (ms)",
+        title="latency (sequential, one connection)",
+    )
     ax_r.legend(fontsize=7, loc="lower right")
     ax_l.legend(fontsize=7)
     for ax in (ax_r, ax_l):

@@ -37,7 +37,9 @@ def hnsw_min_recall(result: Any) -> float:
 
 
 def _fused8(report: dict[str, Any]) -> dict[str, Any]:
-    return next(r for r in report["recall"] if r["config"] == "fused" and r["clients"] == 8 and r["embedding"] == "supplied")
+    return next(
+        r for r in report["recall"] if r["config"] == "fused" and r["clients"] == 8 and r["embedding"] == "supplied"
+    )
 
 
 def summary_line(report: dict[str, Any]) -> str:
@@ -53,7 +55,10 @@ def _cpu(by_kind: dict[str, float] | None) -> str:
     if not by_kind:
         return "n/a"
     kinds = ("service", "postgres", "typesense", "client")
-    return " / ".join(f"{by_kind.get(k, 0.0):.2f}" for k in kinds) + f" (sum {sum(by_kind.get(k, 0.0) for k in kinds):.2f})"
+    return (
+        " / ".join(f"{by_kind.get(k, 0.0):.2f}" for k in kinds)
+        + f" (sum {sum(by_kind.get(k, 0.0) for k in kinds):.2f})"
+    )
 
 
 def _markdown(report: dict[str, Any]) -> str:
@@ -102,9 +107,14 @@ def _markdown(report: dict[str, Any]) -> str:
     for rate, f in report["freshness"].items():
         # Reports from before the outbox figure existed show it as "–".
         f = {"outbox_ms": {"n": 0, "p50": float("nan"), "p99": float("nan")}, **f}
-        cells = " | ".join(f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}" + (f" ({f[s]['n']})" if s in ("typesense", "outbox_ms", "pgvector", "graph") else "")
-                           for s in ("ack_ms", "typesense", "outbox_ms", "pgvector", "graph"))
-        lines.append(f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |")
+        cells = " | ".join(
+            f"{_f(f[s]['p50'])} / {_f(f[s]['p99'])}"
+            + (f" ({f[s]['n']})" if s in ("typesense", "outbox_ms", "pgvector", "graph") else "")
+            for s in ("ack_ms", "typesense", "outbox_ms", "pgvector", "graph")
+        )
+        lines.append(
+            f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |"
+        )
     lines += [
         "",
         "## Recall latency (big tenant, closed loop)",

@@ -50,13 +50,16 @@ def stats(values: list[float]) -> dict[str, float]:
 
 
 def _body(memories: list[dict[str, Any]], vectors: np.ndarray) -> bytes:
-    return msgspec.json.encode(
-        {"memories": [{**m, "embedding": v.tolist()} for m, v in zip(memories, vectors)]}
-    )
+    return msgspec.json.encode({"memories": [{**m, "embedding": v.tolist()} for m, v in zip(memories, vectors)]})
 
 
 async def bulk_load(
-    client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]], batch: int, writers: int, max_body: int
+    client: httpx.AsyncClient,
+    corpus: Corpus,
+    headers: dict[str, dict[str, str]],
+    batch: int,
+    writers: int,
+    max_body: int,
 ) -> dict[str, Any]:
     # Bodies are encoded by the writers as they go (all of them at once would
     # take ~9 GB at 1M memories); the client's CPU for it is in the CPU table.
@@ -106,7 +109,9 @@ async def bulk_load(
 async def graph_load(client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]]) -> dict[str, Any]:
     start, errors = time.perf_counter(), []
     for t in corpus.tenants:
-        r = await client.post("/v1/graph", json={"entities": t.entities, "relations": t.relations}, headers=headers[t.name])
+        r = await client.post(
+            "/v1/graph", json={"entities": t.entities, "relations": t.relations}, headers=headers[t.name]
+        )
         if r.status_code != 201:
             errors.append(f"{r.status_code} {r.text[:200]}")
     n = sum(len(t.relations) for t in corpus.tenants)
@@ -132,7 +137,10 @@ async def raw_typesense_import(
     alias = (await ts.get("/aliases/braid_memories")).json()["collection_name"]
     schema = (await ts.get(f"/collections/{alias}")).json()
     name = f"scratch_{secrets.token_hex(4)}"
-    fields = [{k: v for k, v in f.items() if k in ("name", "type", "facet", "optional", "index", "sort", "num_dim")} for f in schema["fields"]]
+    fields = [
+        {k: v for k, v in f.items() if k in ("name", "type", "facet", "optional", "index", "sort", "num_dim")}
+        for f in schema["fields"]
+    ]
     r = await ts.post("/collections", json={"name": name, "fields": fields})
     r.raise_for_status()
     docs = []
@@ -223,8 +231,17 @@ async def freshness(
             mid, ent = f"fresh-{i:06d}", f"Probe Entity {i:06d}"
             v = rng.standard_normal(384)
             vec = (v / np.linalg.norm(v)).tolist()
-            body = {"memories": [{"id": mid, "content": f"freshness probe {i} mentions {ent}", "session_id": mid,
-                                  "entities": [ent], "embedding": vec}]}
+            body = {
+                "memories": [
+                    {
+                        "id": mid,
+                        "content": f"freshness probe {i} mentions {ent}",
+                        "session_id": mid,
+                        "entities": [ent],
+                        "embedding": vec,
+                    }
+                ]
+            }
             payload = _encode(body)
             t0 = time.perf_counter()
             code, raw = await client.post("/v1/memories", payload, headers)
@@ -412,11 +429,24 @@ async def direct_typesense(ts: httpx.AsyncClient, corpus: Corpus, n: int, candid
     for q, v in list(zip(corpus.queries, corpus.query_vectors))[:n]:
         common = {"collection": "braid_memories", "filter_by": f"tenant:=`{BIG_TENANT}`"}
         vector = ",".join(repr(float(x)) for x in v)
-        body = {"searches": [
-            {**common, "q": q["text"], "query_by": "content,context", "per_page": candidates, "highlight_fields": "none"},
-            {**common, "q": "*", "vector_query": f"embedding:([{vector}], k:{candidates})", "per_page": candidates,
-             "exclude_fields": "embedding"},
-        ]}
+        body = {
+            "searches": [
+                {
+                    **common,
+                    "q": q["text"],
+                    "query_by": "content,context",
+                    "per_page": candidates,
+                    "highlight_fields": "none",
+                },
+                {
+                    **common,
+                    "q": "*",
+                    "vector_query": f"embedding:([{vector}], k:{candidates})",
+                    "per_page": candidates,
+                    "exclude_fields": "embedding",
+                },
+            ]
+        }
         t0 = time.perf_counter()
         r = await ts.post("/multi_search", json=body)
         lat.append((time.perf_counter() - t0) * 1000)
@@ -429,9 +459,18 @@ async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
     return await measure_hnsw(dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
 
 
-async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clients: tuple[int, ...],
-              fresh_rates: tuple[int, ...], fresh_seconds: float, fresh_check_every: int,
-              raw_sample: int) -> dict[str, Any]:
+async def run(
+    corpus: Corpus,
+    *,
+    writers: int,
+    batch: int,
+    seconds: float,
+    clients: tuple[int, ...],
+    fresh_rates: tuple[int, ...],
+    fresh_seconds: float,
+    fresh_check_every: int,
+    raw_sample: int,
+) -> dict[str, Any]:
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     cfg_text = config_text(keys)
     cfg = parse_config(cfg_text)
@@ -446,7 +485,9 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             httpx.AsyncClient(base_url=svc.url, timeout=120, limits=limits) as client,
             httpx.AsyncClient(
                 base_url=ts_url,
-                headers={"X-TYPESENSE-API-KEY": svc.ts_key}, timeout=60, limits=limits,
+                headers={"X-TYPESENSE-API-KEY": svc.ts_key},
+                timeout=60,
+                limits=limits,
             ) as ts,
         ):
             print("load: graph", flush=True)
@@ -459,30 +500,43 @@ async def run(corpus: Corpus, *, writers: int, batch: int, seconds: float, clien
             print(f"load: {report['write']['per_s']:.0f} memories/s; draining the outbox", flush=True)
             report["drain"] = await wait_drained(client)
             report["drain"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
-            report["write"]["to_typesense_per_s"] = corpus.total / (report["write"]["seconds"] + report["drain"]["seconds"])
+            report["write"]["to_typesense_per_s"] = corpus.total / (
+                report["write"]["seconds"] + report["drain"]["seconds"]
+            )
             print("load: raw Typesense import", flush=True)
             cpu_before = meter()
             report["raw_typesense"] = await raw_typesense_import(ts, corpus, batch, writers, raw_sample)
-            report["raw_typesense"]["cpu_ms_per_doc"] = cpu_per_call(cpu_before, meter(), report["raw_typesense"]["docs"])
+            report["raw_typesense"]["cpu_ms_per_doc"] = cpu_per_call(
+                cpu_before, meter(), report["raw_typesense"]["docs"]
+            )
             report["raw_typesense"]["braid_ratio"] = report["write"]["per_s"] / report["raw_typesense"]["per_s"]
-            report["raw_typesense"]["braid_ratio_to_typesense"] = report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
+            report["raw_typesense"]["braid_ratio_to_typesense"] = (
+                report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
+            )
             print("load: freshness", flush=True)
             async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
                 report["freshness"] = await freshness(
-                    lean, lean_ts, {**headers[BIG_TENANT], "content-type": "application/json"},
-                    {"X-TYPESENSE-API-KEY": svc.ts_key}, fresh_rates, fresh_seconds, 0.002, fresh_check_every,
-                    meter, dsn,
+                    lean,
+                    lean_ts,
+                    {**headers[BIG_TENANT], "content-type": "application/json"},
+                    {"X-TYPESENSE-API-KEY": svc.ts_key},
+                    fresh_rates,
+                    fresh_seconds,
+                    0.002,
+                    fresh_check_every,
+                    meter,
+                    dsn,
                 )
             await wait_drained(client)
             print("load: recall latency", flush=True)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
-                report["recall"] = await recall_latency(
-                    lean, recall_headers, corpus, clients, seconds, meter
-                )
+                report["recall"] = await recall_latency(lean, recall_headers, corpus, clients, seconds, meter)
             print("load: direct baselines", flush=True)
             report["direct"] = {
-                "pgvector": await asyncio.to_thread(direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500),
+                "pgvector": await asyncio.to_thread(
+                    direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500
+                ),
                 "typesense": await direct_typesense(ts, corpus, 500, cfg.source("typesense").candidates),
             }
             report["direct"]["pgvector"]["ef_search"] = cfg.tiers["session"].ef_search

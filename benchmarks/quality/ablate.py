@@ -71,19 +71,27 @@ async def collect(data: Path, config: Path, concurrency: int) -> list[Row]:
                 row: Row = {"category": q.category, "evidence": q.evidence}
                 async with gate:
                     for source in SOURCES:
-                        body = {"query": q.text, "top_k": DEPTH, "budget_tokens": BUDGET,
-                                "min_confidence": 0, "sources": [source]}
+                        body = {
+                            "query": q.text,
+                            "top_k": DEPTH,
+                            "budget_tokens": BUDGET,
+                            "min_confidence": 0,
+                            "sources": [source],
+                        }
                         r = await client.post("/v1/recall", json=body, headers=svc.headers_by_tenant[conv.tenant])
                         r.raise_for_status()
                         out = r.json()
                         row[source] = [
                             (conv.dia_id(i["id"]), i["speaker"], i["created_at"])
-                            for i in out["items"] if conv.dia_id(i["id"]) is not None
+                            for i in out["items"]
+                            if conv.dia_id(i["id"]) is not None
                         ]
                         row["plan"] = QueryPlan(
                             text=out["query"]["text"],
                             speakers=tuple(out["query"]["speakers"]),
-                            dates=tuple((date.fromisoformat(a), date.fromisoformat(b)) for a, b in out["query"]["dates"]),
+                            dates=tuple(
+                                (date.fromisoformat(a), date.fromisoformat(b)) for a, b in out["query"]["dates"]
+                            ),
                         )
                 return row
 
@@ -122,8 +130,11 @@ def ceilings(rows: list[Row], k: int, speaker_boost: float, time_boost: float) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.quality.ablate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.quality.ablate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--data", type=Path, default=LOCOMO_DATA)
     parser.add_argument("--config", type=Path, default=ROOT / "config" / "braid.yaml")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -148,16 +159,21 @@ def main() -> None:
         weights = {"typesense": wt, "pgvector": wp, "graph": wg}
         f = score(rows, lambda r: fuse(r, weights, k, sb, tb))
         margin = f["r10"] - max(singles.values())
-        line = (f"| {k} | {wt}/{wp}/{wg} | {sb} | {tb} | {singles['typesense']:.3f} | {singles['pgvector']:.3f} "
-                f"| {singles['graph']:.3f} | {f['r10']:.3f} | {f['ndcg10']:.3f} | {margin:+.3f} "
-                f"| {f['c1']:.3f} | {f['c2']:.3f} | {f['c3']:.3f} | {f['c4']:.3f} |")
+        line = (
+            f"| {k} | {wt}/{wp}/{wg} | {sb} | {tb} | {singles['typesense']:.3f} | {singles['pgvector']:.3f} "
+            f"| {singles['graph']:.3f} | {f['r10']:.3f} | {f['ndcg10']:.3f} | {margin:+.3f} "
+            f"| {f['c1']:.3f} | {f['c2']:.3f} | {f['c3']:.3f} | {f['c4']:.3f} |"
+        )
         lines.append(line)
         best_row = max(best_row, (f["r10"], line))
     for k in (20, 60):
         c = ceilings(rows, k, 0.5, 0.6)
-        lines += ["", f"Ceilings at k={k}, speakerBoost 0.5, timeBoost 0.6: oracle best single source per question "
-                  f"R@10 {c['oracle_best_source']:.3f}; union of the three top-10s (up to 30 items) "
-                  f"{c['union_of_top10s']:.3f}."]
+        lines += [
+            "",
+            f"Ceilings at k={k}, speakerBoost 0.5, timeBoost 0.6: oracle best single source per question "
+            f"R@10 {c['oracle_best_source']:.3f}; union of the three top-10s (up to 30 items) "
+            f"{c['union_of_top10s']:.3f}.",
+        ]
     path = write_results(args.name, "\n".join(lines) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     print("best:", best_row[1])

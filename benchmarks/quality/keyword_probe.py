@@ -267,7 +267,12 @@ async def run_strategy(
             recalls[k].append(recall_at_k([d for d in dias if d], q.evidence, k))
 
     await asyncio.gather(*(one(c, q, t) for c, q, t in items))
-    return {k: mean(v) for k, v in recalls.items()}, statistics.median(lat), statistics.quantiles(lat, n=20)[18], round(mean(nsearch), 1)
+    return (
+        {k: mean(v) for k, v in recalls.items()},
+        statistics.median(lat),
+        statistics.quantiles(lat, n=20)[18],
+        round(mean(nsearch), 1),
+    )
 
 
 def reference(convs: list[Conversation], items, tenants) -> list[tuple[str, dict[int, float]]]:
@@ -353,7 +358,13 @@ async def main_async(args: argparse.Namespace) -> None:
             async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": ts.api_key}, timeout=30) as http:
                 r = await http.post(
                     "/collections",
-                    json={"name": COLLECTION, "fields": [{"name": "tenant", "type": "string", "facet": True}, {"name": "content", "type": "string"}]},
+                    json={
+                        "name": COLLECTION,
+                        "fields": [
+                            {"name": "tenant", "type": "string", "facet": True},
+                            {"name": "content", "type": "string"},
+                        ],
+                    },
                 )
                 r.raise_for_status()
                 tenants: dict[str, Tenant] = {}
@@ -362,10 +373,22 @@ async def main_async(args: argparse.Namespace) -> None:
                     mems = conversation_memories(conv)
                     lens = [len(ts_tokens(m["content"])) for m in mems]
                     tenants[conv.id] = Tenant(conv.tenant, len(mems), sum(lens) / len(lens))
-                    lines += [msgspec.json.encode({"id": m["id"], "tenant": conv.tenant, "content": m["content"]}).decode() for m in mems]
+                    lines += [
+                        msgspec.json.encode({"id": m["id"], "tenant": conv.tenant, "content": m["content"]}).decode()
+                        for m in mems
+                    ]
                 for name, order in ((COLLECTION, lines), (COLLECTION + "_rev", lines[::-1])):
                     if name != COLLECTION:
-                        r = await http.post("/collections", json={"name": name, "fields": [{"name": "tenant", "type": "string", "facet": True}, {"name": "content", "type": "string"}]})
+                        r = await http.post(
+                            "/collections",
+                            json={
+                                "name": name,
+                                "fields": [
+                                    {"name": "tenant", "type": "string", "facet": True},
+                                    {"name": "content", "type": "string"},
+                                ],
+                            },
+                        )
                         r.raise_for_status()
                     r = await http.post(f"/collections/{name}/documents/import?action=create", content="\n".join(order))
                     r.raise_for_status()
@@ -379,7 +402,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 for s in strategies():
                     rec, p50, p95, ns = await run_strategy(http, s, items)
                     rows.append((s.name, rec, f"{p50:.1f}", f"{p95:.1f}", str(ns)))
-                    print(f"{s.name}: R@5 {rec[5]:.3f} R@10 {rec[10]:.3f} R@20 {rec[20]:.3f} p50 {p50:.1f} ms p95 {p95:.1f} ms searches {ns}", flush=True)
+                    print(
+                        f"{s.name}: R@5 {rec[5]:.3f} R@10 {rec[10]:.3f} R@20 {rec[20]:.3f} p50 {p50:.1f} ms p95 {p95:.1f} ms searches {ns}",
+                        flush=True,
+                    )
         finally:
             ts.stop()
     for label, rec in reference(convs, items, tenants):

@@ -33,8 +33,20 @@ _DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z
 _MONTHS = {
     m: i
     for i, m in enumerate(
-        ("january", "february", "march", "april", "may", "june", "july",
-         "august", "september", "october", "november", "december"),
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ),
         start=1,
     )
 }
@@ -88,7 +100,7 @@ class Conversation:
 
     def dia_id(self, memory_id: str) -> str | None:
         prefix = f"{self.tenant}:"
-        return memory_id[len(prefix):] if memory_id.startswith(prefix) else None
+        return memory_id[len(prefix) :] if memory_id.startswith(prefix) else None
 
 
 def parse_session_date(text: str) -> datetime:

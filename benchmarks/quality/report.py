@@ -69,7 +69,9 @@ def markdown(report: dict[str, Any]) -> str:
     convs = report["conversations"]
     configs = report["configs"]
     n_questions = sum(c["questions"] for c in convs)
-    dropped = [f"{c['id']}: {', '.join(repr(d) for d in c['dropped_evidence'])}" for c in convs if c["dropped_evidence"]]
+    dropped = [
+        f"{c['id']}: {', '.join(repr(d) for d in c['dropped_evidence'])}" for c in convs if c["dropped_evidence"]
+    ]
     unscored = sum(c["unscored"] for c in convs)
     w = report["write"]
     lines = [
@@ -95,9 +97,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for name, c in configs.items():
         o = c["overall"]
-        lines.append(
-            f"| {name} | {' | '.join(_f(o[m]) for m in METRICS)} | {c['empty']} | {c['degraded']} |"
-        )
+        lines.append(f"| {name} | {' | '.join(_f(o[m]) for m in METRICS)} | {c['empty']} | {c['degraded']} |")
     lines += ["", "Reference (shared/data/locomo/README.md; exact search, no tuning):", ""]
     lines += ["| retriever | R@5 | R@10 | R@20 | nDCG@10 |", "|---|---|---|---|---|"]
     for name, ref in REFERENCE.items():
@@ -117,20 +117,24 @@ def markdown(report: dict[str, Any]) -> str:
             n = naive[key]
             lines.append(
                 f"| {label} | {' | '.join(_f(n['overall'][m]) for m in METRICS)} | "
-                + " | ".join(_f(n["by_category"][k]["R@10"]) for k in cats) + " |"
+                + " | ".join(_f(n["by_category"][k]["R@10"]) for k in cats)
+                + " |"
             )
     factors = configs["fused"].get("factors", {})
     lines += [
         "",
         f"Fused recalls with a ranking factor applied to any item (of {report['scored']}): "
-        + ", ".join(f"{f} {factors.get(f, 0)}" for f in sorted({"speaker", "time", *factors})) + ".",
+        + ", ".join(f"{f} {factors.get(f, 0)}" for f in sorted({"speaker", "time", *factors}))
+        + ".",
     ]
 
     lines += ["", "## Targets", ""]
     for passed, what in targets(report):
         lines.append(f"- {'PASS' if passed else 'not checked' if passed is None else '**FAIL**'}: {what}")
     lines += ["", "## R@10 per category", ""]
-    lines.append("| config | " + " | ".join(f"{k} {CATEGORIES.get(k, '')} (n={_count(configs, k)})" for k in cats) + " |")
+    lines.append(
+        "| config | " + " | ".join(f"{k} {CATEGORIES.get(k, '')} (n={_count(configs, k)})" for k in cats) + " |"
+    )
     lines.append("|---|" + "---|" * len(cats))
     for name, c in configs.items():
         lines.append(f"| {name} | " + " | ".join(_f(c["by_category"][k]["R@10"]) for k in cats) + " |")
@@ -177,10 +181,16 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.plot(range(1, len(curve) + 1), curve, marker=".", label=name, linewidth=2.2 if name == "fused" else 1.4)
     if naive := report.get("naive"):
         curve = naive["rrf"]["curve"]
-        ax.plot(range(1, len(curve) + 1), curve, color="grey", linestyle="--", linewidth=1,
-                label="naive RRF (this run)")
-    ax.axhline(REFERENCE["RRF k=60 of the two"]["R@10"], color="grey", linestyle=":", linewidth=1,
-               label="reference RRF R@10 (0.574)")
+        ax.plot(
+            range(1, len(curve) + 1), curve, color="grey", linestyle="--", linewidth=1, label="naive RRF (this run)"
+        )
+    ax.axhline(
+        REFERENCE["RRF k=60 of the two"]["R@10"],
+        color="grey",
+        linestyle=":",
+        linewidth=1,
+        label="reference RRF R@10 (0.574)",
+    )
     ax.set_xlabel("k")
     ax.set_ylabel("evidence recall@k")
     ax.set_xticks(range(1, 21))

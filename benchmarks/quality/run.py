@@ -201,17 +201,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
     for when, default in (("before", 2), ("after", 1)):
         parser.add_argument(
-            f"--context-{when}", type=int, default=default, metavar="N",
+            f"--context-{when}",
+            type=int,
+            default=default,
+            metavar="N",
             help=f"same-session turns {when} the turn in each memory's indexed-only context",
         )
     parser.add_argument(
-        "--no-entities", dest="entities", action="store_false",
+        "--no-entities",
+        dest="entities",
+        action="store_false",
         help="name no entities in the memories (the graph source then finds nothing)",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (BM25, MiniLM, RRF)")
     parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")
     parser.add_argument(
-        "--config", type=Path, default=ROOT / "config" / "braid.yaml",
+        "--config",
+        type=Path,
+        default=ROOT / "config" / "braid.yaml",
         help="base service config (the tenants' keys are added to it)",
     )
     parser.add_argument("--name", default="quality", help="output file stem under benchmarks/results/")

@@ -46,8 +46,13 @@ async def upsert_entities(
             """,
             [
                 (
-                    tenant, " ".join(e.name.split()), normalize_name(e.name), e.type,
-                    e.summary, vector_param(e.embedding), e.model,
+                    tenant,
+                    " ".join(e.name.split()),
+                    normalize_name(e.name),
+                    e.type,
+                    e.summary,
+                    vector_param(e.embedding),
+                    e.model,
                 )
                 # In name order (stable: a repeated name's last row still
                 # wins), so writers creating the same entities cannot
@@ -107,9 +112,7 @@ class GraphWrites:
                     )
         return {"entities": len(entities), "relations": len(relations)}
 
-    async def delete_relations(
-        self, tenant: str, source: str, target: str, relation: str | None = None
-    ) -> int:
+    async def delete_relations(self, tenant: str, source: str, target: str, relation: str | None = None) -> int:
         """Delete the relations from ``source`` to ``target`` (of one ``relation``
         name, or all of them); return how many went. Entities stay."""
         async with tenant_transaction(self.pool, tenant) as conn:
@@ -142,8 +145,7 @@ class GraphWrites:
             if row is None:
                 return None
             cur = await conn.execute(
-                "DELETE FROM relations WHERE tenant = %(tenant)s"
-                " AND (source_id = %(id)s OR target_id = %(id)s)",
+                "DELETE FROM relations WHERE tenant = %(tenant)s AND (source_id = %(id)s OR target_id = %(id)s)",
                 {"tenant": tenant, "id": row[0]},
             )
             relations = cur.rowcount

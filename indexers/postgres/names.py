@@ -29,9 +29,5 @@ def name_candidates(text: str, *, max_words: int = 4) -> list[str]:
         [w.casefold() for w in _WORD_RE.findall(text)],
         [t.casefold() for t in tokens if t],
     ):
-        grams.update(
-            " ".join(words[i : i + n])
-            for n in range(1, max_words + 1)
-            for i in range(len(words) - n + 1)
-        )
+        grams.update(" ".join(words[i : i + n]) for n in range(1, max_words + 1) for i in range(len(words) - n + 1))
     return sorted(grams)

@@ -76,9 +76,7 @@ async def scope_to_tenant(conn: psycopg.AsyncConnection, tenant: str) -> None:
 
 
 @asynccontextmanager
-async def tenant_transaction(
-    pool: AsyncConnectionPool, tenant: str
-) -> AsyncIterator[psycopg.AsyncConnection]:
+async def tenant_transaction(pool: AsyncConnectionPool, tenant: str) -> AsyncIterator[psycopg.AsyncConnection]:
     """A pooled connection inside a transaction scoped to ``tenant``."""
     async with pool.connection() as conn, conn.transaction():
         await scope_to_tenant(conn, tenant)

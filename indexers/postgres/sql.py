@@ -22,6 +22,7 @@ __all__ = [
     "vector_param",
 ]
 
+
 def _columns(names: Sequence[str]) -> str:
     return ", ".join(f"m.{name}" for name in names)
 

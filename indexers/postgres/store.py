@@ -43,9 +43,7 @@ async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) ->
     if not changes:
         return
     eids = [eid for eid, _ in changes]
-    await conn.execute(
-        "SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,)
-    )
+    await conn.execute("SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,))
     await conn.execute(
         "UPDATE entities SET mention_count = mention_count + d.n"
         " FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n) WHERE entities.id = d.id",
@@ -140,10 +138,21 @@ class PostgresStore(GraphWrites):
                     """,
                     [
                         (
-                            tenant, mid, m.content, m.kind, m.tier, m.session_id, list(m.tags),
-                            m.importance, m.confidence, m.speaker, m.context,
-                            Jsonb(m.metadata), m.created_at,
-                            vector_param(m.embedding or ()), m.model,
+                            tenant,
+                            mid,
+                            m.content,
+                            m.kind,
+                            m.tier,
+                            m.session_id,
+                            list(m.tags),
+                            m.importance,
+                            m.confidence,
+                            m.speaker,
+                            m.context,
+                            Jsonb(m.metadata),
+                            m.created_at,
+                            vector_param(m.embedding or ()),
+                            m.model,
                         )
                         for mid, m in zip(ids, memories, strict=True)
                     ],
@@ -151,14 +160,12 @@ class PostgresStore(GraphWrites):
                 speakers = sorted({m.speaker for m in memories if m.speaker})
                 if speakers:
                     await cur.execute(
-                        "INSERT INTO speakers (tenant, name) SELECT %s, unnest(%s::text[])"
-                        " ON CONFLICT DO NOTHING",
+                        "INSERT INTO speakers (tenant, name) SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING",
                         (tenant, speakers),
                     )
                 # Mentions: the names given explicitly plus known entity names in the text.
                 await cur.execute(
-                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s)"
-                    " RETURNING entity_id",
+                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s) RETURNING entity_id",
                     (tenant, ids),
                 )
                 delta: Counter[int] = Counter()
@@ -216,9 +223,7 @@ class PostgresStore(GraphWrites):
             delta: Counter[int] = Counter()
             delta.subtract(eid for (eid,) in await cur.fetchall())
             await _count_mentions(conn, delta)
-            await conn.execute(
-                "DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id)
-            )
+            await conn.execute("DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id))
             await conn.execute(
                 "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'delete')",
                 (tenant, memory_id),

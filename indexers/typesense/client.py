@@ -125,9 +125,7 @@ class TypesenseClient:
         #: others, and whether it failed by not answering.
         self._failed_until = [0.0] * len(self.nodes)
         self._silent = [False] * len(self.nodes)
-        self._http = httpx.AsyncClient(
-            headers={"X-TYPESENSE-API-KEY": api_key}, timeout=timeout, transport=transport
-        )
+        self._http = httpx.AsyncClient(headers={"X-TYPESENSE-API-KEY": api_key}, timeout=timeout, transport=transport)
 
     @property
     def active_node(self) -> str:
@@ -261,9 +259,7 @@ class TypesenseClient:
         return target
 
     async def upsert_alias(self, name: str, collection: str) -> None:
-        await self._request(
-            "PUT", f"/aliases/{quote(name, safe='')}", json={"collection_name": collection}
-        )
+        await self._request("PUT", f"/aliases/{quote(name, safe='')}", json={"collection_name": collection})
 
     # Documents
 
@@ -343,9 +339,7 @@ class TypesenseClient:
         path = f"/collections/{quote(collection, safe='')}/documents"
         for start in range(0, len(ids), _DELETE_CHUNK):
             chunk = ids[start : start + _DELETE_CHUNK]
-            body = await self._json(
-                "DELETE", path, params={"filter_by": f"id:={quoted_list(chunk)}"}
-            )
+            body = await self._json("DELETE", path, params={"filter_by": f"id:={quoted_list(chunk)}"})
             deleted += int(body["num_deleted"])
         return deleted
 
@@ -364,9 +358,7 @@ class TypesenseClient:
         params: dict[str, str | int] = {"q": "*", "per_page": 0}
         if filter_by:
             params["filter_by"] = filter_by
-        body = await self._json(
-            "GET", f"/collections/{quote(collection, safe='')}/documents/search", params=params
-        )
+        body = await self._json("GET", f"/collections/{quote(collection, safe='')}/documents/search", params=params)
         return int(body["found"])
 
     async def multi_search(self, searches: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

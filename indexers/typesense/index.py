@@ -127,9 +127,7 @@ class TypesenseIndex:
             concurrency=IMPORT_CONCURRENCY,
         )
 
-    async def delete(
-        self, keys: Sequence[tuple[str, str]], collection: str | None = None
-    ) -> None:
+    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
         """Delete memories by ``(tenant, memory id)``; absent ones are ignored."""
         ids = [document_id(tenant, memory_id) for tenant, memory_id in keys]
         await self.client.delete_documents(await self._write_target(collection), ids)
@@ -139,8 +137,6 @@ class TypesenseIndex:
         filter_by = None if tenant is None else f"tenant:={quoted(tenant)}"
         return await self.client.count(collection or self.alias, filter_by)
 
-    async def fetch(
-        self, id: str, *, tenant: str, collection: str | None = None
-    ) -> dict[str, Any] | None:
+    async def fetch(self, id: str, *, tenant: str, collection: str | None = None) -> dict[str, Any] | None:
         """The tenant's stored document for memory ``id``, or ``None``."""
         return await self.client.get_document(collection or self.alias, document_id(tenant, id))

@@ -60,9 +60,7 @@ class TypesenseSource:
     #: Without a vector it still answers with its keyword list.
     needs_vector = False
 
-    def __init__(
-        self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]
-    ) -> None:
+    def __init__(self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]) -> None:
         self.client = client
         self.alias = alias
         self._get_config = get_config
@@ -116,10 +114,7 @@ class TypesenseSource:
             rankings["vector"] = _ids(results["vector"])
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
-        return [
-            hit_from_document(docs[f.id], f.score)
-            for f in fused[: query.limit]
-        ]
+        return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""

@@ -35,9 +35,7 @@ def fresh_database(pg: EmbeddedPostgres) -> str:
 
 def test_config(alias: str, **changes: Any) -> BraidConfig:
     cfg = load_config()
-    cfg = msgspec.structs.replace(
-        cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias)
-    )
+    cfg = msgspec.structs.replace(cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias))
     return msgspec.structs.replace(cfg, **changes) if changes else cfg
 
 
@@ -47,9 +45,7 @@ class Braid:
     app: Litestar
     dsn: str
     alias: str
-    headers: Callable[[str], dict[str, str]] = field(
-        default=lambda key: {"Authorization": f"Bearer {key}"}
-    )
+    headers: Callable[[str], dict[str, str]] = field(default=lambda key: {"Authorization": f"Bearer {key}"})
 
     @property
     def runtime(self) -> Runtime:
@@ -93,9 +89,7 @@ def make_app(
     dsn = fresh_database(postgres)
     alias = f"mem_{uuid.uuid4().hex[:10]}"
     cfg = cfg or test_config(alias)
-    cfg = msgspec.structs.replace(
-        cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias)
-    )
+    cfg = msgspec.structs.replace(cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias))
     ring = Keyring()
     ring.add(AGENT_A, tenant="tenant-a", role="agent")
     ring.add(AGENT_B, tenant="tenant-b", role="agent")
@@ -114,9 +108,7 @@ def make_app(
 
 
 @pytest.fixture
-async def braid(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
-) -> AsyncIterator[Braid]:
+async def braid(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any) -> AsyncIterator[Braid]:
     app, dsn, alias = make_app(postgres, typesense, embedder)
     async with serve(app) as client:
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
@@ -128,7 +120,8 @@ async def serve(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
     (Litestar's test client runs the app on a loop of its own, and the app's
     pools could then not be used from the test)."""
     transport = httpx.ASGITransport(app=app)
-    async with app.lifespan(), httpx.AsyncClient(
-        transport=transport, base_url="http://braid.test", timeout=60
-    ) as client:
+    async with (
+        app.lifespan(),
+        httpx.AsyncClient(transport=transport, base_url="http://braid.test", timeout=60) as client,
+    ):
         yield client

@@ -33,7 +33,10 @@ async def wait_job(braid: Braid, job_id: str, timeout: float = 120) -> dict[str,
 async def test_reindex_all_while_recalling(braid: Braid) -> None:
     await braid.remember(
         *(
-            {"content": f"Note {i} about {TOPICS[i % len(TOPICS)]}: item {i * 7 % 13}", "tier": ["session", "rag"][i % 2]}
+            {
+                "content": f"Note {i} about {TOPICS[i % len(TOPICS)]}: item {i * 7 % 13}",
+                "tier": ["session", "rag"][i % 2],
+            }
             for i in range(300)
         )
     )
@@ -262,9 +265,7 @@ async def test_start_up_leaves_alone_a_job_another_live_process_runs(braid: Brai
     try:
         # Another replica's running job: its row, and the lock its process holds.
         await other.execute(lock, ("elsewhere",))
-        await other.execute(
-            "INSERT INTO reindex_jobs (id, target, status) VALUES ('elsewhere', 'all', 'running')"
-        )
+        await other.execute("INSERT INTO reindex_jobs (id, target, status) VALUES ('elsewhere', 'all', 'running')")
         assert await braid.runtime.jobs.mark_interrupted() == 0
         r = await braid.client.get("/admin/reindex/elsewhere", headers=braid.headers(ADMIN_A))
         assert r.json()["status"] == "running"

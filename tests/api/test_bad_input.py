@@ -62,7 +62,12 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "embedding[0]: Number out of range",
         ),
         ("/v1/recall", b'{"query": "x", "embedding": [NaN]}', 400, None),
-        ("/v1/recall", {"query": "x", "sources": ["nope"]}, 400, "sources[0]: unknown source 'nope'; sources are ['typesense', 'pgvector', 'graph']"),
+        (
+            "/v1/recall",
+            {"query": "x", "sources": ["nope"]},
+            400,
+            "sources[0]: unknown source 'nope'; sources are ['typesense', 'pgvector', 'graph']",
+        ),
         (
             "/v1/recall",
             {"query": "x", "tiers": ["archive"]},
@@ -267,18 +272,14 @@ async def test_timestamps_outside_utc_range_are_400_and_nothing_is_written(braid
     body = {"memories": [{"content": "fine", "id": "ok-1"}, {"content": "bad", "id": "bad-1", "created_at": stamp}]}
     r = await send(braid, "/v1/memories", body)
     assert r.status_code == 400
-    assert r.json()["detail"] == (
-        f"memories[1].created_at: {stamp} is outside the years 1-9999 once converted to UTC"
-    )
+    assert r.json()["detail"] == (f"memories[1].created_at: {stamp} is outside the years 1-9999 once converted to UTC")
     r = await send(braid, "/v1/recall", {"query": "x", "created_after": stamp})
     assert r.status_code == 400
     assert r.json()["detail"] == f"created_after: {stamp} is outside the years 1-9999 once converted to UTC"
     relation = {"source": "Ann", "relation": "knows", "target": "Bo", "valid_from": stamp}
     r = await send(braid, "/v1/graph", {"relations": [relation]})
     assert r.status_code == 400
-    assert r.json()["detail"] == (
-        f"relations[0].valid_from: {stamp} is outside the years 1-9999 once converted to UTC"
-    )
+    assert r.json()["detail"] == (f"relations[0].valid_from: {stamp} is outside the years 1-9999 once converted to UTC")
     import psycopg
 
     with psycopg.connect(braid.dsn) as conn:
@@ -358,9 +359,7 @@ async def test_a_body_not_sent_as_json_is_415(braid: Braid, content_type: str) -
         headers={**braid.headers(AGENT_A), "content-type": content_type},
     )
     assert r.status_code == 415
-    assert r.json()["detail"] == (
-        f"the body must be JSON sent with Content-Type: application/json, not {content_type}"
-    )
+    assert r.json()["detail"] == (f"the body must be JSON sent with Content-Type: application/json, not {content_type}")
     r = await braid.client.post(
         "/v1/recall",
         content=b'{"query": "x"}',

@@ -30,10 +30,7 @@ def set_query_deadline(braid: Braid, ms: int) -> None:
 def bulk(n: int) -> list[dict[str, Any]]:
     """``n`` memories of about 30 words each, no embeddings: the service embeds them."""
     words = "meeting budget review launch roadmap customer invoice design sprint backlog".split()
-    return [
-        {"content": f"Note {i}: " + " ".join(words[(i + j) % len(words)] for j in range(30))}
-        for i in range(n)
-    ]
+    return [{"content": f"Note {i}: " + " ".join(words[(i + j) % len(words)] for j in range(30))} for i in range(n)]
 
 
 async def test_recall_answers_while_a_bulk_write_is_being_embedded(braid: Braid) -> None:
@@ -77,7 +74,9 @@ async def test_query_embedding_past_its_deadline_falls_back_to_keywords(braid: B
     assert out["embedding_status"] == "timeout"
     assert out["degraded"] == ["embedding", "pgvector"]
     assert out["sources"]["pgvector"] == {
-        "status": "no_vector", "ms": 0.0, "hits": 0,
+        "status": "no_vector",
+        "ms": 0.0,
+        "hits": 0,
         "error": "needs the query vector, and the recall has none",
     }
     assert out["sources"]["typesense"]["status"] == "ok"  # its keyword list

@@ -58,7 +58,10 @@ async def test_delete_relations_by_name_or_all(braid: Braid) -> None:
         ("source=Alex", "Missing required query parameter 'target' for path /v1/graph/relations?source=Alex"),
         ("source=Alex&target=", "target '' is not a valid name (1-200 characters, no NUL)"),
         ("source=A%00x&target=B", "source 'A\\x00x' is not a valid name (1-200 characters, no NUL)"),
-        ("source=A&target=B&relation=" + "r" * 101, f"relation {'r' * 101!r} is not a valid relation name (1-100 characters, no NUL)"),
+        (
+            "source=A&target=B&relation=" + "r" * 101,
+            f"relation {'r' * 101!r} is not a valid relation name (1-100 characters, no NUL)",
+        ),
     ],
 )
 async def test_delete_relations_refuses_bad_names(braid: Braid, query: str, detail: str) -> None:
@@ -105,9 +108,7 @@ async def test_a_relation_python_cannot_read_is_skipped_and_logged_once(
     not in Python) must not fail the graph read for the tenant."""
     assert (await braid.post("/v1/graph", GRAPH)).status_code == 201
     with psycopg.connect(braid.dsn, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE relations SET valid_from = '0001-12-31 23:30:00+00 BC' WHERE relation = 'lives_in'"
-        )
+        conn.execute("UPDATE relations SET valid_from = '0001-12-31 23:30:00+00 BC' WHERE relation = 'lives_in'")
         (bad_id,) = conn.execute("SELECT id FROM relations WHERE relation = 'lives_in'").fetchone()
     caplog.set_level(logging.WARNING, logger="braid.graph")
     for _ in range(3):

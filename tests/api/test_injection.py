@@ -131,9 +131,7 @@ class Tally:
 
 
 @pytest.fixture
-async def patient(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
-) -> AsyncIterator[Braid]:
+async def patient(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any) -> AsyncIterator[Braid]:
     """The usual app with deadlines far above what a loaded 2-core machine
     needs, so a degraded answer means a refused search, not a slow one."""
     cfg = load_config()
@@ -259,9 +257,7 @@ async def hostile_recall(
         tally.notes.append(f"{where}: answered 200, expected 400 {expected!r}")
     if out["degraded"]:
         tally.degraded += 1
-        tally.notes.append(
-            f"{where}: degraded {[out['sources'][s]['error'] for s in out['degraded']]}"
-        )
+        tally.notes.append(f"{where}: degraded {[out['sources'][s]['error'] for s in out['degraded']]}")
     mine = world.ids("tenant-a")
     with_typesense = sources is None or "typesense" in sources
     for item in out["items"]:
@@ -296,18 +292,14 @@ async def check_intact(braid: Braid, world: World, tenant_a_rows: int | None = N
         for table in ("memories", "entities", "relations", "mentions", "outbox"):
             cur = await conn.execute("SELECT to_regclass(%s)::text", (table,))
             assert await cur.fetchone() == (table,)
-        cur = await conn.execute(
-            "SELECT tenant, count(*) FROM memories GROUP BY tenant ORDER BY tenant"
-        )
+        cur = await conn.execute("SELECT tenant, count(*) FROM memories GROUP BY tenant ORDER BY tenant")
         a_rows = len(world.ids("tenant-a")) if tenant_a_rows is None else tenant_a_rows
         assert await cur.fetchall() == [
             ("tenant-a", a_rows),
             ("tenant-b", len(world.ids("tenant-b"))),
         ]
         cur = await conn.execute("SELECT id, content FROM memories WHERE tenant = 'tenant-b'")
-        assert dict(await cur.fetchall()) == {
-            m: c for (t, m), c in world.contents.items() if t == "tenant-b"
-        }
+        assert dict(await cur.fetchall()) == {m: c for (t, m), c in world.contents.items() if t == "tenant-b"}
     out = await braid.recall(QUERY, key=AGENT_B, top_k=100, sources=["typesense"])
     assert out["degraded"] == []
     got = {i["id"]: i["content"] for i in out["items"]}
@@ -315,9 +307,7 @@ async def check_intact(braid: Braid, world: World, tenant_a_rows: int | None = N
 
 
 @pytest.mark.parametrize("klass", list(CLASSES))
-async def test_hostile_filters_stay_in_the_tenant(
-    patient: Braid, ledger: Ledger, klass: str
-) -> None:
+async def test_hostile_filters_stay_in_the_tenant(patient: Braid, ledger: Ledger, klass: str) -> None:
     braid = patient
     world = await seed(braid, Tally())
     tally = Tally()
@@ -342,14 +332,7 @@ async def test_hostile_filters_stay_in_the_tenant(
     assert tally.notes == []
     assert tally.requests == tally.refused + tally.answered == len(CLASSES[klass]) * 16
     assert tally.refused > 0 and tally.answered > 0
-    assert (
-        tally.server_errors
-        == tally.leaks
-        == tally.wrong_rows
-        == tally.missed
-        == tally.degraded
-        == 0
-    )
+    assert tally.server_errors == tally.leaks == tally.wrong_rows == tally.missed == tally.degraded == 0
     await check_intact(braid, world)
 
 
@@ -451,10 +434,7 @@ NUL_CASES: list[tuple[str, str, str, Any]] = [
 
 @pytest.mark.parametrize(
     ("what", "method", "path", "body"),
-    [
-        pytest.param(*case, id=case[0])
-        for case in NUL_CASES
-    ],
+    [pytest.param(*case, id=case[0]) for case in NUL_CASES],
 )
 async def test_nul_is_refused_with_400(
     patient: Braid, ledger: Ledger, what: str, method: str, path: str, body: Any

@@ -98,9 +98,7 @@ def test_the_keyring_holds_digests_and_compares_every_one(monkeypatch: pytest.Mo
     assert first == len(calls) - first == 5
 
 
-def test_generated_keys_are_shown_once_and_stored_as_digests(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_generated_keys_are_shown_once_and_stored_as_digests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BRAID_API_KEY", raising=False)
     monkeypatch.delenv("BRAID_ADMIN_KEY", raising=False)
     keys, messages = default_keys(tmp_path, "default")
@@ -140,9 +138,7 @@ async def test_over_the_rate_a_key_gets_429_with_retry_after(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> None:
     cfg = conftest.test_config("x")
-    cfg = msgspec.structs.replace(
-        cfg, limits=msgspec.structs.replace(cfg.limits, rate_per_second=0.5, rate_burst=3)
-    )
+    cfg = msgspec.structs.replace(cfg, limits=msgspec.structs.replace(cfg.limits, rate_per_second=0.5, rate_burst=3))
     app, dsn, alias = make_app(postgres, typesense, embedder, cfg)
     async with serve(app) as client:
         braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
@@ -154,8 +150,7 @@ async def test_over_the_rate_a_key_gets_429_with_retry_after(
         # One token at 0.5/s: at most 2 s away (less if the first three were slow).
         assert r.headers["retry-after"] in ("1", "2")
         assert r.json()["detail"] == (
-            "rate limit: this key may send 0.5 requests a second (bursts of 3); "
-            "retry after the time in Retry-After"
+            "rate limit: this key may send 0.5 requests a second (bursts of 3); retry after the time in Retry-After"
         )
         # Other keys, and unauthenticated probes, are not counted against it.
         assert (await braid.post("/v1/recall", body, AGENT_B)).status_code == 200
@@ -164,8 +159,12 @@ async def test_over_the_rate_a_key_gets_429_with_retry_after(
 
 async def test_only_admin_keys_reach_any_admin_route(braid: Braid) -> None:
     admin_paths = sorted(
-        {(method, route.path) for route in braid.app.routes for method in route.methods
-         if route.path.startswith("/admin") and method not in ("HEAD", "OPTIONS")}
+        {
+            (method, route.path)
+            for route in braid.app.routes
+            for method in route.methods
+            if route.path.startswith("/admin") and method not in ("HEAD", "OPTIONS")
+        }
     )
     assert len(admin_paths) >= 3
     for method, path in admin_paths:

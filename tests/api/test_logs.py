@@ -38,7 +38,9 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run_service(home: Path, dsn: str, nodes: list[str], ts_key: str, collection: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def run_service(
+    home: Path, dsn: str, nodes: list[str], ts_key: str, collection: str
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     config = home / "braid.yaml"
     config.write_text(
         f"postgres:\n  dsn: '{dsn}'\n"
@@ -53,7 +55,9 @@ def run_service(home: Path, dsn: str, nodes: list[str], ts_key: str, collection:
     env.update(BRAID_HOME=str(home), BRAID_PORT=str(port), BRAID_CONFIG=str(config))
     output = home / f"out-{uuid.uuid4().hex[:6]}.log"
     with output.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -72,14 +76,30 @@ def exercise(url: str) -> list[int]:
     admin = {"Authorization": f"Bearer {ADMIN}"}
     codes = []
     with httpx.Client(base_url=url, timeout=30) as c:
-        r = c.post("/v1/memories", json={"memories": [{"id": "vault", "content": CONTENT, "entities": ["Zebra Quartz"]}]}, headers=agent)
+        r = c.post(
+            "/v1/memories",
+            json={"memories": [{"id": "vault", "content": CONTENT, "entities": ["Zebra Quartz"]}]},
+            headers=agent,
+        )
         codes.append(r.status_code)
         codes.append(c.post("/v1/recall", json={"query": QUERY}, headers=agent).status_code)
         codes.append(c.post("/v1/recall", json={"query": QUERY, "tiers": ["nope"]}, headers=agent).status_code)
-        codes.append(c.post("/v1/recall", json={"query": QUERY}, headers={"Authorization": f"Bearer {WRONG}"}).status_code)
-        codes.append(c.post("/v1/memories", json={"memories": [{"content": CONTENT, "tier": "nope"}]}, headers=agent).status_code)
-        codes.append(c.post("/v1/memories", content=b'{"memories": [{"content": "' + CONTENT.encode() + b'"', headers=agent).status_code)
-        codes.append(c.post("/v1/graph", json={"entities": [{"name": "Zebra Quartz", "summary": CONTENT}]}, headers=agent).status_code)
+        codes.append(
+            c.post("/v1/recall", json={"query": QUERY}, headers={"Authorization": f"Bearer {WRONG}"}).status_code
+        )
+        codes.append(
+            c.post("/v1/memories", json={"memories": [{"content": CONTENT, "tier": "nope"}]}, headers=agent).status_code
+        )
+        codes.append(
+            c.post(
+                "/v1/memories", content=b'{"memories": [{"content": "' + CONTENT.encode() + b'"', headers=agent
+            ).status_code
+        )
+        codes.append(
+            c.post(
+                "/v1/graph", json={"entities": [{"name": "Zebra Quartz", "summary": CONTENT}]}, headers=agent
+            ).status_code
+        )
         codes.append(c.post("/admin/config/reload", json={}, headers=admin).status_code)
         codes.append(c.post("/admin/reindex", json={"target": "typesense"}, headers=agent).status_code)
         codes.append(c.delete("/v1/memories/vault", headers=agent).status_code)
@@ -116,5 +136,16 @@ def test_default_level_logs_hold_no_content_queries_or_keys(
     assert "Braid listening" in text  # the log was captured at all
     if not typesense_up:
         assert "WARNING" in text  # the warning paths ran
-    for secret in (CONTENT, "zebra-quartz", "4412", "vault code", QUERY, AGENT, ADMIN, WRONG, typesense.api_key, "Zebra Quartz"):
+    for secret in (
+        CONTENT,
+        "zebra-quartz",
+        "4412",
+        "vault code",
+        QUERY,
+        AGENT,
+        ADMIN,
+        WRONG,
+        typesense.api_key,
+        "Zebra Quartz",
+    ):
         assert secret not in text, f"{secret!r} in the service log:\n{text}"

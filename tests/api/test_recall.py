@@ -121,9 +121,7 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
         ("Caroline", "2023-03-02T10:00:00Z", "I painted a lake in the rain."),
         ("Melanie", "2023-03-02T10:00:00Z", "I painted a lake under snow."),
     ]
-    ids = await braid.remember(
-        *({"content": t, "speaker": s, "created_at": d} for s, d, t in said)
-    )
+    ids = await braid.remember(*({"content": t, "speaker": s, "created_at": d} for s, d, t in said))
     await braid.synced()
     out = await braid.recall("What did Caroline paint in July 2023?", top_k=4)
     assert out["query"] == {

@@ -33,9 +33,7 @@ ROUNDS = settings(
 SOURCES = ("typesense", "pgvector", "graph")
 _serial = itertools.count()
 
-offsets = st.builds(
-    lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-23 * 60 - 59, 23 * 60 + 59)
-)
+offsets = st.builds(lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-23 * 60 - 59, 23 * 60 + 59))
 stamps = st.builds(
     lambda dt, tz: dt.replace(tzinfo=tz).isoformat(),
     st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
@@ -98,9 +96,7 @@ async def test_an_accepted_memory_is_stored_recalled_and_deleted(braid: Braid, m
         return
     await braid.synced()
     with psycopg.connect(braid.dsn) as conn:
-        row = conn.execute(
-            "SELECT vector_norm(embedding), created_at FROM memories WHERE id = %s", (mid,)
-        ).fetchone()
+        row = conn.execute("SELECT vector_norm(embedding), created_at FROM memories WHERE id = %s", (mid,)).fetchone()
     assert row is not None and abs(row[0] - 1.0) < 1e-4
     doc = await braid.runtime.typesense.get_document(braid.alias, f"tenant-a:{mid}")
     assert doc is not None and doc["content"] == memory["content"]

@@ -119,7 +119,9 @@ def served(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense) -> Iterator
     env.update(BRAID_HOME=str(home), BRAID_PORT=str(port), BRAID_CONFIG=str(config))
     log = home / "service.out"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     served = Served(url=f"http://127.0.0.1:{port}", proc=proc, log=log)
     try:
         deadline = time.monotonic() + 120

@@ -34,8 +34,15 @@ class EchoSource:
     async def search(self, query: SearchQuery) -> list[Hit]:
         self.searched.append(query)
         return [
-            Hit(id="echo-1", content=f"You asked: {query.text}", kind="echo", tier="session",
-                created_at=T0, confidence=0.9, score=1.0)
+            Hit(
+                id="echo-1",
+                content=f"You asked: {query.text}",
+                kind="echo",
+                tier="session",
+                created_at=T0,
+                confidence=0.9,
+                score=1.0,
+            )
         ]
 
     async def aclose(self) -> None:

@@ -12,9 +12,7 @@ ALL = ("typesense", "pgvector", "graph")
 
 
 async def test_write_is_searchable_in_each_source(braid: Braid) -> None:
-    await braid.post(
-        "/v1/graph", {"entities": [{"name": "Kestrel"}], "relations": []}
-    )
+    await braid.post("/v1/graph", {"entities": [{"name": "Kestrel"}], "relations": []})
     (mid,) = await braid.remember({"content": "Kestrel is the codename of the billing rewrite"})
     await braid.synced()
     doc = await braid.runtime.index.fetch(mid, tenant="tenant-a")

@@ -48,9 +48,7 @@ class EmbeddedTypesenseCluster:
             )
             for i in range(size)
         ]
-        self.nodes_file.write_text(
-            ",".join(f"127.0.0.1:{n.peering_port}:{n.port}" for n in self.nodes)
-        )
+        self.nodes_file.write_text(",".join(f"127.0.0.1:{n.peering_port}:{n.port}" for n in self.nodes))
 
     @property
     def urls(self) -> list[str]:

@@ -265,8 +265,15 @@ class Load:
         r = await self.client.post(path, json=body, headers={"Authorization": f"Bearer {AGENT_A}"})
         json_body = r.headers.get("content-type", "").startswith("application/json")
         self.log.append(
-            Req(kind, sent, time.monotonic(), r.status_code, r.json() if json_body else r.text,
-                r.headers.get("retry-after"), mid)
+            Req(
+                kind,
+                sent,
+                time.monotonic(),
+                r.status_code,
+                r.json() if json_body else r.text,
+                r.headers.get("retry-after"),
+                mid,
+            )
         )
 
     async def _recall(self) -> None:
@@ -521,8 +528,7 @@ async def test_typesense_restart_keeps_what_the_outbox_applied(
     async with serve(app) as client:
         braid = Braid(client=client, app=app, dsn=stack.app_dsn, alias=stack.alias)
         ids = [
-            (await braid.remember({"content": f"Harbour log {i}: the blue ferry left pier {i}"}))[0]
-            for i in range(10)
+            (await braid.remember({"content": f"Harbour log {i}: the blue ferry left pier {i}"}))[0] for i in range(10)
         ]
         deleted = ids[:5]
         for mid in deleted:
@@ -636,9 +642,7 @@ async def test_postgres_stalled_deadline_holds(
 
         # Stalled for more than two bounds: each writer meets it at least once with a
         # write sent after the stall began.
-        t = await under_load(
-            client, pg_proxy.stall, pg_proxy.resume, down_s=2 * WRITE_BOUND_S + 2, probe=probe_health
-        )
+        t = await under_load(client, pg_proxy.stall, pg_proxy.resume, down_s=2 * WRITE_BOUND_S + 2, probe=probe_health)
         await braid.synced(timeout=30)
         in_pg, in_ts = await stack.pg_ids(), await stack.ts_ids()
 
@@ -654,8 +658,11 @@ async def test_postgres_stalled_deadline_holds(
         f"{max((r.ms for r in refused), default=0) / 1000:.1f} s ({len(sent_stalled & in_pg)} of the "
         f"{len(sent_stalled)} sent during the stall stored after it; {len(in_flight & in_pg)} of the "
         f"{len(in_flight)} in flight at the stall stored); GET /health "
-        + (f"answered 503 after {health[0]:.1f} s" if health and health[0] else
-           f"gave no answer within {HEALTH_WAIT_S:g} s"),
+        + (
+            f"answered 503 after {health[0]:.1f} s"
+            if health and health[0]
+            else f"gave no answer within {HEALTH_WAIT_S:g} s"
+        ),
     )
 
     assert t.server_errors == []

@@ -141,10 +141,7 @@ class Load:
         n = 0
         while not self.stop.is_set():
             phrases = [f"the {COLOURS[(n + k) % 8]} {THINGS[(n * 3 + w + k) % 8]}" for k in range(1 + n % 2)]
-            batch = [
-                {"content": f"Note {w}-{n}-{k}: {p}", "embedding": self.vectors[p]}
-                for k, p in enumerate(phrases)
-            ]
+            batch = [{"content": f"Note {w}-{n}-{k}: {p}", "embedding": self.vectors[p]} for k, p in enumerate(phrases)]
             start = time.monotonic()
             r = await self.braid.post("/v1/memories", {"memories": batch})
             call = Call("write", start, time.monotonic(), r.status_code)
@@ -388,7 +385,9 @@ async def test_leader_killed_under_load(
     errors = sum(c.status not in (200, 201) for c in calls)
     lost = max(missing.values())
     slowest = max(c.end - c.start for c in recalls)
-    p99 = {k: percentile([c.end - c.start for c in calls if c.kind == k], 0.99) for k in ("typesense", "fused", "write")}
+    p99 = {
+        k: percentile([c.end - c.start for c in calls if c.kind == k], 0.99) for k in ("typesense", "fused", "write")
+    }
     outcome = (
         f"leader node{old} killed; node{new} elected after {election_s:.1f}s; recalls with typesense "
         f"degraded until {recall_recovery_s:.1f}s ({len(ts_degraded)} degraded of "

@@ -198,7 +198,8 @@ async def test_sigkill_mid_write_loses_no_acknowledged_write(service: ServicePro
         rows = {r[0]: r[1:] for r in await cur.fetchall()}
     contents = {m["id"]: m["content"] for batch in batches.values() for m in batch}
     pg_ok = {
-        mid for mid, (dims, model, content) in rows.items()
+        mid
+        for mid, (dims, model, content) in rows.items()
         if dims == 384 and model == "all-MiniLM-L6-v2" and content == contents[mid]
     }
     drain_s = await outbox_drained(service)
@@ -498,7 +499,9 @@ async def test_next_reindex_drops_the_collection_of_a_failed_job(
         old = await rt.index.current_collection()
         leftover = await rt.index.new_collection()
         await add_job(
-            dsn, "failed-mid-copy", "failed",
+            dsn,
+            "failed-mid-copy",
+            "failed",
             {"typesense": {"collection": leftover, "previous": old, "phase": "copying", "done": 0}},
         )
 

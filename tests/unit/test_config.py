@@ -26,7 +26,11 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg.graph.max_hops == 2
     q = cfg.query
     assert (q.strip_speakers, q.strip_dates, q.speaker_boost, q.time_boost, q.speaker_cache_ms) == (
-        True, True, 0.5, 0.6, 5000
+        True,
+        True,
+        0.5,
+        0.6,
+        5000,
     )
     assert cfg == BraidConfig(), "braid.yaml and the schema defaults differ"
     assert cfg.memory_tiers == ["session", "rag"]

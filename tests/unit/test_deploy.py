@@ -291,9 +291,7 @@ def test_braid_deployment() -> None:
 
 
 def test_secret_and_configmap_references_resolve() -> None:
-    secret_keys = {
-        o.name: set(o.body.get("stringData", {})) | set(o.body.get("data", {})) for o in _of_kind("Secret")
-    }
+    secret_keys = {o.name: set(o.body.get("stringData", {})) | set(o.body.get("data", {})) for o in _of_kind("Secret")}
     configmaps = {o.name: set(o.body.get("data", {})) for o in _of_kind("ConfigMap")}
     for w in _of_kind(*WORKLOADS):
         for c in _containers(w):
@@ -580,9 +578,9 @@ def test_dockerfile_copies_everything_the_wheel_needs() -> None:
         assert readme in sources, f"pyproject.toml names {readme}, which the image does not copy"
     for package in PYPROJECT["tool"]["setuptools"]["packages"]:
         path = package.replace(".", "/")  # a subpackage is copied with its parent's directory
-        assert any(
-            s == path or s.startswith(path + "/") or path.startswith(s + "/") for s in sources
-        ), f"{package} is not copied"
+        assert any(s == path or s.startswith(path + "/") or path.startswith(s + "/") for s in sources), (
+            f"{package} is not copied"
+        )
 
 
 def test_every_subpackage_is_listed_for_the_wheel() -> None:

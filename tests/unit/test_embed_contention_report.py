@@ -8,8 +8,14 @@ from benchmarks.embed_contention import query_texts, summarize
 
 
 def recall(ms: float, degraded: list[str], status: int = 200, embedding_ms: float | None = 10.0) -> dict:
-    return {"t": 0.0, "ms": ms, "status": status, "embedding_ms": embedding_ms,
-            "embedding_status": None, "degraded": degraded}
+    return {
+        "t": 0.0,
+        "ms": ms,
+        "status": status,
+        "embedding_ms": embedding_ms,
+        "embedding_status": None,
+        "degraded": degraded,
+    }
 
 
 def test_summary_counts_degraded_and_embedding_timeouts_and_throughput() -> None:

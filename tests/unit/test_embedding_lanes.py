@@ -78,9 +78,7 @@ async def test_concurrent_writes_take_turns_by_job() -> None:
         tg.start_soon(write, "small", ["s1"])
         await anyio.sleep(0.05)  # "small" queued behind big's first job
         model.release.set()
-    assert [texts for _, texts in model.calls] == [
-        ["hold", "b1"], ["s1"], ["b2", "b3"], ["b4", "b5"]
-    ]
+    assert [texts for _, texts in model.calls] == [["hold", "b1"], ["s1"], ["b2", "b3"], ["b4", "b5"]]
     assert done == ["small", "big"]
     model.close()
 

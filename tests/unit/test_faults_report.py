@@ -19,11 +19,31 @@ from benchmarks.faults.soak_report import memory_verdict, per_minute
 from benchmarks.faults.workload import Done
 
 SCENARIOS = [
-    Scenario(name="postgres killed", kind="fault", injected=1, requests=40, errors=6, server_errors=0,
-             writes_acked=30, writes_found=30, recovery_s=2.5, outcome="503 then back"),
+    Scenario(
+        name="postgres killed",
+        kind="fault",
+        injected=1,
+        requests=40,
+        errors=6,
+        server_errors=0,
+        writes_acked=30,
+        writes_found=30,
+        recovery_s=2.5,
+        outcome="503 then back",
+    ),
     Scenario(name="oversized body", kind="bad input", injected=12, requests=12, errors=12, schema_failures=1),
-    Scenario(name="soak 10 min", kind="soak", requests=15000, errors=3, server_errors=2, writes_acked=4000,
-             writes_found=3999, lost_writes=1, duplicates=0, leaks=0),
+    Scenario(
+        name="soak 10 min",
+        kind="soak",
+        requests=15000,
+        errors=3,
+        server_errors=2,
+        writes_acked=4000,
+        writes_found=3999,
+        lost_writes=1,
+        duplicates=0,
+        leaks=0,
+    ),
     Scenario(name="tenant b reads a's id", kind="isolation", injected=3, requests=3, errors=3, leaks=2),
     Scenario(name="ts cluster | leader killed", kind="cluster", injected=2, requests=100),
 ]
@@ -33,7 +53,12 @@ def test_totals_sum_every_count() -> None:
     t = totals(SCENARIOS)
     assert (t.scenarios, t.injected, t.requests, t.errors, t.server_errors) == (5, 18, 15155, 24, 2)
     assert (t.writes_acked, t.writes_found, t.lost_writes, t.duplicates, t.leaks, t.schema_failures) == (
-        4030, 4029, 1, 0, 2, 1,
+        4030,
+        4029,
+        1,
+        0,
+        2,
+        1,
     )
 
 
@@ -49,14 +74,20 @@ def test_summary_line_is_the_closing_line() -> None:
 def test_failed_names_every_reason() -> None:
     assert failed(totals(SCENARIOS[:1]), {"pytest_exit": 0}) == []
     assert failed(totals(SCENARIOS), {"pytest_exit": 1}) == [
-        "pytest exited with 1", "lost_writes=1", "server_errors=2", "leaks=2", "schema_failures=1",
+        "pytest exited with 1",
+        "lost_writes=1",
+        "server_errors=2",
+        "leaks=2",
+        "schema_failures=1",
     ]
     assert failed(totals([]), {}) == ["no pytest run recorded"]
     soak_ok = {"error": None, "memory_flat": True, "servers_died": [], "leftover_processes": 0}
     assert failed(totals([]), {"pytest_exit": 0, "soak": soak_ok}) == []
     soak_bad = {"error": None, "memory_flat": False, "servers_died": ["typesense"], "leftover_processes": 2}
     assert failed(totals([]), {"pytest_exit": 0, "soak": soak_bad}) == [
-        "soak memory not flat", "soak: typesense died", "soak left 2 processes",
+        "soak memory not flat",
+        "soak: typesense died",
+        "soak left 2 processes",
     ]
     assert failed(totals([]), {"pytest_exit": 0, "soak": {"error": "TimeoutError: cap"}}) == [
         "soak aborted (TimeoutError: cap)",
@@ -76,7 +107,12 @@ def test_table_groups_by_kind_in_order() -> None:
     table = format_table(SCENARIOS)
     headings = [line for line in table.splitlines() if line.startswith("### ")]
     assert headings == [
-        "### fault (1)", "### bad input (1)", "### isolation (1)", "### soak (1)", "### cluster (1)", "### Totals",
+        "### fault (1)",
+        "### bad input (1)",
+        "### isolation (1)",
+        "### soak (1)",
+        "### cluster (1)",
+        "### Totals",
     ]
     lines = table.splitlines()
     assert "| postgres killed | 1 |  | 40 | 6 | 0 | 30 / 30 | 0 | 0 | 0 | 0 | 2.50 | 503 then back |" in lines
@@ -125,12 +161,18 @@ def test_memory_verdict_growth_and_slope() -> None:
 
 
 def test_per_minute_buckets() -> None:
-    done = [Done(10, "recall", 200, 10), Done(50, "write", 201, 30), Done(59.9, "recall", 500, 50),
-            Done(61, "recall", 200, 20), Done(121.5, "delete", 0, 30000)]  # late: counts in the last minute
+    done = [
+        Done(10, "recall", 200, 10),
+        Done(50, "write", 201, 30),
+        Done(59.9, "recall", 500, 50),
+        Done(61, "recall", 200, 20),
+        Done(121.5, "delete", 0, 30000),
+    ]  # late: counts in the last minute
     samples = [{"t": 60.0, "rss_mb": 500.0, "outbox_pending": 3}, {"t": 120.0, "rss_mb": 505.0, "outbox_pending": 0}]
     rows = per_minute(done, samples, 120)
     assert [(r["minute"], r["requests"], r["errors"], r["rss_mb"], r["outbox_max"]) for r in rows] == [
-        (1, 3, 1, 500.0, 3), (2, 2, 1, 505.0, 0),
+        (1, 3, 1, 500.0, 3),
+        (2, 2, 1, 505.0, 0),
     ]
     assert rows[0]["error_rate"] == 1 / 3
     assert rows[0]["p50_ms"] == 30.0
@@ -138,8 +180,13 @@ def test_per_minute_buckets() -> None:
 
 def test_report_soak_section(tmp_path: Path) -> None:
     soak = {
-        "settings": {"minutes": 10, "clients": 8, "rate": 20.0}, "achieved_rate": 19.96, "saturated": False,
-        "requests": 11976, "errors": 0, "p99_ms": 412.6, "p99_after_warmup_ms": 380.4,
+        "settings": {"minutes": 10, "clients": 8, "rate": 20.0},
+        "achieved_rate": 19.96,
+        "saturated": False,
+        "requests": 11976,
+        "errors": 0,
+        "p99_ms": 412.6,
+        "p99_after_warmup_ms": 380.4,
         "memory": {"summary": "650 MB after warm-up, 655 MB at the end: flat (bound 20 MB)"},
     }
     (tmp_path / "soak.json").write_text(json.dumps(soak))

@@ -33,8 +33,14 @@ PLAIN = QueryPlan(text="q", speakers=(), dates=())
 
 def run(plan: QueryPlan = PLAIN, **changes: object):  # type: ignore[no-untyped-def]
     args: dict[str, object] = dict(
-        k=K, weights={"a": 1.0, "b": 0.5}, speaker_boost=0.5, time_boost=0.6,
-        min_confidence=0.5, top_k=10, budget=1000, encoding=ENC,
+        k=K,
+        weights={"a": 1.0, "b": 0.5},
+        speaker_boost=0.5,
+        time_boost=0.6,
+        min_confidence=0.5,
+        top_k=10,
+        budget=1000,
+        encoding=ENC,
     )
     args.update(changes)
     return assemble(LISTS, plan, **args)  # type: ignore[arg-type]
@@ -80,6 +86,16 @@ def test_an_unweighted_source_counts_one_and_nothing_found_is_empty() -> None:
     answer = run(weights={})
     h1 = answer.items[0]
     assert h1.contributions == {"a": pytest.approx(1 / 61), "b": pytest.approx(1 / 62)}
-    empty = assemble({"a": []}, PLAIN, k=K, weights={}, speaker_boost=0, time_boost=0,
-                     min_confidence=0, top_k=5, budget=100, encoding=ENC)
+    empty = assemble(
+        {"a": []},
+        PLAIN,
+        k=K,
+        weights={},
+        speaker_boost=0,
+        time_boost=0,
+        min_confidence=0,
+        top_k=5,
+        budget=100,
+        encoding=ENC,
+    )
     assert (empty.items, empty.block, empty.tokens) == ([], "", 0)

@@ -119,9 +119,7 @@ def test_zero_boosts_apply_nothing() -> None:
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
 def test_bad_boost_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="speaker_boost"):
-        score_factors(
-            speaker=None, created_at=JULY_5, speakers=[], dates=[], speaker_boost=bad, time_boost=0
-        )
+        score_factors(speaker=None, created_at=JULY_5, speakers=[], dates=[], speaker_boost=bad, time_boost=0)
 
 
 def test_apply_factors_reranks_every_candidate() -> None:

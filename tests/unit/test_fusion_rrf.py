@@ -95,9 +95,7 @@ def test_k_below_one_is_refused(k: int) -> None:
     assert str(info.value) == f"k must be >= 1, got {k}"
 
 
-@pytest.mark.parametrize(
-    ("weight", "shown"), [(-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf")]
-)
+@pytest.mark.parametrize(("weight", "shown"), [(-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf")])
 def test_bad_weight_is_refused(weight: float, shown: str) -> None:
     with pytest.raises(ValueError) as info:
         rrf({"a": ["x"]}, weights={"a": 1.0, "vector": weight})

@@ -16,8 +16,7 @@ def report(p50_8: float, qps: float, ts_ms: float, recall: float) -> dict[str, A
         "recall": [
             {**row, "config": "fused", "clients": 8, "p50": p50_8, "qps": qps},
             {**row, "config": "fused", "clients": 1, "p50": p50_8 / 4, "qps": qps / 2},
-            {**row, "config": "typesense", "clients": 1, "p50": ts_ms, "qps": 1.0,
-             "sources_p50": {"typesense": ts_ms}},
+            {**row, "config": "typesense", "clients": 1, "p50": ts_ms, "qps": 1.0, "sources_p50": {"typesense": ts_ms}},
         ],
         "write": {"per_s": 500.0},
         "freshness": {"100": {"typesense": {"p99": 40.0}}},

@@ -65,9 +65,7 @@ def test_ef_needed_absorbs_float_rounding_at_the_target() -> None:
 
 
 def test_exact_top_k_by_cosine_nearest_first() -> None:
-    vectors = np.array(
-        [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [2.0, 2.0], [1.0, 0.1]], dtype=np.float32
-    )
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [2.0, 2.0], [1.0, 0.1]], dtype=np.float32)
     queries = np.array([[1.0, 0.0], [0.0, 3.0]], dtype=np.float32)
     # Cosine ignores length: [2, 2] is 45 degrees from both axes.
     assert exact_top_k(vectors, queries, 3).tolist() == [[0, 4, 3], [1, 3, 4]]
@@ -106,9 +104,7 @@ def test_plan_uses_index_finds_the_index_anywhere_in_the_plan() -> None:
                 "Plans": [
                     {
                         "Node Type": "Limit",
-                        "Plans": [
-                            {"Node Type": "Index Scan", "Index Name": "memories_hnsw_session"}
-                        ],
+                        "Plans": [{"Node Type": "Index Scan", "Index Name": "memories_hnsw_session"}],
                     }
                 ],
             }
@@ -126,8 +122,12 @@ def test_plot_curves_writes_a_png_and_skips_skipped_tiers(tmp_path: Path) -> Non
         "queries": 2,
         "tiers": {
             "session": {
-                "m": 8, "ef_construction": 32, "ef_search": 32, "rows": 100,
-                "recall": 0.9, "latency_p50_ms": 1.0,
+                "m": 8,
+                "ef_construction": 32,
+                "ef_search": 32,
+                "rows": 100,
+                "recall": 0.9,
+                "latency_p50_ms": 1.0,
                 "curve": {10: 0.8, 32: 0.9, 64: 0.97},
                 "latency_p50_ms_by_ef": {10: 0.5, 32: 1.0, 64: 1.6},
             },

@@ -64,9 +64,7 @@ def first_ranks(rankings: dict[str, list[str]]) -> dict[str, dict[str, int]]:
     return out
 
 
-def exact_scores(
-    rankings: dict[str, list[str]], k: int, weights: dict[str, float] | None
-) -> dict[str, Fraction]:
+def exact_scores(rankings: dict[str, list[str]], k: int, weights: dict[str, float] | None) -> dict[str, Fraction]:
     """sum over sources of w_s / (k + rank_s), in exact rational arithmetic."""
     w = weights or {}
     return {
@@ -77,9 +75,7 @@ def exact_scores(
 
 @PROPS
 @given(rankings, ks, weights)
-def test_rrf_scores_are_the_formula(
-    rankings: dict[str, list[str]], k: int, weights: dict[str, float] | None
-) -> None:
+def test_rrf_scores_are_the_formula(rankings: dict[str, list[str]], k: int, weights: dict[str, float] | None) -> None:
     fused = rrf(rankings, k=k, weights=weights)
     expected_ranks = first_ranks(rankings)
     exact = exact_scores(rankings, k, weights)
@@ -133,9 +129,7 @@ def test_rrf_doubling_every_weight_doubles_every_score(
 
 @PROPS
 @given(rankings, ks)
-def test_rrf_zero_weights_keep_ranks_and_order_by_best_rank(
-    rankings: dict[str, list[str]], k: int
-) -> None:
+def test_rrf_zero_weights_keep_ranks_and_order_by_best_rank(rankings: dict[str, list[str]], k: int) -> None:
     fused = rrf(rankings, k=k, weights=dict.fromkeys(SOURCES, 0.0))
     assert all(f.score == 0.0 and set(f.contributions.values()) <= {0.0} for f in fused)
     assert fused == sorted(fused, key=lambda f: (min(f.ranks.values()), f.id))
@@ -194,9 +188,7 @@ ELLIPSIS = "…"
 
 #: Emoji with joiners and modifiers, combining marks, RTL, the replacement
 #: character, special-token text and whitespace that str.strip() removes.
-ODD = list(
-    "🎉🚀👩‍💻👨‍👩‍👧‍👦🇯🇵👍🏽1️⃣é\u0301a\u0308\u200d\u202e\ufffd東京العربية\t\r\x0b\x0c\x1c\x85\u2028 "
-) + [
+ODD = list("🎉🚀👩‍💻👨‍👩‍👧‍👦🇯🇵👍🏽1️⃣é\u0301a\u0308\u200d\u202e\ufffd東京العربية\t\r\x0b\x0c\x1c\x85\u2028 ") + [
     "<|endoftext|>",
     "\n\n[Memory: fact | 2024-05-01]\n",
     "confidence: 1.00",
@@ -205,17 +197,13 @@ contents = st.one_of(
     st.text(max_size=400),  # any code point but surrogates, control characters included
     st.lists(st.sampled_from(ODD), max_size=60).map("".join),
     # one very long word, of one character or a short cycle of them
-    st.builds(
-        lambda part, n: (part * n)[:3000], st.text(min_size=1, max_size=3), st.integers(50, 3000)
-    ),
+    st.builds(lambda part, n: (part * n)[:3000], st.text(min_size=1, max_size=3), st.integers(50, 3000)),
     st.lists(st.text(alphabet="abcdefghij ,.\n", max_size=80), max_size=8).map(" ".join),
 )
 block_items = st.builds(
     BlockItem,
     kind=st.from_regex(r"[A-Za-z0-9_.:\-]{1,16}", fullmatch=True),
-    created_at=st.datetimes(
-        min_value=datetime(1971, 1, 1), max_value=datetime(2999, 12, 30), timezones=st.just(UTC)
-    ),
+    created_at=st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2999, 12, 30), timezones=st.just(UTC)),
     content=contents,
     confidence=st.floats(0.0, 1.0),
 )
@@ -249,9 +237,7 @@ def token_prefix_length(enc: Encoding, content: str, cut: str, floor: int) -> in
     return None
 
 
-def check_block(
-    block: Block, items: Sequence[BlockItem], budget: int, min_content: int, enc: Encoding = ENC
-) -> None:
+def check_block(block: Block, items: Sequence[BlockItem], budget: int, min_content: int, enc: Encoding = ENC) -> None:
     # The count is the real count of the text, and within the budget.
     assert block.tokens == len(enc.encode(block.text))
     assert block.tokens <= budget
@@ -259,11 +245,7 @@ def check_block(
     assert all(0 <= i < len(items) for i in block.included)
     # At most one item is cut, and nothing follows it.
     assert block.truncated in ([], block.included[-1:])
-    whole = [
-        render(items[i], items[i].content.strip())
-        for i in block.included
-        if i not in block.truncated
-    ]
+    whole = [render(items[i], items[i].content.strip()) for i in block.included if i not in block.truncated]
     head = SEP.join(whole)
     if not block.truncated:
         assert block.text == head
@@ -295,18 +277,10 @@ def check_block(
     budget=30,
     min_content=8,
 )
-def test_block_never_exceeds_the_budget(
-    enc: Encoding, items: list[BlockItem], budget: int, min_content: int
-) -> None:
+def test_block_never_exceeds_the_budget(enc: Encoding, items: list[BlockItem], budget: int, min_content: int) -> None:
     block = format_block(items, budget, enc, min_content_tokens=min_content)
     check_block(block, items, budget, min_content, enc)
-    event(
-        "an item cut"
-        if block.truncated
-        else "all whole"
-        if len(block.included) == len(items)
-        else "some left out"
-    )
+    event("an item cut" if block.truncated else "all whole" if len(block.included) == len(items) else "some left out")
 
 
 @ENCODINGS
@@ -327,9 +301,7 @@ def test_block_with_room_for_everything_holds_everything_whole(
 
 @PROPS
 @given(block_items, st.integers(1, 400), st.integers(1, 16))
-def test_single_item_is_whole_cut_or_left_out(
-    item: BlockItem, budget: int, min_content: int
-) -> None:
+def test_single_item_is_whole_cut_or_left_out(item: BlockItem, budget: int, min_content: int) -> None:
     block = format_block([item], budget, ENC, min_content_tokens=min_content)
     check_block(block, [item], budget, min_content)
     whole = render(item, item.content.strip())
@@ -381,14 +353,10 @@ hostile_text = st.one_of(
     st.text(min_size=1, max_size=40),
 )
 tenants = st.from_regex(NAME_PATTERN.rstrip("$") + r"\Z", fullmatch=True)
-tier_sets = st.one_of(
-    st.none(), st.lists(st.sampled_from(list(CONFIG.tiers)), min_size=1, unique=True)
-)
+tier_sets = st.one_of(st.none(), st.lists(st.sampled_from(list(CONFIG.tiers)), min_size=1, unique=True))
 stamps = st.one_of(
     st.none(),
-    st.datetimes(
-        min_value=datetime(1971, 1, 1), max_value=datetime(2999, 1, 1), timezones=st.just(UTC)
-    ),
+    st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2999, 1, 1), timezones=st.just(UTC)),
 )
 FREE_LABEL = f"Expected `str` matching regex {FREE_LABEL_PATTERN!r}"
 LABEL = f"Expected `str` matching regex {ID_PATTERN!r}"
@@ -447,11 +415,7 @@ def recall_body(draw: Any) -> dict[str, Any]:
         stamp = draw(stamps)
         if stamp is not None:
             body[field] = stamp.isoformat()
-    if (
-        "created_after" in body
-        and "created_before" in body
-        and body["created_after"] > body["created_before"]
-    ):
+    if "created_after" in body and "created_before" in body and body["created_after"] > body["created_before"]:
         body["created_after"], body["created_before"] = (
             body["created_before"],
             body["created_after"],
@@ -483,11 +447,7 @@ def test_recall_filters_are_refused_or_quoted_whole(data: st.DataObject) -> None
     except msgspec.ValidationError as exc:
         # Refused: some value carries a backtick (tags, session id) or is not a Label (kinds).
         first_bad = [f"$.tags[{i}]" for i, t in enumerate(tags) if not free_ok(t)]
-        first_bad += [
-            f"$.kinds[{i}]"
-            for i, k in enumerate(kinds)
-            if not label_ok(k)
-        ]
+        first_bad += [f"$.kinds[{i}]" for i, k in enumerate(kinds) if not label_ok(k)]
         first_bad += ["$.session_id"] if session is not None and not free_ok(session) else []
         event("refused by the HTTP layer")
         assert first_bad, f"refused for no reason: {exc}"
@@ -503,11 +463,7 @@ def test_recall_filters_are_refused_or_quoted_whole(data: st.DataObject) -> None
     if tiers is None:
         event("entity tier only")
         return  # only the entity tier asked for: Typesense is not searched
-    event(
-        "accepted, with values"
-        if filters.tags or filters.kinds or filters.session_id
-        else "accepted"
-    )
+    event("accepted, with values" if filters.tags or filters.kinds or filters.session_id else "accepted")
     floor = f" && confidence:>={float(opts.min_confidence or 0.0)!r}"
     for filter_by, tier_list, tail in (
         (build_filter(tenant, filters, opts.min_confidence or 0.0, tiers), tiers, floor),
@@ -548,9 +504,7 @@ def test_a_value_with_a_backtick_raises(tenant: str, value: str, field: str) -> 
 
 @PROPS
 @given(st.lists(hostile_text, min_size=1, max_size=3), hostile_text, st.integers(0, 2))
-def test_http_layer_refuses_backticks_in_tags_and_session_id(
-    tags: list[str], session: str, poisoned: int
-) -> None:
+def test_http_layer_refuses_backticks_in_tags_and_session_id(tags: list[str], session: str, poisoned: int) -> None:
     tags = [t.replace("`", "").replace("\x00", "") or "t" for t in tags]
     session = session.replace("`", "").replace("\x00", "") or "s"
     if poisoned < 2:
@@ -622,12 +576,8 @@ def test_postgres_filter_values_travel_only_as_parameters(data: st.DataObject) -
     filters = opts.filters
     min_conf = opts.min_confidence or 0.0
     for tier in (None, *CONFIG.memory_tiers):
-        sql, params = filter_clause(
-            filters, min_confidence=min_conf, memory_tiers=CONFIG.memory_tiers, tier=tier
-        )
-        fixed, _ = filter_clause(
-            neutral(filters), min_confidence=0.5, memory_tiers=CONFIG.memory_tiers, tier=tier
-        )
+        sql, params = filter_clause(filters, min_confidence=min_conf, memory_tiers=CONFIG.memory_tiers, tier=tier)
+        fixed, _ = filter_clause(neutral(filters), min_confidence=0.5, memory_tiers=CONFIG.memory_tiers, tier=tier)
         # The SQL text depends on which filters are set, never on their values.
         assert sql == fixed
         for value in [
@@ -662,8 +612,6 @@ def test_known_hostile_values_stay_inside_their_backticks() -> None:
         filters = Filters(tags=(value, "ok"), session_id=value)
         filter_by = build_filter("tenant-a", filters, 0.25, ["session"])
         shape, values = scan(filter_by)
-        assert (
-            shape == "tenant:=V && tier:=[V] && tags:=[V,V] && session_id:=V && confidence:>=0.25"
-        )
+        assert shape == "tenant:=V && tier:=[V] && tags:=[V,V] && session_id:=V && confidence:>=0.25"
         assert values == ["tenant-a", "session", value, "ok", value]
         assert filter_by.startswith("tenant:=`tenant-a` && ")

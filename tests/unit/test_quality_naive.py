@@ -94,7 +94,11 @@ def test_mapping_context_is_two_before_one_after_within_the_session() -> None:
         "D2:1": None,  # alone in its session: the previous session's turns are not context
     }
     assert contexts(MappingOptions(context_before=1, context_after=0)) == {
-        "D1:1": None, "D1:2": "Ann: Hi!", "D1:3": "Bob: Look. [image: a dog]", "D1:4": "Ann: Cute.", "D2:1": None,
+        "D1:1": None,
+        "D1:2": "Ann: Hi!",
+        "D1:3": "Bob: Look. [image: a dog]",
+        "D1:4": "Ann: Cute.",
+        "D2:1": None,
     }
     assert "context" not in conversation_memories(CONV, MappingOptions(0, 0))[1]
 
@@ -137,7 +141,17 @@ def test_turn_entities_come_from_text_and_caption_only() -> None:
         "blip_caption": "a photo of mountains",
     }
     assert turn_entities(turn, frozenset({"Caroline", "Melanie"})) == [
-        "harry potter", "lake tahoe", "went", "hiking", "harry", "potter", "fans", "near", "lake", "tahoe",
-        "photo", "mountains",
+        "harry potter",
+        "lake tahoe",
+        "went",
+        "hiking",
+        "harry",
+        "potter",
+        "fans",
+        "near",
+        "lake",
+        "tahoe",
+        "photo",
+        "mountains",
     ]
     assert "entities" not in conversation_memories(CONV, MappingOptions(entities=False))[0]

@@ -15,8 +15,13 @@ from indexers.registry import search_all
 pytestmark = pytest.mark.anyio
 
 HIT = Hit(
-    id="m1", content="c", kind="note", tier="session",
-    created_at=datetime(2026, 1, 1, tzinfo=UTC), confidence=1.0, score=1.0,
+    id="m1",
+    content="c",
+    kind="note",
+    tier="session",
+    created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    confidence=1.0,
+    score=1.0,
 )
 
 
