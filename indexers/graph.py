@@ -41,7 +41,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from config import BraidConfig, source_defaults
+from config import BraidConfig
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .pgvector import nearest_sql, set_search_params
@@ -53,7 +53,7 @@ from .postgres import (
     name_candidates,
     tenant_transaction,
 )
-from .registry import SourceSpec, register
+from .registry import register
 
 #: The tenant's entities nearest to the query vector (seeds of the walk).
 _SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
@@ -321,11 +321,4 @@ class GraphSource(PoolSource):
         return [hit_from_row(r, float(r["score"])) for r in rows]
 
 
-register(
-    SourceSpec(
-        name="graph",
-        build=lambda deps: GraphSource(deps.pool, deps.get_config),
-        defaults=source_defaults()["graph"],
-        store="postgres",
-    )
-)
+register(GraphSource.spec())

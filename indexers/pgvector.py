@@ -25,11 +25,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from config import BraidConfig, TierConfig, is_safe_name, source_defaults
+from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
-from .registry import SourceSpec, register
+from .registry import register
 
 __all__ = [
     "PgvectorSource",
@@ -235,12 +235,4 @@ class PgvectorSource(PoolSource):
         return rows
 
 
-register(
-    SourceSpec(
-        name="pgvector",
-        build=lambda deps: PgvectorSource(deps.pool, deps.get_config),
-        defaults=source_defaults()["pgvector"],
-        store="postgres",
-        covers_vectors=True,
-    )
-)
+register(PgvectorSource.spec(covers_vectors=True))

@@ -8,7 +8,7 @@ are thin: decode a Struct, call one engine method, return a Struct.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     TooManyRequestsException,
 )
-from litestar.handlers import BaseRouteHandler
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, JSONBody
@@ -118,16 +118,17 @@ AGENT = [authenticate]
 ADMIN = [authenticate, require_admin]
 
 
+def v1(
+    kind: Callable[..., HTTPRouteHandler], path: str, summary: str, *errors: int, status_code: int = 200
+) -> HTTPRouteHandler:
+    """An agent route: the key's guard, its status, and the error answers it documents."""
+    return kind(path, guards=AGENT, status_code=status_code, summary=summary, responses=problem_responses(*errors))
+
+
 # --- handlers -----------------------------------------------------------------
 
 
-@post(
-    "/v1/memories",
-    guards=AGENT,
-    status_code=HTTP_201_CREATED,
-    summary="Write memories",
-    responses=problem_responses(400, 401, 413, 415, 429, 503),
-)
+@v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_memories(
     data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> IdsOut:
@@ -135,13 +136,7 @@ async def write_memories(
     return IdsOut(ids=await engine.write_memories(principal.tenant, writes))
 
 
-@delete(
-    "/v1/memories/{memory_id:path}",
-    guards=AGENT,
-    status_code=200,
-    summary="Delete a memory from every store",
-    responses=problem_responses(400, 401, 404, 429, 503),
-)
+@v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503)
 async def delete_memory(
     memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> DeletedOut:
@@ -151,13 +146,7 @@ async def delete_memory(
     return DeletedOut(deleted=mid)
 
 
-@post(
-    "/v1/graph",
-    guards=AGENT,
-    status_code=HTTP_201_CREATED,
-    summary="Write entities and relations",
-    responses=problem_responses(400, 401, 413, 415, 429, 503),
-)
+@v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_graph(
     data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> GraphOut:
@@ -165,12 +154,15 @@ async def write_graph(
     return GraphOut(**await engine.write_graph(principal.tenant, graph))
 
 
-@delete(
+@v1(
+    delete,
     "/v1/graph/relations",
-    guards=AGENT,
-    status_code=200,
-    summary="Delete the relations from one entity to another (one relation name, or all)",
-    responses=problem_responses(400, 401, 404, 429, 503),
+    "Delete the relations from one entity to another (one relation name, or all)",
+    400,
+    401,
+    404,
+    429,
+    503,
 )
 async def delete_relations(
     source: FromQuery[str],
@@ -187,12 +179,15 @@ async def delete_relations(
     return RelationsDeletedOut(deleted=count)
 
 
-@delete(
+@v1(
+    delete,
     "/v1/graph/entities/{name:path}",
-    guards=AGENT,
-    status_code=200,
-    summary="Delete an entity with its relations and mentions (memories stay)",
-    responses=problem_responses(400, 401, 404, 429, 503),
+    "Delete an entity with its relations and mentions (memories stay)",
+    400,
+    401,
+    404,
+    429,
+    503,
 )
 async def delete_entity(
     name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
@@ -204,13 +199,7 @@ async def delete_entity(
     return EntityDeletedOut(deleted=entity, relations=relations)
 
 
-@post(
-    "/v1/recall",
-    guards=AGENT,
-    status_code=200,
-    summary="Recall: the pre-inference memory block",
-    responses=problem_responses(400, 401, 413, 415, 429, 503),
-)
+@v1(post, "/v1/recall", "Recall: the pre-inference memory block", 400, 401, 413, 415, 429, 503)
 async def recall(
     data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> RecallOut:

@@ -9,10 +9,11 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
-from config.schema import BraidConfig
+from config import BraidConfig, source_defaults
 
-from ..base import SourceUnavailable
+from ..base import Hit, SearchQuery, SourceUnavailable
 from ..migrations import TENANT_ROLE, migrate
+from ..registry import SourceSpec
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -87,10 +88,25 @@ class PoolSource:
     """Base of the sources that read Postgres: a shared pool and the live config."""
 
     name: str
+    needs_vector: bool
 
     def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
         self._pool = pool
         self._get_config = get_config
 
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        raise NotImplementedError
+
     async def aclose(self) -> None:
         """Nothing to release: the pool belongs to the runtime."""
+
+    @classmethod
+    def spec(cls, *, covers_vectors: bool = False) -> SourceSpec:
+        """This source's registration: built on the runtime's pool, reading Postgres."""
+        return SourceSpec(
+            name=cls.name,
+            build=lambda deps: cls(deps.pool, deps.get_config),
+            defaults=source_defaults()[cls.name],
+            store="postgres",
+            covers_vectors=covers_vectors,
+        )

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -125,3 +126,29 @@ async def serve(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(transport=transport, base_url="http://braid.test", timeout=60) as client,
     ):
         yield client
+
+
+@dataclass
+class FileConfigured:
+    """A Braid whose config is a file the test rewrites and reloads."""
+
+    braid: Braid
+    path: Path
+
+    def write(self, text: str) -> None:
+        """Write the config file: ``text`` plus the test's own Typesense alias."""
+        self.path.write_text(f"typesense:\n  collection: {self.braid.alias}\n{text}")
+
+    async def reload(self, key: str = ADMIN_A) -> httpx.Response:
+        return await self.braid.client.post("/admin/config/reload", headers=self.braid.headers(key))
+
+
+@pytest.fixture
+async def configured(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> AsyncIterator[FileConfigured]:
+    path = tmp_path / "braid.yaml"
+    path.write_text("searchTopK: 10\n")
+    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
+    async with serve(app) as client:
+        yield FileConfigured(Braid(client=client, app=app, dsn=dsn, alias=alias), path)

@@ -11,7 +11,7 @@ import pytest
 from config import load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 
-from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid, make_app, serve
+from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid, FileConfigured, make_app, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -101,113 +101,90 @@ async def test_reindex_pgvector_applies_new_hnsw_settings(
         assert params == {"m": 12, "ef_construction": 48}
 
 
-async def test_config_reload_applies_and_bad_file_keeps_old(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
-) -> None:
-    path = tmp_path / "braid.yaml"
-    path.write_text("searchTopK: 10\n")
-    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
-        keep = f"typesense:\n  collection: {alias}\n"
-        await braid.remember(*({"content": f"Fact number {i} about the garden"} for i in range(8)))
-        await braid.synced()
-        assert len((await braid.recall("garden"))["items"]) == 8
+async def test_config_reload_applies_and_bad_file_keeps_old(configured: FileConfigured) -> None:
+    braid = configured.braid
+    await braid.remember(*({"content": f"Fact number {i} about the garden"} for i in range(8)))
+    await braid.synced()
+    assert len((await braid.recall("garden"))["items"]) == 8
 
-        path.write_text("searchTopK: 3\n" + keep)
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 200 and r.json()["reloaded"] is True
-        assert len((await braid.recall("garden"))["items"]) == 3
+    configured.write("searchTopK: 3\n")
+    r = await configured.reload()
+    assert r.status_code == 200 and r.json()["reloaded"] is True
+    assert len((await braid.recall("garden"))["items"]) == 3
 
-        path.write_text("searchTopK: 3\nrrf:\n  k: 0\n" + keep)
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 400
-        assert r.json()["detail"] == (
-            f"config not reloaded, the running config stays: {path}: Expected `int` >= 1 - at `$.rrf.k`"
-        )
-        assert len((await braid.recall("garden"))["items"]) == 3
+    configured.write("searchTopK: 3\nrrf:\n  k: 0\n")
+    r = await configured.reload()
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        f"config not reloaded, the running config stays: {configured.path}: Expected `int` >= 1 - at `$.rrf.k`"
+    )
+    assert len((await braid.recall("garden"))["items"]) == 3
 
-        r = await braid.post("/admin/config/reload", {}, key=AGENT_A)
-        assert r.status_code == 403
+    r = await configured.reload(key=AGENT_A)
+    assert r.status_code == 403
 
 
-async def test_reload_refuses_to_remove_a_tier_that_holds_memories(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
-) -> None:
+TIERS = "tiers:\n  {first}:\n    holds: memories\n  entities:\n    holds: entities\n  {second}:\n    holds: memories\n"
+
+
+async def test_reload_refuses_to_remove_a_tier_that_holds_memories(configured: FileConfigured) -> None:
     """Renaming the default tier used to reload fine and then refuse every write
     without `tier` and find nothing: now the reload is refused, the running config
     stays, and a tier may be renamed once it is empty."""
-    path = tmp_path / "braid.yaml"
-    path.write_text("searchTopK: 10\n")
-    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
-        keep = f"typesense:\n  collection: {alias}\n"
-        tiers = (
-            "tiers:\n  {first}:\n    holds: memories\n  entities:\n    holds: entities\n"
-            "  {second}:\n    holds: memories\n"
-        )
-        await braid.remember({"content": "The garden gate is green", "id": "g1"})
-        await braid.synced()
+    braid = configured.braid
+    await braid.remember({"content": "The garden gate is green", "id": "g1"})
+    await braid.synced()
 
-        path.write_text(keep + "defaultTier: chat\n" + tiers.format(first="chat", second="rag"))
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 400
-        assert r.json()["detail"] == (
-            "config not reloaded, the running config stays: the new config removes tier(s) "
-            "['session'] that hold memories; keep them (a tier may be renamed only once it is "
-            "empty); config not reloaded"
-        )
-        await braid.remember({"content": "The garden shed is blue", "id": "g2"})
-        await braid.synced()
-        assert {i["id"] for i in (await braid.recall("garden"))["items"]} == {"g1", "g2"}
+    configured.write("defaultTier: chat\n" + TIERS.format(first="chat", second="rag"))
+    r = await configured.reload()
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        "config not reloaded, the running config stays: the new config removes tier(s) "
+        "['session'] that hold memories; keep them (a tier may be renamed only once it is "
+        "empty); config not reloaded"
+    )
+    await braid.remember({"content": "The garden shed is blue", "id": "g2"})
+    await braid.synced()
+    assert {i["id"] for i in (await braid.recall("garden"))["items"]} == {"g1", "g2"}
 
-        # The default tier must hold memories.
-        path.write_text(keep + "defaultTier: entities\n")
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 400
-        assert "defaultTier 'entities' is not a tier holding memories" in r.json()["detail"]
+    # The default tier must hold memories.
+    configured.write("defaultTier: entities\n")
+    r = await configured.reload()
+    assert r.status_code == 400
+    assert "defaultTier 'entities' is not a tier holding memories" in r.json()["detail"]
 
-        # `rag` is empty: renaming it is fine, and the default tier can move.
-        path.write_text(keep + "defaultTier: archive\n" + tiers.format(first="session", second="archive"))
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 200, r.text
-        await braid.remember({"content": "The garden path is gravel", "id": "g3"})
-        await braid.synced()
-        items = {i["id"]: i["tier"] for i in (await braid.recall("garden"))["items"]}
-        assert items == {"g1": "session", "g2": "session", "g3": "archive"}
+    # `rag` is empty: renaming it is fine, and the default tier can move.
+    configured.write("defaultTier: archive\n" + TIERS.format(first="session", second="archive"))
+    r = await configured.reload()
+    assert r.status_code == 200, r.text
+    await braid.remember({"content": "The garden path is gravel", "id": "g3"})
+    await braid.synced()
+    items = {i["id"]: i["tier"] for i in (await braid.recall("garden"))["items"]}
+    assert items == {"g1": "session", "g2": "session", "g3": "archive"}
 
 
-async def test_reload_names_keys_that_need_a_restart(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
-) -> None:
-    path = tmp_path / "braid.yaml"
-    path.write_text("searchTopK: 10\n")
-    app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
-        before = braid.runtime.engine.config.current
-        path.write_text(
-            f"searchTopK: 4\ntypesense:\n  collection: {alias}\n"
-            "server:\n  port: 9999\n  maxBodyBytes: 2048\nsync:\n  batchSize: 8\n"
-            "embedding:\n  queryDeadlineMs: 400\n"
-        )
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 200, r.text
-        assert r.json()["restart_required"] == ["server.maxBodyBytes", "server.port", "sync.batchSize"]
-        now = braid.runtime.engine.config.current
-        # The rest is in force; the start-up keys keep their running values.
-        assert now.search_top_k == 4
-        assert now.embedding.query_deadline_ms == 400  # read at every recall: reloadable
-        assert now.server == before.server and now.sync == before.sync
+async def test_reload_names_keys_that_need_a_restart(configured: FileConfigured) -> None:
+    before = configured.braid.runtime.engine.config.current
+    configured.write(
+        "searchTopK: 4\nserver:\n  port: 9999\n  maxBodyBytes: 2048\nsync:\n  batchSize: 8\n"
+        "embedding:\n  queryDeadlineMs: 400\n"
+    )
+    r = await configured.reload()
+    assert r.status_code == 200, r.text
+    assert r.json()["restart_required"] == ["server.maxBodyBytes", "server.port", "sync.batchSize"]
+    now = configured.braid.runtime.engine.config.current
+    # The rest is in force; the start-up keys keep their running values.
+    assert now.search_top_k == 4
+    assert now.embedding.query_deadline_ms == 400  # read at every recall: reloadable
+    assert now.server == before.server and now.sync == before.sync
 
-        path.write_text(f"typesense:\n  collection: {alias}\nembedding:\n  writeBatch: 8\n")
-        r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
-        assert r.status_code == 400
-        assert r.json()["detail"] == (
-            "config not reloaded, the running config stays: "
-            "`embedding` cannot change without a restart; config not reloaded"
-        )
+    configured.write("embedding:\n  writeBatch: 8\n")
+    r = await configured.reload()
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        "config not reloaded, the running config stays: "
+        "`embedding` cannot change without a restart; config not reloaded"
+    )
 
 
 async def test_an_admin_key_acts_on_every_tenant(braid: Braid) -> None:

@@ -31,7 +31,7 @@ LISTS = {"a": [H1, H2, H3], "b": [H3_OTHER, H1], "c": []}
 PLAIN = QueryPlan(text="q", speakers=(), dates=())
 
 
-def run(plan: QueryPlan = PLAIN, **changes: object):  # type: ignore[no-untyped-def]
+def run(plan: QueryPlan = PLAIN, lists: dict[str, list[Hit]] = LISTS, **changes: object):  # type: ignore[no-untyped-def]
     args: dict[str, object] = dict(
         k=K,
         weights={"a": 1.0, "b": 0.5},
@@ -43,7 +43,7 @@ def run(plan: QueryPlan = PLAIN, **changes: object):  # type: ignore[no-untyped-
         encoding=ENC,
     )
     args.update(changes)
-    return assemble(LISTS, plan, **args)  # type: ignore[arg-type]
+    return assemble(lists, plan, **args)  # type: ignore[arg-type]
 
 
 def test_floor_fusion_ranks_and_contributions() -> None:
@@ -86,16 +86,5 @@ def test_an_unweighted_source_counts_one_and_nothing_found_is_empty() -> None:
     answer = run(weights={})
     h1 = answer.items[0]
     assert h1.contributions == {"a": pytest.approx(1 / 61), "b": pytest.approx(1 / 62)}
-    empty = assemble(
-        {"a": []},
-        PLAIN,
-        k=K,
-        weights={},
-        speaker_boost=0,
-        time_boost=0,
-        min_confidence=0,
-        top_k=5,
-        budget=100,
-        encoding=ENC,
-    )
+    empty = run(lists={"a": []}, top_k=5, budget=100)
     assert (empty.items, empty.block, empty.tokens) == ([], "", 0)
