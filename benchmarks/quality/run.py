@@ -58,6 +58,23 @@ class ConfigRun:
 Job = tuple[Conversation, Question]
 
 
+async def post_retrying(
+    client: httpx.AsyncClient, path: str, body: Any, headers: dict[str, str], tries: int = 5
+) -> httpx.Response:
+    """POST as an agent runtime would: a 429 or 503 is retried after its
+    Retry-After (a write with ids replaces, so a retry is safe); any other
+    error, or the last try's, is raised with the service's detail."""
+    for attempt in range(tries):
+        r = await client.post(path, json=body, headers=headers)
+        if r.status_code not in (429, 503) or attempt == tries - 1:
+            break
+        print(f"{path}: {r.status_code} {r.json().get('detail')}; retrying", flush=True)
+        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+    if r.is_error:
+        raise RuntimeError(f"POST {path} answered {r.status_code}: {r.text}")
+    return r
+
+
 async def write_all(
     client: httpx.AsyncClient, svc: TenantService, convs: list[Conversation], options: MappingOptions
 ) -> dict[str, Any]:
@@ -67,8 +84,7 @@ async def write_all(
         memories = conversation_memories(conv, options)
         headers = svc.headers_by_tenant[conv.tenant]
         for i in range(0, len(memories), BATCH):
-            r = await client.post("/v1/memories", json={"memories": memories[i : i + BATCH]}, headers=headers)
-            r.raise_for_status()
+            await post_retrying(client, "/v1/memories", {"memories": memories[i : i + BATCH]}, headers)
         total += len(memories)
     written = time.perf_counter() - start
     synced = await asyncio.to_thread(svc.wait_synced)

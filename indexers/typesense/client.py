@@ -299,9 +299,13 @@ class TypesenseClient:
                 except BackendError as exc:
                     errors.append(exc)
 
-        async with anyio.create_task_group() as tg:
-            for i in range(len(groups)):
-                tg.start_soon(send, i)
+        if len(groups) == 1:
+            # The usual write of one memory: no tasks to schedule on a busy loop.
+            answers[0] = await self._import(collection, groups[0])
+        else:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(groups)):
+                    tg.start_soon(send, i)
         if errors:
             raise errors[0]
         docs = [doc for group in groups for doc in group]
