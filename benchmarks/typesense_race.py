@@ -54,7 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def _record(n: int, rng: random.Random, pool: list[tuple[float, ...]] | None = N
         content=f"memory {n} written at {time.monotonic():.3f}",
         kind="fact",
         tier="episodic",
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(UTC),
         confidence=1.0,
         embedding=rng.choice(pool) if pool else _vector(rng),
     )
@@ -155,7 +155,7 @@ async def _timing(url: str, api_key: str, args: argparse.Namespace) -> dict[int,
         return [_record(n, rng, pool) for n in range(next_id - size, next_id)]
 
     try:
-        for start in range(0, args.preload, 200):
+        for _start in range(0, args.preload, 200):
             await client.import_documents(collection, [record_document(r) for r in batch(200)])
         out: dict[int, dict[str, float]] = {}
         for size in args.sizes:
@@ -224,8 +224,11 @@ def _mode(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.typesense_race", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.typesense_race",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--max-docs", type=int, default=8, help="documents per write, 1 to this")
     parser.add_argument("--per-import", type=int, default=0, help="documents per import request (0: all)")
@@ -279,8 +282,10 @@ def _report_timing(args: argparse.Namespace, out: dict[int, dict[str, float]]) -
             f"| {size} | {t['one request']:.1f} | {t['shipped']:.1f} | {t['shipped'] - t['one request']:+.1f} "
             f"| {size / t['shipped'] * 1000:.0f} |"
         )
-        print(f"timing: {size} new documents a write: one request {t['one request']:.1f} ms, "
-              f"shipped {t['shipped']:.1f} ms (median of {args.repeats})")
+        print(
+            f"timing: {size} new documents a write: one request {t['one request']:.1f} ms, "
+            f"shipped {t['shipped']:.1f} ms (median of {args.repeats})"
+        )
     with Path(args.out).open("a") as f:
         f.write(
             f"\nTiming (`--timing`, {args.preload} documents preloaded, median of {args.repeats} writes each, "
