@@ -4,9 +4,9 @@ Each source hands over its ids best first; an id at rank ``r`` (1-based) in
 source ``s`` earns ``w_s / (k + r)`` and its fused score is the sum over the
 sources that returned it (Cormack et al., 2009, with per-source weights).
 
-The same function fuses the three search sources and, with
-``weights={"vector": 0.7, "keyword": 0.3}``, Typesense's keyword and vector
-lists. Documents are re-attached to the ids by the caller.
+The same function fuses the search sources (``sources.<name>.weight``) and,
+inside the Typesense source, its keyword and vector lists
+(``rrf.vectorWeight``). Documents are re-attached to the ids by the caller.
 """
 
 from __future__ import annotations

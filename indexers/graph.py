@@ -20,13 +20,12 @@
    The split uses the entity's true degree (``entities.mention_count``, kept
    exact by every write), but only the ``graph.mentionsPerEntity`` newest
    memories of each entity are read, so the step stays bounded however many
-   memories name a hub (reading them all took ~350 ms for ~50k mentions at
-   100k memories; capped, ~6 ms). Below the cap scores are exact. Above it,
-   what is dropped is shares of ``ppr / degree``, tiny per memory; but a
-   memory that earns its rank by naming several reached hubs can be missed
-   (or scored lower) if it is not among their newest, and filters apply after
-   the cap. ``mentionsPerEntity: 100000`` gives the exact ranking back (at
-   ~100 ms on that corpus: still 3-5x faster than before, nothing is dropped).
+   memories name a hub. Below the cap scores are exact. Above it, what is
+   dropped is shares of ``ppr / degree``, tiny per memory; but a memory that
+   earns its rank by naming several reached hubs can be missed (or scored
+   lower) if it is not among their newest, and filters apply after the cap.
+   A cap above every entity's degree gives the exact ranking back (the costs
+   measured: docs/design.md, "Measured choices").
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ session, tags, time) still returns ``limit`` rows when enough rows match.
 Whether the index or an exact scan answers is decided in the statement, not
 left to the planner: a bounded count of the rows the filter matches (at most
 the tier's ``exactBelow`` + 1, read from a btree) picks an exact distance sort
-for a small match set, the HNSW index otherwise. The planner's own choice
-flipped with table statistics (an exact scan of a 10k-row tenant: 13 ms
-against 5 ms through the index; benchmarks/results/load-tuning.md).
+for a small match set, the HNSW index otherwise, whatever the table's
+statistics say (why: docs/design.md, "Postgres").
 """
 
 from __future__ import annotations
