@@ -179,8 +179,9 @@ class ReindexJobs:
         with anyio.CancelScope(shield=True):
             try:
                 await lock.execute(f"SELECT pg_advisory_unlock({_JOB_LOCK})", (job_id,))
-            except psycopg.Error:
-                pass  # a broken connection: its lock went with it, the pool drops it
+            except psycopg.Error as exc:
+                # A broken connection: its lock went with it, the pool drops it.
+                log.info("reindex job %s: lock connection already broken (%s)", job_id, exc)
             await self._store.pool.putconn(lock)
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
