@@ -68,6 +68,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: Another source of this recall covers the vector's nearest memories
     #: (``SourceSpec.covers_vectors``): this one may leave vector search to it.
     vectors_covered: bool = False
+    #: "Now" for time-based scoring (UTC): the recall's ``reference_time`` or
+    #: the server's clock when the recall began.
+    reference_time: datetime | None = None
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):

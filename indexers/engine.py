@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
@@ -233,6 +234,7 @@ class Engine:
         top_k = opts.top_k or cfg.search_top_k
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
+        now = opts.reference_time or datetime.now(UTC)
         plan = await self.plan(tenant, opts.query)
 
         embedding_ms = 0.0
@@ -262,6 +264,7 @@ class Engine:
                 min_confidence=min_conf,
                 hops=opts.hops,
                 vectors_covered=bool(covering - {name}),
+                reference_time=now,
             )
             for name in wanted
         }

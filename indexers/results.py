@@ -3,7 +3,7 @@ side of the API; ``service.schemas`` is the HTTP side)."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from typing import Annotated, Literal
 
 import msgspec
@@ -33,6 +33,10 @@ class RecallOptions(msgspec.Struct, frozen=True):
     embedding: tuple[float, ...] | None = None
     #: Relation hops of the graph walk; None = graph.maxHops.
     hops: int | None = None
+    #: "Now" for the time-based factors (UTC); None = the server's clock.
+    reference_time: datetime | None = None
+    #: Record the returned memories' use (the bookkeeping queue).
+    track: bool = True
 
 
 class RecallItem(Shown, frozen=True, kw_only=True):

@@ -201,6 +201,10 @@ class RecallIn(_In, frozen=True):
     embedding: Vector | None = None
     #: Relation hops the graph walk may go (default graph.maxHops, at most limits.maxHops).
     hops: int | None = None
+    #: "Now" for the time-based ranking factors (RFC 3339; default the server's clock).
+    reference_time: Stamp | None = None
+    #: Count this recall's returned memories as used (``usage_count``, ``last_accessed_at``).
+    track: bool = True
 
 
 #: The recall answer is the engine's result, as is.

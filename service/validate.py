@@ -166,6 +166,8 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
         hops=body.hops,
+        reference_time=None if body.reference_time is None else _utc(body.reference_time, "reference_time"),
+        track=body.track,
     )
 
 
