@@ -19,12 +19,14 @@ from .sources import SourceConfig, TypesenseSourceConfig, source_defaults
 __all__ = [
     "ApiKey",
     "AuthConfig",
+    "BookkeepingConfig",
     "BraidConfig",
     "EmbeddingConfig",
     "GraphConfig",
     "LimitsConfig",
     "PostgresConfig",
     "QueryConfig",
+    "RankingConfig",
     "RrfConfig",
     "ServerConfig",
     "SourceConfig",
@@ -75,6 +77,31 @@ class QueryConfig(_Base, frozen=True):
     speaker_cache_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 5000
     #: Longest a recall waits for the speaker list (then it uses the last one read).
     speaker_lookup_ms: Annotated[int, Meta(ge=1, le=60_000)] = 200
+
+
+class RankingConfig(_Base, frozen=True):
+    """The memory factors applied after fusion (:mod:`fusion.factors`); a weight of 0 turns one off."""
+
+    #: score x (1 + w * h / (h + age in days)) before the recall's reference time.
+    recency_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
+    #: ``h`` above: the age at which the recency bonus is half of ``recencyWeight``.
+    recency_half_life_days: Annotated[float, Meta(gt=0.0, le=100_000.0)] = 30.0
+    #: score x (1 + w * (2 * importance - 1)); a memory written without importance is neutral.
+    importance_weight: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    #: score x (1 + w * min(1, ln(1 + n) / ln(1 + usageSaturation))) for a memory recalled n times.
+    usage_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
+    usage_saturation: Annotated[int, Meta(ge=1, le=1_000_000_000)] = 100
+
+
+class BookkeepingConfig(_Base, frozen=True):
+    """Recording which memories recalls return (``usage_count``, ``last_accessed_at``)."""
+
+    #: Returned memories waiting to be written; past it, new ones are dropped (counted).
+    queue_size: Annotated[int, Meta(ge=1, le=10_000_000)] = 100_000
+    #: Most memories written per statement.
+    batch_size: Annotated[int, Meta(ge=1, le=100_000)] = 1000
+    #: How long the writer waits to gather a batch.
+    flush_ms: Annotated[int, Meta(ge=1, le=600_000)] = 1000
 
 
 class TierConfig(_Base, frozen=True):
@@ -195,6 +222,8 @@ class BraidConfig(_Base, frozen=True):
     default_tier: Name = "session"
     rrf: RrfConfig = RrfConfig()
     query: QueryConfig = QueryConfig()
+    ranking: RankingConfig = RankingConfig()
+    bookkeeping: BookkeepingConfig = BookkeepingConfig()
     #: One section per registered source (:mod:`config.sources`), weights included.
     sources: dict[str, SourceConfig] = msgspec.field(default_factory=source_defaults)
     tiers: dict[Name, TierConfig] = msgspec.field(default_factory=_default_tiers)
@@ -255,7 +284,7 @@ class BraidConfig(_Base, frozen=True):
 
 #: Config sections read once at start-up: a reload that changes them names the
 #: changed keys as needing a restart and leaves them in force until then.
-RESTART_SECTIONS: tuple[str, ...] = ("server", "sync")
+RESTART_SECTIONS: tuple[str, ...] = ("server", "sync", "bookkeeping")
 
 #: Sections a reload may not change at all (the running pools, clients and
 #: model were built from them).

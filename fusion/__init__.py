@@ -1,8 +1,19 @@
 """Pure ranking and formatting: no I/O."""
 
-from fusion.assemble import Assembly, Candidate, Ranked, assemble
+from fusion.assemble import Assembly, Candidate, Ranked, Ranking, assemble, rank
 from fusion.block import Block, BlockItem, format_block
-from fusion.factors import Scored, apply_factors, score_factors
+from fusion.factors import (
+    FactorWeights,
+    Scored,
+    apply_factors,
+    importance_factor,
+    memory_factors,
+    recency_factor,
+    score_factors,
+    usage_candidates,
+    usage_factor,
+    with_usage,
+)
 from fusion.query import QueryPlan, analyze_query, date_ranges
 from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
@@ -11,6 +22,9 @@ __all__ = [
     "Assembly",
     "Candidate",
     "Ranked",
+    "Ranking",
+    "FactorWeights",
+    "rank",
     "assemble",
     "Block",
     "BlockItem",
@@ -25,4 +39,10 @@ __all__ = [
     "get_encoding",
     "rrf",
     "score_factors",
+    "importance_factor",
+    "memory_factors",
+    "recency_factor",
+    "usage_candidates",
+    "usage_factor",
+    "with_usage",
 ]

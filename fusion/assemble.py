@@ -1,27 +1,30 @@
 """The pure last step of a recall: source lists in, the ranked and budgeted answer out.
 
-:func:`assemble` drops candidates below the confidence floor, fuses the
-sources' lists with RRF, applies the query's factors, keeps the ``top_k``
-best and packs them into the token-budgeted memory block. It does no I/O and
-reads no config: everything it needs is an argument, so it is tested with
-exact values.
+:func:`rank` drops candidates below the confidence floor, fuses the
+sources' lists with RRF and applies the query, recency and importance
+factors; :meth:`Ranking.usage_ids` names the few candidates whose recall
+counts could still change the top; :meth:`Ranking.finish` applies those
+counts, keeps the ``top_k`` best and packs them into the token-budgeted
+memory block. :func:`assemble` does both at once. Nothing here does I/O or
+reads config: everything is an argument, so it is tested with exact values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
 from fusion.block import BlockItem, format_block
-from fusion.factors import apply_factors
+from fusion.factors import FactorWeights, Scored, apply_factors, usage_candidates, with_usage
 from fusion.query import QueryPlan
 from fusion.rrf import rrf
 from fusion.tokens import Encoding
 
-__all__ = ["Assembly", "Candidate", "Ranked", "assemble"]
+__all__ = ["Assembly", "Candidate", "Ranked", "Ranking", "assemble", "rank"]
 
 
 class Candidate(Protocol):
@@ -39,6 +42,8 @@ class Candidate(Protocol):
     def confidence(self) -> float: ...
     @property
     def speaker(self) -> str | None: ...
+    @property
+    def importance(self) -> float | None: ...
 
 
 C = TypeVar("C", bound=Candidate)
@@ -66,24 +71,71 @@ class Assembly(msgspec.Struct, Generic[C], frozen=True):
     tokens: int
 
 
-def assemble(
+@dataclass(frozen=True)
+class Ranking(Generic[C]):
+    """Every fused candidate, scored by all factors but usage, best first."""
+
+    #: The source names, in the order their lists were given.
+    sources: tuple[str, ...]
+    hits: Mapping[str, C]
+    scored: Sequence[Scored]
+    factors: FactorWeights
+
+    def usage_ids(self, top_k: int) -> list[str]:
+        """The ids whose recall counts :meth:`finish` needs (empty when usage is off)."""
+        return usage_candidates(self.scored, top_k, self.factors)
+
+    def finish(self, *, usage: Mapping[str, int], top_k: int, budget: int, encoding: Encoding) -> Assembly[C]:
+        """Apply the recall counts ``usage`` (id -> count), keep the ``top_k``
+        best and pack them into a block of at most ``budget`` tokens."""
+        hits = self.hits
+        top = with_usage(self.scored, usage, self.factors)[:top_k]
+        block = format_block(
+            [
+                BlockItem(
+                    kind=hits[s.fused.id].kind,
+                    created_at=hits[s.fused.id].created_at,
+                    content=hits[s.fused.id].content,
+                    confidence=hits[s.fused.id].confidence,
+                )
+                for s in top
+            ],
+            budget,
+            encoding,
+        )
+        included, truncated = set(block.included), set(block.truncated)
+        items = [
+            Ranked[C](
+                hit=hits[s.fused.id],
+                score=s.score,
+                rrf_score=s.fused.score,
+                ranks={n: s.fused.ranks.get(n) for n in self.sources},
+                contributions=dict(s.fused.contributions),
+                factors=s.factors,
+                in_block=i in included,
+                truncated=i in truncated,
+            )
+            for i, s in enumerate(top)
+        ]
+        return Assembly[C](items=items, block=block.text, tokens=block.tokens)
+
+
+def rank(
     lists: Mapping[str, Sequence[C]],
     plan: QueryPlan,
     *,
     k: int,
     weights: Mapping[str, float],
-    speaker_boost: float,
-    time_boost: float,
+    factors: FactorWeights,
+    reference_time: datetime,
     min_confidence: float,
-    top_k: int,
-    budget: int,
-    encoding: Encoding,
-) -> Assembly[C]:
-    """Fuse ``lists`` (source name -> hits, best first) into the answer.
+) -> Ranking[C]:
+    """Fuse ``lists`` (source name -> hits, best first) and score the candidates.
 
     A hit below ``min_confidence`` is dropped before ranks are counted. An id
     several sources return is one item; the hit shown is the first source's
     (in ``lists`` order). Ranks are 1-based, as :func:`fusion.rrf` counts them.
+    ``reference_time`` is "now" for the recency factor.
     """
     hits: dict[str, C] = {}
     rankings: dict[str, list[str]] = {}
@@ -93,39 +145,27 @@ def assemble(
         for h in kept:
             hits.setdefault(h.id, h)
     fused = rrf(rankings, k=k, weights={n: weights.get(n, 1.0) for n in rankings})
-    ranked = apply_factors(
-        fused,
-        lambda id: (hits[id].speaker, hits[id].created_at),
-        plan,
-        speaker_boost=speaker_boost,
-        time_boost=time_boost,
+    memory = {id: (h.speaker, h.created_at, h.importance) for id, h in hits.items()}
+    scored = apply_factors(fused, memory, plan, factors, reference_time)
+    return Ranking(tuple(lists), hits, scored, factors)
+
+
+def assemble(
+    lists: Mapping[str, Sequence[C]],
+    plan: QueryPlan,
+    *,
+    k: int,
+    weights: Mapping[str, float],
+    factors: FactorWeights,
+    reference_time: datetime,
+    min_confidence: float,
+    top_k: int,
+    budget: int,
+    encoding: Encoding,
+    usage: Mapping[str, int] | None = None,
+) -> Assembly[C]:
+    """:func:`rank` then :meth:`Ranking.finish`, with recall counts ``usage`` (default none)."""
+    ranking = rank(
+        lists, plan, k=k, weights=weights, factors=factors, reference_time=reference_time, min_confidence=min_confidence
     )
-    top = ranked[:top_k]
-    block = format_block(
-        [
-            BlockItem(
-                kind=hits[s.fused.id].kind,
-                created_at=hits[s.fused.id].created_at,
-                content=hits[s.fused.id].content,
-                confidence=hits[s.fused.id].confidence,
-            )
-            for s in top
-        ],
-        budget,
-        encoding,
-    )
-    included, truncated = set(block.included), set(block.truncated)
-    items = [
-        Ranked[C](
-            hit=hits[s.fused.id],
-            score=s.score,
-            rrf_score=s.fused.score,
-            ranks={n: s.fused.ranks.get(n) for n in lists},
-            contributions=dict(s.fused.contributions),
-            factors=s.factors,
-            in_block=i in included,
-            truncated=i in truncated,
-        )
-        for i, s in enumerate(top)
-    ]
-    return Assembly[C](items=items, block=block.text, tokens=block.tokens)
+    return ranking.finish(usage=usage or {}, top_k=top_k, budget=budget, encoding=encoding)

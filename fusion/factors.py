@@ -1,17 +1,35 @@
 """Factors applied to a fused RRF score after fusion.
 
-A factor multiplies the score of a memory that matches the structure the
-query named (:mod:`fusion.query`): ``speaker`` when the memory's speaker is
-one the query names, ``time`` when the memory was created on a day inside a
-date range the query names. Each is ``1 + boost``; a boost of 0 turns it
-off. The recall response lists the factors applied to each item, so
-``score == rrf_score * product(factors)`` can be checked by the caller.
+Two kinds, each a multiplier of the fused score listed by name in the
+recall's ``factors`` so ``score == rrf_score * product(factors)`` can be
+checked by the caller:
+
+- **Query factors** reward a memory that matches the structure the query
+  named (:mod:`fusion.query`): ``speaker`` (``1 + speakerBoost``) when its
+  speaker is one the query names, ``time`` (``1 + timeBoost``) when it was
+  created on a day inside a date range the query names.
+- **Memory factors** rank by what is known of the memory itself:
+  ``recency`` (``1 + w * h / (h + age)``, age in days before the reference
+  time, ``h`` the half-life: 1 + w for a memory of now, 1 + w/2 at one
+  half-life), ``importance`` (``1 + w * (2 * importance - 1)``: a memory
+  written without one is neutral and gets none) and ``usage``
+  (``1 + w * min(1, ln(1 + n) / ln(1 + saturation))`` for a memory recalled
+  ``n`` times; none for ``n == 0``).
+
+A weight (or boost) of 0 turns a factor off.
+
+Recency is hyperbolic rather than exponential: an exponential with a
+half-life of weeks is flat at 0 for everything older than a few months, so
+two values of one fact said three and nine months ago would score alike; the
+hyperbola (the power-law shape of human forgetting curves) still orders them,
+and never drives an old memory's score to 0, so a strong old match still
+beats a weak new one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 
 import msgspec
@@ -19,7 +37,45 @@ import msgspec
 from fusion.query import QueryPlan
 from fusion.rrf import Fused
 
-__all__ = ["Scored", "apply_factors", "score_factors"]
+__all__ = [
+    "FactorWeights",
+    "Scored",
+    "apply_factors",
+    "importance_factor",
+    "memory_factors",
+    "recency_factor",
+    "score_factors",
+    "usage_candidates",
+    "usage_factor",
+    "with_usage",
+]
+
+_DAY_S = 86_400.0
+
+
+class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
+    """The factors' weights and shapes; every weight 0 (off) by default."""
+
+    speaker_boost: float = 0.0
+    time_boost: float = 0.0
+    recency: float = 0.0
+    recency_half_life_days: float = 30.0
+    importance: float = 0.0
+    usage: float = 0.0
+    #: The recall count at which the usage signal reaches 1.
+    usage_saturation: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("speaker_boost", "time_boost", "recency", "importance", "usage"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if self.importance >= 1:
+            raise ValueError(f"importance must be below 1 (a factor must stay positive), got {self.importance!r}")
+        if not (math.isfinite(self.recency_half_life_days) and self.recency_half_life_days > 0):
+            raise ValueError(f"recency_half_life_days must be > 0, got {self.recency_half_life_days!r}")
+        if self.usage_saturation < 1:
+            raise ValueError(f"usage_saturation must be >= 1, got {self.usage_saturation!r}")
 
 
 class Scored(msgspec.Struct, frozen=True):
@@ -28,6 +84,23 @@ class Scored(msgspec.Struct, frozen=True):
     fused: Fused
     factors: dict[str, float]
     score: float
+
+
+def recency_factor(created_at: datetime, reference_time: datetime, weight: float, half_life_days: float) -> float:
+    """``1 + weight * h / (h + age_days)``; a memory created after the
+    reference time counts as new (age 0)."""
+    age = max(0.0, (reference_time - created_at).total_seconds() / _DAY_S)
+    return 1.0 + weight * half_life_days / (half_life_days + age)
+
+
+def importance_factor(importance: float, weight: float) -> float:
+    """``1 + weight * (2 * importance - 1)``: 0.5 is neutral, 1 the most."""
+    return 1.0 + weight * (2.0 * importance - 1.0)
+
+
+def usage_factor(count: int, weight: float, saturation: int) -> float:
+    """``1 + weight * min(1, ln(1 + count) / ln(1 + saturation))``."""
+    return 1.0 + weight * min(1.0, math.log1p(count) / math.log1p(saturation))
 
 
 def score_factors(
@@ -39,7 +112,7 @@ def score_factors(
     speaker_boost: float,
     time_boost: float,
 ) -> dict[str, float]:
-    """The factors a memory earns; empty when none applies.
+    """The query factors a memory earns; empty when none applies.
 
     Speakers match case-insensitively; ``created_at`` is compared by its
     calendar day (in the zone it carries; Braid stores UTC).
@@ -59,32 +132,78 @@ def score_factors(
     return factors
 
 
+def memory_factors(
+    *, created_at: datetime, importance: float | None, reference_time: datetime, weights: FactorWeights
+) -> dict[str, float]:
+    """The recency and importance factors of one memory (usage comes later,
+    from :func:`with_usage`)."""
+    factors: dict[str, float] = {}
+    if weights.recency:
+        factors["recency"] = recency_factor(created_at, reference_time, weights.recency, weights.recency_half_life_days)
+    if weights.importance and importance is not None:
+        factors["importance"] = importance_factor(importance, weights.importance)
+    return factors
+
+
+def _order(s: Scored) -> tuple[float, int, str]:
+    return (-s.score, min(s.fused.ranks.values()), s.fused.id)
+
+
 def apply_factors(
     fused: Sequence[Fused],
-    memory: Callable[[str], tuple[str | None, datetime]],
+    memory: Mapping[str, tuple[str | None, datetime, float | None]],
     plan: QueryPlan,
-    *,
-    speaker_boost: float,
-    time_boost: float,
+    weights: FactorWeights,
+    reference_time: datetime,
 ) -> list[Scored]:
-    """Every fused candidate with its factors, best first.
+    """Every fused candidate with its query, recency and importance factors, best first.
 
-    ``memory(id)`` gives the memory's ``(speaker, created_at)``. Applied to
-    every candidate, not just the top, so a boosted memory from deep in a list
-    can still reach the top. Ties go to the best single rank, then the id, as
-    in :func:`fusion.rrf`.
+    ``memory[id]`` is the memory's ``(speaker, created_at, importance)``.
+    Applied to every candidate, not just the top, so a boosted memory from
+    deep in a list can still reach the top. Ties go to the best single rank,
+    then the id, as in :func:`fusion.rrf`.
     """
     scored = []
     for f in fused:
-        speaker, created_at = memory(f.id)
+        speaker, created_at, importance = memory[f.id]
         factors = score_factors(
             speaker=speaker,
             created_at=created_at,
             speakers=plan.speakers,
             dates=plan.dates,
-            speaker_boost=speaker_boost,
-            time_boost=time_boost,
+            speaker_boost=weights.speaker_boost,
+            time_boost=weights.time_boost,
+        )
+        factors.update(
+            memory_factors(created_at=created_at, importance=importance, reference_time=reference_time, weights=weights)
         )
         scored.append(Scored(f, factors, f.score * math.prod(factors.values())))
-    scored.sort(key=lambda s: (-s.score, min(s.fused.ranks.values()), s.fused.id))
+    scored.sort(key=_order)
     return scored
+
+
+def usage_candidates(scored: Sequence[Scored], top_k: int, weights: FactorWeights) -> list[str]:
+    """The ids whose usage could change the top ``top_k``: every usage factor
+    is at least 1 and at most ``1 + weights.usage``, so a candidate below the
+    ``top_k``-th score divided by that cannot reach the top. Empty when usage
+    is off."""
+    if not weights.usage or not scored:
+        return []
+    floor = scored[min(top_k, len(scored)) - 1].score / (1.0 + weights.usage)
+    return [s.fused.id for s in scored if s.score >= floor]
+
+
+def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: FactorWeights) -> list[Scored]:
+    """``scored`` with the usage factor of each id ``counts`` holds (recall
+    counts; a missing or zero count earns none), best first again."""
+    if not weights.usage:
+        return list(scored)
+    out = []
+    for s in scored:
+        n = counts.get(s.fused.id, 0)
+        if n > 0:
+            f = usage_factor(n, weights.usage, weights.usage_saturation)
+            s = Scored(s.fused, {**s.factors, "usage": f}, s.score * f)
+        out.append(s)
+    out.sort(key=_order)
+    return out

@@ -88,6 +88,8 @@ class Shown(msgspec.Struct, frozen=True, kw_only=True):
     confidence: float
     #: Who said or wrote it (a person's name, ``user``, ``assistant``).
     speaker: str | None = None
+    #: How much it matters, 0-1, as written; ``None`` (not given) is neutral.
+    importance: float | None = None
 
 
 class Hit(Shown, frozen=True, kw_only=True):
@@ -176,7 +178,6 @@ class MemoryRecord(Shown, frozen=True, kw_only=True):
     shown fields and the rest of the row (:data:`RECORD_FIELDS`)."""
 
     tenant: str
-    importance: float | None = None
     session_id: str | None = None
     tags: tuple[str, ...] = ()
     #: Indexed-only text (e.g. the neighbouring turns): searched by keyword,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import anyio
@@ -18,9 +18,10 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
-from fusion import QueryPlan, analyze_query, assemble, get_encoding
+from fusion import Assembly, FactorWeights, QueryPlan, analyze_query, get_encoding, rank
 
-from .base import SHOWN_FIELDS, SearchQuery, Source, WriteTimeout, postgres_errors
+from .base import SHOWN_FIELDS, Hit, SearchQuery, Source, WriteTimeout, postgres_errors
+from .bookkeeping import Bookkeeper
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
 from .registry import DEGRADED, SourceResult, registered, search_all
@@ -67,8 +68,11 @@ class Engine:
         store: PostgresStore,
         sources: Mapping[str, Source],
         embedder: Embedder,
+        bookkeeper: Bookkeeper | None = None,
     ) -> None:
         self.config = config
+        #: Records what recalls return; None: no usage is read or recorded.
+        self.bookkeeper = bookkeeper
         self.store = store
         self.sources = dict(sources)
         #: The sources whose lists cover the vector's neighbours (SourceSpec.covers_vectors).
@@ -269,70 +273,85 @@ class Engine:
             for name in wanted
         }
         results = await search_all(self.sources, queries, cfg)
-        return self._fuse(
-            cfg,
-            results,
-            plan,
-            top_k=top_k,
-            budget=budget,
-            min_conf=min_conf,
-            embedding_ms=embedding_ms,
-            embedding_status=embedding_status,
-        )
-
-    def _fuse(
-        self,
-        cfg: BraidConfig,
-        results: Mapping[str, SourceResult],
-        plan: QueryPlan,
-        *,
-        top_k: int,
-        budget: int,
-        min_conf: float,
-        embedding_ms: float,
-        embedding_status: EmbeddingStatus,
-    ) -> RecallResult:
-        answer = assemble(
+        ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,
             k=cfg.rrf.k,
             weights={name: cfg.source(name).weight for name in results},
-            speaker_boost=cfg.query.speaker_boost,
-            time_boost=cfg.query.time_boost,
+            factors=factor_weights(cfg),
+            reference_time=now,
             min_confidence=min_conf,
-            top_k=top_k,
-            budget=budget,
-            encoding=get_encoding(cfg.tokenizer),
         )
-        items = [
-            RecallItem(
-                **{name: getattr(r.hit, name) for name in SHOWN_FIELDS},
-                score=r.score,
-                rrf_score=r.rrf_score,
-                ranks=r.ranks,
-                contributions=r.contributions,
-                factors=r.factors,
-                in_block=r.in_block,
-                truncated=r.truncated,
-            )
-            for r in answer.items
-        ]
-        sources = {
-            name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error) for name, r in results.items()
-        }
-        degraded = [n for n, r in results.items() if r.status in DEGRADED]
-        if embedding_status == "timeout":
-            degraded.insert(0, "embedding")
-        return RecallResult(
-            block=answer.block,
-            tokens=answer.tokens,
-            items=items,
-            sources=sources,
-            degraded=degraded,
-            embedding_ms=embedding_ms,
-            embedding_status=embedding_status,
-            query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates)),
+        usage = await self._usage(tenant, ranking.usage_ids(top_k))
+        answer = ranking.finish(usage=usage, top_k=top_k, budget=budget, encoding=get_encoding(cfg.tokenizer))
+        if opts.track and self.bookkeeper is not None:
+            self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
+        return _result(answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status)
+
+    async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
+        """The recall counts of ``ids``, read under ``query.speakerLookupMs``;
+        none (the factor is left out) when Postgres is slow or down."""
+        if not ids or self.bookkeeper is None:
+            return {}
+        try:
+            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+                return await self.bookkeeper.counts(tenant, ids)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            log.warning("usage counts unavailable, this recall ranks without them: %s", exc)
+            return {}
+
+
+def factor_weights(cfg: BraidConfig) -> FactorWeights:
+    """The post-fusion factors as the config sets them."""
+    q, r = cfg.query, cfg.ranking
+    return FactorWeights(
+        speaker_boost=q.speaker_boost,
+        time_boost=q.time_boost,
+        recency=r.recency_weight,
+        recency_half_life_days=r.recency_half_life_days,
+        importance=r.importance_weight,
+        usage=r.usage_weight,
+        usage_saturation=r.usage_saturation,
+    )
+
+
+def _result(
+    answer: Assembly[Hit],
+    results: Mapping[str, SourceResult],
+    plan: QueryPlan,
+    *,
+    embedding_ms: float,
+    embedding_status: EmbeddingStatus,
+) -> RecallResult:
+    items = [
+        RecallItem(
+            **{name: getattr(r.hit, name) for name in SHOWN_FIELDS},
+            score=r.score,
+            rrf_score=r.rrf_score,
+            ranks=r.ranks,
+            contributions=r.contributions,
+            factors=r.factors,
+            in_block=r.in_block,
+            truncated=r.truncated,
         )
+        for r in answer.items
+    ]
+    sources = {
+        name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error) for name, r in results.items()
+    }
+    degraded = [n for n, r in results.items() if r.status in DEGRADED]
+    if embedding_status == "timeout":
+        degraded.insert(0, "embedding")
+    return RecallResult(
+        block=answer.block,
+        tokens=answer.tokens,
+        items=items,
+        sources=sources,
+        degraded=degraded,
+        embedding_ms=embedding_ms,
+        embedding_status=embedding_status,
+        query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates)),
+    )
 
 
 def _entity_text(name: str, summary: str | None) -> str:

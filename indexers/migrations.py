@@ -181,7 +181,10 @@ def _v4(dim: int) -> list[sql.Composable]:
 
 #: Tables holding one tenant's rows each (a ``tenant`` column); row-level
 #: security scopes them to ``braid.tenant`` for :data:`TENANT_ROLE`.
-TENANT_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
+#: The tables migration v5 put under row-level security (later ones add their own).
+_V5_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
+#: Every table holding tenant rows: each has the ``tenant_rows`` policy.
+TENANT_TABLES = (*_V5_TABLES, "memory_usage")
 TENANT_ROLE = "braid_tenant"
 
 
@@ -208,18 +211,24 @@ def _v5(dim: int) -> list[sql.Composable]:
         sql.SQL("GRANT USAGE ON SCHEMA public TO {role}").format(role=role),
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}").format(role=role),
     ]
-    for table in TENANT_TABLES:
-        t = sql.Identifier(table)
-        statements += [
-            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}").format(t=t, role=role),
-            sql.SQL("ALTER TABLE {t} ENABLE ROW LEVEL SECURITY").format(t=t),
-            sql.SQL(
-                "CREATE POLICY tenant_rows ON {t} TO {role}"
-                " USING (tenant = current_setting('braid.tenant', true))"
-                " WITH CHECK (tenant = current_setting('braid.tenant', true))"
-            ).format(t=t, role=role),
-        ]
+    for table in _V5_TABLES:
+        statements += _tenant_policy(table)
     return statements
+
+
+def _tenant_policy(table: str) -> list[sql.Composable]:
+    """Row-level security for one tenant table (see :func:`_v5`)."""
+    role = sql.Identifier(TENANT_ROLE)
+    t = sql.Identifier(table)
+    return [
+        sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {role}").format(t=t, role=role),
+        sql.SQL("ALTER TABLE {t} ENABLE ROW LEVEL SECURITY").format(t=t),
+        sql.SQL(
+            "CREATE POLICY tenant_rows ON {t} TO {role}"
+            " USING (tenant = current_setting('braid.tenant', true))"
+            " WITH CHECK (tenant = current_setting('braid.tenant', true))"
+        ).format(t=t, role=role),
+    ]
 
 
 def _v6(dim: int) -> list[sql.Composable]:
@@ -239,6 +248,31 @@ def _v6(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v7(dim: int) -> list[sql.Composable]:
+    """Recall bookkeeping: how often each memory was returned, and when last.
+
+    A table of its own, not columns of ``memories``: a memory row carries its
+    embedding and is in every tier's HNSW index, and an UPDATE that cannot
+    stay on its page (HOT) inserts into every index, the HNSW ones included,
+    so counting a recall there would cost an HNSW insert per returned memory.
+    """
+    return [
+        sql.SQL(
+            """
+            CREATE TABLE memory_usage (
+                tenant            text        NOT NULL,
+                memory_id         text        NOT NULL,
+                usage_count       bigint      NOT NULL DEFAULT 0,
+                last_accessed_at  timestamptz NOT NULL,
+                PRIMARY KEY (tenant, memory_id),
+                FOREIGN KEY (tenant, memory_id) REFERENCES memories (tenant, id) ON DELETE CASCADE
+            )
+            """
+        ),
+        *_tenant_policy("memory_usage"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -247,6 +281,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     4: _v4,
     5: _v5,
     6: _v6,
+    7: _v7,
 }
 
 

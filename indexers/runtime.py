@@ -19,6 +19,7 @@ import msgspec
 from config import ConfigHolder
 
 from .base import SourceUnavailable
+from .bookkeeping import Bookkeeper
 from .embedding import Embedder, create_embedder
 from .engine import Engine
 from .pgvector import ensure_indexes
@@ -49,6 +50,7 @@ class Runtime(msgspec.Struct):
     sync: OutboxSync
     jobs: ReindexJobs
     embedder: Embedder
+    bookkeeper: Bookkeeper
     #: The registered sources' specs (store, capabilities), by name.
     specs: dict[str, SourceSpec]
 
@@ -137,7 +139,13 @@ async def _open_runtime(
 
         # Every registered source (or those named), built from the runtime's parts.
         sources = build_sources(SourceDeps(pool=pool, typesense=client, get_config=config), source_names)
-        engine = Engine(config, store, sources, embedder)
+        bookkeeper = Bookkeeper(
+            pool,
+            queue_size=cfg.bookkeeping.queue_size,
+            batch_size=cfg.bookkeeping.batch_size,
+            flush_ms=cfg.bookkeeping.flush_ms,
+        )
+        engine = Engine(config, store, sources, embedder, bookkeeper)
         sync = OutboxSync(
             store,
             index,
@@ -153,6 +161,7 @@ async def _open_runtime(
             jobs = ReindexJobs(config, store, index, sync, spawn)
             await jobs.mark_interrupted()
             tg.start_soon(sync.run)
+            tg.start_soon(bookkeeper.run)
             try:
                 yield Runtime(
                     engine=engine,
@@ -162,6 +171,7 @@ async def _open_runtime(
                     sync=sync,
                     jobs=jobs,
                     embedder=embedder,
+                    bookkeeper=bookkeeper,
                     specs=registered(),
                 )
             finally:

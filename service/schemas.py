@@ -18,6 +18,7 @@ from litestar.openapi.spec import OpenAPIType, Reference, Schema
 from litestar.typing import FieldDefinition
 from msgspec import Meta
 
+from indexers.bookkeeping import BookkeepingStats
 from indexers.results import RecallResult
 
 if TYPE_CHECKING:
@@ -243,3 +244,6 @@ class ReloadOut(msgspec.Struct):
 class HealthOut(msgspec.Struct):
     status: Literal["ok", "degraded"]
     backends: dict[str, dict[str, Any]]
+    #: Recall bookkeeping (usage counts): queued, written, and dropped (queue
+    #: full) or failed (Postgres refused the batch) since start.
+    bookkeeping: BookkeepingStats

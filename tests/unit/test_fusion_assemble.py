@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from fusion import BlockItem, QueryPlan, assemble, format_block, get_encoding
+from fusion import BlockItem, FactorWeights, QueryPlan, assemble, format_block, get_encoding
 
 K = 60
 T0 = datetime(2026, 1, 15, tzinfo=UTC)
@@ -21,6 +21,7 @@ class Hit(msgspec.Struct, frozen=True):
     kind: str = "note"
     created_at: datetime = T0
     speaker: str | None = None
+    importance: float | None = None
 
 
 H1 = Hit("h1", "first memory")
@@ -35,8 +36,8 @@ def run(plan: QueryPlan = PLAIN, lists: dict[str, list[Hit]] = LISTS, **changes:
     args: dict[str, object] = dict(
         k=K,
         weights={"a": 1.0, "b": 0.5},
-        speaker_boost=0.5,
-        time_boost=0.6,
+        factors=FactorWeights(speaker_boost=0.5, time_boost=0.6),
+        reference_time=T0,
         min_confidence=0.5,
         top_k=10,
         budget=1000,

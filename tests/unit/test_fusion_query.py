@@ -123,16 +123,17 @@ def test_bad_boost_is_refused(bad: float) -> None:
 
 
 def test_apply_factors_reranks_every_candidate() -> None:
-    from fusion import apply_factors, rrf
+    from fusion import FactorWeights, apply_factors, rrf
 
     fused = rrf({"a": ["x", "y", "z"]}, k=60)
     memories = {
-        "x": ("Melanie", datetime(2023, 3, 1, tzinfo=UTC)),
-        "y": ("Melanie", datetime(2023, 7, 2, tzinfo=UTC)),
-        "z": ("Caroline", datetime(2023, 7, 3, tzinfo=UTC)),
+        "x": ("Melanie", datetime(2023, 3, 1, tzinfo=UTC), None),
+        "y": ("Melanie", datetime(2023, 7, 2, tzinfo=UTC), None),
+        "z": ("Caroline", datetime(2023, 7, 3, tzinfo=UTC), None),
     }
     plan = QueryPlan(text="paint", speakers=("Caroline",), dates=((date(2023, 7, 1), date(2023, 7, 31)),))
-    ranked = apply_factors(fused, memories.__getitem__, plan, speaker_boost=0.5, time_boost=0.6)
+    weights = FactorWeights(speaker_boost=0.5, time_boost=0.6)
+    ranked = apply_factors(fused, memories, plan, weights, datetime(2024, 1, 1, tzinfo=UTC))
     assert [(s.fused.id, s.factors) for s in ranked] == [
         ("z", {"speaker": 1.5, "time": 1.6}),
         ("y", {"time": 1.6}),

@@ -1,0 +1,163 @@
+"""The recency, importance and usage factors with exact values, alone and in the assembly."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+
+from fusion import FactorWeights, QueryPlan, assemble, get_encoding, rank
+from fusion.factors import importance_factor, memory_factors, recency_factor, usage_factor
+
+NOW = datetime(2026, 1, 15, 12, tzinfo=UTC)
+ENC = get_encoding("cl100k_base")
+PLAIN = QueryPlan(text="q", speakers=(), dates=())
+
+
+@pytest.mark.parametrize(
+    ("age_days", "expected"),
+    [
+        (0, 1.2),  # a memory of now: 1 + w
+        (30, 1.1),  # one half-life: 1 + w/2
+        (90, 1.05),  # three: 1 + w/4
+        (-5, 1.2),  # after the reference time counts as now
+    ],
+)
+def test_recency_is_hyperbolic_in_age(age_days: float, expected: float) -> None:
+    assert recency_factor(NOW - timedelta(days=age_days), NOW, 0.2, 30.0) == pytest.approx(expected)
+
+
+def test_recency_still_orders_old_memories() -> None:
+    nine_months, three_months = (recency_factor(NOW - timedelta(days=d), NOW, 0.2, 30.0) for d in (270, 90))
+    assert three_months > nine_months > 1.0
+    assert nine_months == pytest.approx(1.02)
+
+
+@pytest.mark.parametrize(("importance", "expected"), [(0.5, 1.0), (1.0, 1.3), (0.0, 0.7), (0.75, 1.15)])
+def test_importance_is_neutral_at_one_half(importance: float, expected: float) -> None:
+    assert importance_factor(importance, 0.3) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (1, 1 + 0.1 * math.log(2) / math.log(101)),
+        (100, 1.1),  # saturation
+        (10_000, 1.1),  # capped
+    ],
+)
+def test_usage_is_log_scaled_and_capped(count: int, expected: float) -> None:
+    assert usage_factor(count, 0.1, 100) == pytest.approx(expected)
+
+
+def test_memory_factors_name_only_what_applies() -> None:
+    weights = FactorWeights(recency=0.2, recency_half_life_days=30.0, importance=0.3)
+    old = NOW - timedelta(days=30)
+    assert memory_factors(created_at=old, importance=None, reference_time=NOW, weights=weights) == {
+        "recency": pytest.approx(1.1)
+    }
+    assert memory_factors(created_at=old, importance=1.0, reference_time=NOW, weights=weights) == {
+        "recency": pytest.approx(1.1),
+        "importance": pytest.approx(1.3),
+    }
+    assert memory_factors(created_at=old, importance=1.0, reference_time=NOW, weights=FactorWeights()) == {}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"recency": -0.1},
+        {"usage": math.inf},
+        {"importance": 1.0},
+        {"recency_half_life_days": 0.0},
+        {"usage_saturation": 0},
+    ],
+)
+def test_bad_weights_are_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        FactorWeights(**bad)  # type: ignore[arg-type]
+
+
+class Hit(msgspec.Struct, frozen=True):
+    id: str
+    created_at: datetime
+    importance: float | None = None
+    content: str = "text"
+    confidence: float = 1.0
+    kind: str = "turn"
+    speaker: str | None = None
+
+
+OLD = Hit("old", NOW - timedelta(days=300))
+NEW = Hit("new", NOW - timedelta(days=10))
+
+
+def _answer(lists: dict[str, list[Hit]], weights: FactorWeights, usage: dict[str, int] | None = None, top_k: int = 10):  # type: ignore[no-untyped-def]
+    return assemble(
+        lists,
+        PLAIN,
+        k=60,
+        weights={},
+        factors=weights,
+        reference_time=NOW,
+        min_confidence=0.0,
+        top_k=top_k,
+        budget=1000,
+        encoding=ENC,
+        usage=usage,
+    )
+
+
+def test_recency_puts_the_newer_of_two_close_matches_first() -> None:
+    off = _answer({"a": [OLD, NEW]}, FactorWeights())
+    assert [r.hit.id for r in off.items] == ["old", "new"]
+    on = _answer({"a": [OLD, NEW]}, FactorWeights(recency=0.2, recency_half_life_days=30.0))
+    assert [r.hit.id for r in on.items] == ["new", "old"]
+    new, old = on.items
+    assert new.factors == {"recency": pytest.approx(1 + 0.2 * 30 / 40)}
+    assert new.score == pytest.approx(1 / 62 * (1 + 0.2 * 30 / 40))
+    assert old.score == pytest.approx(1 / 61 * (1 + 0.2 * 30 / 330))
+
+
+def test_recency_does_not_lift_a_weak_new_match_over_a_strong_old_one() -> None:
+    filler = [Hit(f"f{i}", NOW - timedelta(days=300)) for i in range(20)]
+    answer = _answer({"a": [OLD, *filler, NEW]}, FactorWeights(recency=0.2, recency_half_life_days=30.0))
+    assert answer.items[0].hit.id == "old"
+
+
+def test_importance_reorders_and_none_is_neutral() -> None:
+    plain, important = Hit("plain", NOW), Hit("important", NOW, importance=0.9)
+    answer = _answer({"a": [plain, important]}, FactorWeights(importance=0.3))
+    assert [r.hit.id for r in answer.items] == ["important", "plain"]
+    assert answer.items[0].factors == {"importance": pytest.approx(1.24)}
+    assert answer.items[1].factors == {}
+
+
+def test_usage_is_applied_from_the_counts_given() -> None:
+    a, b = Hit("a", NOW), Hit("b", NOW)
+    weights = FactorWeights(usage=0.1, usage_saturation=100)
+    answer = _answer({"s": [a, b]}, weights, usage={"b": 100})
+    assert [r.hit.id for r in answer.items] == ["b", "a"]
+    assert answer.items[0].factors == {"usage": pytest.approx(1.1)}
+    assert answer.items[0].score == pytest.approx(1.1 / 62)
+    assert answer.items[1].factors == {}
+
+
+def test_usage_ids_are_only_those_that_could_reach_the_top() -> None:
+    hits = [Hit(f"h{i}", NOW) for i in range(40)]
+    ranking = rank(
+        {"s": hits},
+        PLAIN,
+        k=60,
+        weights={},
+        factors=FactorWeights(usage=0.1),
+        reference_time=NOW,
+        min_confidence=0.0,
+    )
+    wanted = ranking.usage_ids(top_k=5)
+    # 1/(60+r) * 1.1 >= 1/65  <=>  r <= 11.5: ranks 1-11.
+    assert wanted == [f"h{i}" for i in range(11)]
+    off = rank({"s": hits}, PLAIN, k=60, weights={}, factors=FactorWeights(), reference_time=NOW, min_confidence=0.0)
+    assert off.usage_ids(top_k=5) == []
