@@ -91,6 +91,10 @@ class RankingConfig(_Base, frozen=True):
     #: score x (1 + w * min(1, ln(1 + n) / ln(1 + usageSaturation))) for a memory recalled n times.
     usage_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
     usage_saturation: Annotated[int, Meta(ge=1, le=1_000_000_000)] = 100
+    #: score x (1 + w * j / (n - 1)) for the j-th oldest of the best ``orderWindow``
+    #: candidates: newer first among near-equals, the shortlist itself unchanged.
+    order_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
+    order_window: Annotated[int, Meta(ge=2, le=1000)] = 10
 
 
 class BookkeepingConfig(_Base, frozen=True):
@@ -112,10 +116,21 @@ class TierConfig(_Base, frozen=True):
     #: A search whose filter matches at most this many rows of the tier
     #: compares them all (exact) instead of walking the HNSW index.
     exact_below: Annotated[int, Meta(ge=0, le=100_000)] = 2000
+    #: What the tier's pgvector search ranks by: ``similarity`` (cosine) or
+    #: ``decayed`` (cosine x importance weight x exp(-lambda * age), one
+    #: inner-product HNSW search over a folded column: :mod:`indexers.fold`).
+    #: Like ``m``, a change applies through a reindex of the tier.
+    objective: Literal["similarity", "decayed"] = "similarity"
+    #: Half-life of a decayed tier's age factor (lambda = ln 2 / halfLifeDays),
+    #: recorded in Postgres when the tier's fold is created; a change applies
+    #: through a reindex of the tier.
+    half_life_days: Annotated[float, Meta(ge=0.01, le=36500.0)] = 30.0
 
     def __post_init__(self) -> None:
         if self.ef_construction < 2 * self.m:
             raise ValueError(f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})")
+        if self.objective == "decayed" and self.holds != "memories":
+            raise ValueError("objective `decayed` applies to tiers holding memories only")
 
 
 def _default_tiers() -> dict[str, TierConfig]:

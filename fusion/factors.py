@@ -15,6 +15,12 @@ checked by the caller:
   written without one is neutral and gets none) and ``usage``
   (``1 + w * min(1, ln(1 + n) / ln(1 + saturation))`` for a memory recalled
   ``n`` times; none for ``n == 0``).
+- **The order factor** works on the shortlist, the best ``window``
+  candidates once the factors above are applied: ``order`` is
+  ``1 + w * j / (n - 1)`` for a memory whose time is the ``j``-th oldest of
+  the shortlist's ``n`` distinct times (0 for the oldest, which keeps 1). It never changes which memories make the
+  shortlist, only their order: newer first among near-equals. Recency by age
+  cannot do that when the two values of a fact were said minutes apart.
 
 A weight (or boost) of 0 turns a factor off.
 
@@ -43,6 +49,7 @@ __all__ = [
     "apply_factors",
     "importance_factor",
     "memory_factors",
+    "order_by_time",
     "recency_factor",
     "score_factors",
     "usage_candidates",
@@ -64,9 +71,12 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     usage: float = 0.0
     #: The recall count at which the usage signal reaches 1.
     usage_saturation: int = 100
+    order: float = 0.0
+    #: The shortlist the order factor reorders.
+    order_window: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("speaker_boost", "time_boost", "recency", "importance", "usage"):
+        for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
@@ -76,6 +86,8 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"recency_half_life_days must be > 0, got {self.recency_half_life_days!r}")
         if self.usage_saturation < 1:
             raise ValueError(f"usage_saturation must be >= 1, got {self.usage_saturation!r}")
+        if self.order_window < 2:
+            raise ValueError(f"order_window must be >= 2, got {self.order_window!r}")
 
 
 class Scored(msgspec.Struct, frozen=True):
@@ -179,7 +191,27 @@ def apply_factors(
         )
         scored.append(Scored(f, factors, f.score * math.prod(factors.values())))
     scored.sort(key=_order)
+    if weights.order:
+        scored = order_by_time(scored, {id: m[1] for id, m in memory.items()}, weights)
     return scored
+
+
+def order_by_time(scored: Sequence[Scored], created: Mapping[str, datetime], weights: FactorWeights) -> list[Scored]:
+    """The order factor on the best ``weights.order_window`` of ``scored``
+    (best first), then best first again. Equal times share their place."""
+    top = list(scored[: weights.order_window])
+    if len(top) < 2:
+        return list(scored)
+    times = sorted({created[s.fused.id] for s in top})
+    if len(times) < 2:
+        return list(scored)
+    place = {t: i / (len(times) - 1) for i, t in enumerate(times)}
+    out = []
+    for s in top:
+        f = 1.0 + weights.order * place[created[s.fused.id]]
+        out.append(Scored(s.fused, {**s.factors, "order": f}, s.score * f) if f != 1.0 else s)
+    out.sort(key=_order)
+    return out + list(scored[weights.order_window :])
 
 
 def usage_candidates(scored: Sequence[Scored], top_k: int, weights: FactorWeights) -> list[str]:

@@ -312,6 +312,8 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
         importance=r.importance_weight,
         usage=r.usage_weight,
         usage_saturation=r.usage_saturation,
+        order=r.order_weight,
+        order_window=r.order_window,
     )
 
 

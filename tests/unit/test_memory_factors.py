@@ -161,3 +161,26 @@ def test_usage_ids_are_only_those_that_could_reach_the_top() -> None:
     assert wanted == [f"h{i}" for i in range(11)]
     off = rank({"s": hits}, PLAIN, k=60, weights={}, factors=FactorWeights(), reference_time=NOW, min_confidence=0.0)
     assert off.usage_ids(top_k=5) == []
+
+
+def test_order_reorders_the_shortlist_by_time_and_keeps_its_members() -> None:
+    t = [NOW - timedelta(days=d) for d in (5, 1, 3, 0)]
+    hits = [Hit(f"h{i}", t[i]) for i in range(4)]  # h3 is the newest, outside the window
+    weights = FactorWeights(order=0.1, order_window=3)
+    answer = _answer({"s": hits}, weights)
+    # In the window h0 (oldest, 1.0), h2 (1.05), h1 (newest, 1.1).
+    # h0 1/61 = 0.01639, h1 1.1/62 = 0.01774, h2 1.05/63 = 0.01667.
+    assert [r.hit.id for r in answer.items] == ["h1", "h2", "h0", "h3"]
+    by_id = {r.hit.id: r for r in answer.items}
+    assert by_id["h1"].factors == {"order": pytest.approx(1.1)}
+    assert by_id["h2"].factors == {"order": pytest.approx(1.05)}
+    assert by_id["h0"].factors == {}
+    assert by_id["h1"].score == pytest.approx(1.1 / 62)
+    assert by_id["h3"].factors == {}  # outside the shortlist: untouched, still last
+
+
+def test_order_leaves_equal_times_alone() -> None:
+    same = [Hit(f"h{i}", NOW) for i in range(3)]
+    answer = _answer({"s": same}, FactorWeights(order=0.5))
+    assert [r.hit.id for r in answer.items] == ["h0", "h1", "h2"]
+    assert all(r.factors == {} for r in answer.items)
