@@ -137,12 +137,17 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     ``enable_sort`` off makes the planner take the HNSW index wherever the
     statement allows it (every other path needs a sort); the exact branch
     and the final ordering have no sort-free path, so they still sort.
+    No parallel workers: for a big tenant the planner made the exact branch
+    a parallel scan, and its workers were launched for every search although
+    that branch ran on at most ``exactBelow`` rows or not at all (12-14 ms
+    against 2 ms a tier search at 100k rows, docs/design.md).
     """
     await conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true),"
         " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
         " set_config('hnsw.max_scan_tuples', %s, true),"
-        " set_config('enable_sort', 'off', true)",
+        " set_config('enable_sort', 'off', true),"
+        " set_config('max_parallel_workers_per_gather', '0', true)",
         (str(int(ef_search)), str(MAX_SCAN_TUPLES)),
     )
 

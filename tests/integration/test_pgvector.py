@@ -310,14 +310,15 @@ async def test_set_search_params_is_local_to_the_transaction(pool: AsyncConnecti
         await conn.execute("SELECT '[1,0]'::vector <=> '[0,1]'::vector")  # loads pgvector's GUCs
         settings = (
             "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'),"
-            " current_setting('hnsw.max_scan_tuples'), current_setting('enable_sort')"
+            " current_setting('hnsw.max_scan_tuples'), current_setting('enable_sort'),"
+            " current_setting('max_parallel_workers_per_gather')"
         )
         before = await (await conn.execute(settings)).fetchone()
-        assert before == ("40", "off", "20000", "on")
+        assert before == ("40", "off", "20000", "on", "2")
         async with conn.transaction():
             await set_search_params(conn, 123)
             inside = await (await conn.execute(settings)).fetchone()
-        assert inside == ("123", "relaxed_order", str(MAX_SCAN_TUPLES), "off")
+        assert inside == ("123", "relaxed_order", str(MAX_SCAN_TUPLES), "off", "0")
         after = await (await conn.execute(settings)).fetchone()
         assert after == before
 
@@ -575,3 +576,29 @@ async def test_each_filter_excludes_what_it_should(
 async def test_no_vector_means_no_hits(pool: AsyncConnectionPool, cfg: BraidConfig) -> None:
     q = SearchQuery(tenant=BIG_TENANT, text="anything", vector=None, limit=10)
     assert await PgvectorSource(pool, lambda: cfg).search(q) == []
+
+
+async def test_no_parallel_workers_are_launched_for_the_exact_branch(pool: AsyncConnectionPool, corpus: Corpus) -> None:
+    # A big tenant (here: parallelism made cheap, as a table of 100k 384-d
+    # rows makes it): the planner makes the exact branch a parallel scan
+    # unless told not to, and Gather starts its workers before the branch's
+    # one-time filter (false here) is ever checked.
+    cfg = make_config()
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        await PgvectorSource(spy_pool, lambda: cfg).search(
+            query(BIG_TENANT, corpus.vectors[3], filters=Filters(tiers=("session",)))
+        )
+    finally:
+        await spy_pool.close()
+    (search,) = log
+    async with tenant_transaction(pool, BIG_TENANT) as conn:
+        await conn.execute(
+            "SELECT set_config('min_parallel_table_scan_size', '0', true),"
+            " set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true)"
+        )
+        await set_search_params(conn, 48)
+        cur = await conn.execute("EXPLAIN (ANALYZE, COSTS off, BUFFERS off) " + search["statement"], search["params"])
+        plan = "\n".join(row[0] for row in await cur.fetchall())
+    assert "Workers Launched" not in plan and "Index Scan using memories_hnsw_session" in plan, plan
