@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install lint run test bench bench-quality bench-load bench-faults bench-embed clean
+.PHONY: install lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ bench-faults: install
 # ROUNDS=<n> alternates them; report in benchmarks/results/embed-contention.{md,json,png}.
 bench-embed: install
 	$(PY) -m benchmarks.embed_contention $(if $(BEFORE),--before $(BEFORE)) $(if $(AFTER),--after $(AFTER)) $(if $(ROUNDS),--rounds $(ROUNDS))
+
+# The decay fold as an index: recall@10 of a decayed tier's inner-product HNSW index against
+# the exact objective, beside the cosine index, on SIZE=<n> memories loaded with COPY (default
+# 100000, with a re-centring timed); report in benchmarks/results/decay-fold.{md,json,png}.
+bench-fold: install
+	$(PY) -m benchmarks.decay_fold --size $(or $(SIZE),100000) $(if $(SIZE),,--recentre)
 
 clean:
 	rm -rf $(VENV) .braid .pytest_cache

@@ -129,7 +129,8 @@ class Engine:
             for name, tier in new.tiers.items()
             if name in old.tiers
             for key in changed_keys(old.tiers[name], tier)
-            if key in ("m", "efConstruction")
+            # The fold's keys too: a tier ranks as Postgres records until its reindex.
+            if key in ("m", "efConstruction", "objective", "halfLifeDays")
         ]
         # Keys read at start-up stay as they were until a restart.
         for section in RESTART_SECTIONS:

@@ -273,6 +273,34 @@ def _v7(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v8(dim: int) -> list[sql.Composable]:
+    """The decay fold (``tiers.<t>.objective: decayed``, :mod:`indexers.postgres.fold`):
+    each memory of a decayed tier carries its folded vector and the epoch it
+    was folded in; ``fold_epochs`` records each tier's decay rate and anchor."""
+    role = sql.Identifier(TENANT_ROLE)
+    return [
+        sql.SQL("ALTER TABLE memories ADD COLUMN folded vector({d})").format(d=sql.Literal(dim)),
+        sql.SQL("ALTER TABLE memories ADD COLUMN fold_epoch int"),
+        # Global and never reused: a row's stale epoch can never name a new one.
+        sql.SQL("CREATE SEQUENCE fold_epoch_seq"),
+        sql.SQL(
+            """
+            CREATE TABLE fold_epochs (
+                tier           text             NOT NULL,
+                epoch          int              NOT NULL,
+                half_life_days double precision NOT NULL,
+                anchor         timestamptz      NOT NULL,
+                filling        boolean          NOT NULL DEFAULT false,
+                created_at     timestamptz      NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (tier, epoch)
+            )
+            """
+        ),
+        # Tier-wide, no tenant's data: tenant transactions read it (writes fold with it).
+        sql.SQL("GRANT SELECT ON fold_epochs TO {role}").format(role=role),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -282,6 +310,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     5: _v5,
     6: _v6,
     7: _v7,
+    8: _v8,
 }
 
 

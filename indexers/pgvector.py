@@ -11,13 +11,25 @@ left to the planner: a bounded count of the rows the filter matches (at most
 the tier's ``exactBelow`` + 1, read from a btree) picks an exact distance sort
 for a small match set, the HNSW index otherwise, whatever the table's
 statistics say (why: docs/design.md, "Postgres").
+
+A tier with a fold (``objective: decayed``, :mod:`indexers.postgres.fold`)
+ranks by ``cosine x importance weight x exp(-lambda * age)`` instead: one
+inner-product HNSW index on ``folded`` per epoch of the fold, ``folded <#> q``
+in both branches, and the hit's score is that objective at the query's
+``reference_time``. What a tier ranks by is what Postgres records
+(``fold_epochs``), read in the search's own snapshot; the config's
+``objective`` and ``halfLifeDays`` apply when the tier is created and through
+:func:`rebuild_index` (a reindex of the tier).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -28,17 +40,35 @@ from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
+from .postgres.fold import (
+    NEUTRAL_IMPORTANCE,
+    RECENTRE_EXPONENT,
+    Epoch,
+    delete_epochs,
+    fold_index_ddl,
+    fold_index_name,
+    move_rows,
+    open_epoch,
+    read_epochs,
+    retire_older,
+)
 from .registry import register
 
 __all__ = [
     "PgvectorSource",
     "ensure_indexes",
+    "index_ddl",
     "index_name",
     "index_params",
     "nearest_sql",
     "rebuild_index",
+    "refold_needed",
+    "search_plans",
     "set_search_params",
+    "SearchPlan",
 ]
+
+log = logging.getLogger("braid.pgvector")
 
 # Rows an iterative scan may visit before it gives up (pgvector's default is 20000).
 MAX_SCAN_TUPLES = 40000
@@ -57,7 +87,8 @@ def index_name(tier: str, cfg: BraidConfig) -> str:
     return name
 
 
-def _index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
+def index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
+    """The cosine HNSW index of ``tier`` (``embedding``, the tier's m / ef_construction), named ``name``."""
     t: TierConfig = cfg.tiers[tier]
     conc = "CONCURRENTLY " if concurrently else ""
     with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
@@ -69,23 +100,74 @@ def _index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) ->
     )
 
 
+async def _index_exists(conn: psycopg.AsyncConnection, name: str) -> bool:
+    cur = await conn.execute("SELECT to_regclass(%s)", (name,))
+    row = await cur.fetchone()
+    return row is not None and row[0] is not None
+
+
+async def _holds_rows(conn: psycopg.AsyncConnection, tier: str) -> bool:
+    cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM memories WHERE tier = %s)", (tier,))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[str]:
-    """Create each tier's HNSW index if it is missing; return the ones created."""
+    """Create each tier's HNSW index if it is missing; return the ones created.
+
+    A tier ranked by similarity has a cosine index on ``embedding``; a tier
+    with a fold, an inner-product index on ``folded`` per epoch. A tier
+    configured ``decayed`` that holds no memory yet gets its fold here: its
+    half-life and anchor are recorded now. One that already holds memories
+    keeps ranking as Postgres records until a reindex of the tier (logged).
+    """
     created = []
     async with pool.connection() as conn:
-        for tier in cfg.tiers:
-            name = index_name(tier, cfg)
-            cur = await conn.execute("SELECT to_regclass(%s)", (name,))
-            row = await cur.fetchone()
-            if row is not None and row[0] is not None:
-                continue
-            await conn.execute("SET maintenance_work_mem = '1GB'")
-            try:
-                await conn.execute(_index_ddl(tier, cfg, name, concurrently=False))
-            finally:
-                await conn.execute("RESET maintenance_work_mem")
-            created.append(name)
+        epochs = await read_epochs(conn)
+        for tier, t in cfg.tiers.items():
+            live = epochs.get(tier, [])
+            if t.objective == "decayed" and not live and not await _holds_rows(conn, tier):
+                live = [await open_epoch(conn, tier, t.half_life_days, filling=False, only_if_none=True)]
+            wanted = [
+                (
+                    fold_index_name(tier, e.epoch),
+                    fold_index_ddl(tier, e.epoch, t, fold_index_name(tier, e.epoch), concurrently=False),
+                )
+                for e in live
+            ]
+            if not live or live[0].filling:
+                name = index_name(tier, cfg)
+                wanted.append((name, index_ddl(tier, cfg, name, concurrently=False)))
+            for name, ddl in wanted:
+                if await _index_exists(conn, name):
+                    continue
+                await conn.execute("SET maintenance_work_mem = '1GB'")
+                try:
+                    await conn.execute(ddl)
+                finally:
+                    await conn.execute("RESET maintenance_work_mem")
+                created.append(name)
+            _log_pending(tier, t, live)
     return created
+
+
+def _log_pending(tier: str, t: TierConfig, live: list[Epoch]) -> None:
+    """Say when the config asks for something only a reindex of the tier does."""
+    how = f'POST /admin/reindex {{"target": "pgvector", "tier": "{tier}"}} applies it'
+    if live and (len(live) > 1 or live[-1].filling):
+        log.warning("tier %s: a reindex left its fold unfinished (epochs %s); %s", tier, [e.epoch for e in live], how)
+    elif t.objective == "decayed" and not live:
+        log.warning("tier %s is configured `decayed` but its memories are ranked by similarity; %s", tier, how)
+    elif t.objective == "similarity" and live:
+        log.warning("tier %s is configured `similarity` but its memories are folded (decayed); %s", tier, how)
+    elif live and live[-1].half_life_days != t.half_life_days:
+        log.warning(
+            "tier %s was folded with halfLifeDays %g, the config says %g; %s",
+            tier,
+            live[-1].half_life_days,
+            t.half_life_days,
+            how,
+        )
 
 
 async def index_params(pool: AsyncConnectionPool, name: str) -> dict[str, int]:
@@ -102,33 +184,109 @@ async def index_params(pool: AsyncConnectionPool, name: str) -> dict[str, int]:
     return out
 
 
+Progress = Callable[[dict[str, object]], None]
+
+
 async def rebuild_index(
     pool: AsyncConnectionPool,
     cfg: BraidConfig,
     tier: str,
-    progress: Callable[[dict[str, object]], None] | None = None,
+    progress: Progress | None = None,
+    *,
+    recentre: bool = False,
 ) -> None:
     """Rebuild a tier's index with its current m / ef_construction, online.
 
     The new index is built CONCURRENTLY beside the old one, which keeps
     serving searches; then the old one is dropped and the new one renamed.
+
+    A memory tier whose config says ``decayed`` is folded instead
+    (:func:`_refold`): with the recorded half-life and an anchor in range, its
+    epoch's index is rebuilt as above; otherwise (a new half-life, the anchor
+    due for re-centring or ``recentre``, an unfinished fold, a tier ranked by
+    similarity until now) a new epoch is opened and the rows moved into it.
+    A tier with a fold whose config says ``similarity`` gets its cosine
+    index back, then loses the fold.
     """
-    name = index_name(tier, cfg)
+    note = progress or (lambda _: None)
+    if tier != cfg.entity_tier:
+        async with pool.connection() as conn:
+            live = (await read_epochs(conn)).get(tier, [])
+        if cfg.tiers[tier].objective == "decayed":
+            await _refold(pool, cfg, tier, live, note, recentre=recentre)
+            return
+        if live:
+            await _swap_in(
+                pool, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note
+            )
+            async with pool.connection() as conn:
+                retired = await delete_epochs(conn, tier)
+            await _drop(pool, [fold_index_name(tier, e) for e in retired])
+            return
+    await _swap_in(pool, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note)
+
+
+async def _swap_in(pool: AsyncConnectionPool, tier: str, name: str, ddl: Callable[[str], str], note: Progress) -> None:
+    """Build ``ddl`` as ``<name>_rebuild`` CONCURRENTLY, then put it in ``name``'s place."""
     tmp = f"{name}_rebuild"
     async with pool.connection() as conn:
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {tmp}")
-        if progress is not None:
-            progress({"tier": tier, "phase": "building", "index": name})
+        note({"tier": tier, "phase": "building", "index": name})
         # HNSW builds are much faster with room for the graph (64 MB: 60% slower at 100k).
         await conn.execute("SET maintenance_work_mem = '1GB'")
         try:
-            await conn.execute(_index_ddl(tier, cfg, tmp, concurrently=True))
+            await conn.execute(ddl(tmp))
         finally:
             await conn.execute("RESET maintenance_work_mem")
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         await conn.execute(f"ALTER INDEX {tmp} RENAME TO {name}")
-        if progress is not None:
-            progress({"tier": tier, "phase": "done", "index": name})
+        note({"tier": tier, "phase": "done", "index": name})
+
+
+async def _drop(pool: AsyncConnectionPool, names: list[str]) -> None:
+    async with pool.connection() as conn:
+        for name in names:
+            await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+
+def refold_needed(t: TierConfig, live: list[Epoch], now: datetime) -> bool:
+    """Whether folding ``t`` takes a new epoch (rows moved) rather than a
+    rebuild of its epoch's index: no fold yet, an unfinished one, another
+    half-life, or the newest memories' exponent at :data:`RECENTRE_EXPONENT`."""
+    if len(live) != 1 or live[0].filling:
+        return True
+    return live[0].half_life_days != t.half_life_days or live[0].exponent(now) >= RECENTRE_EXPONENT
+
+
+async def _refold(
+    pool: AsyncConnectionPool, cfg: BraidConfig, tier: str, live: list[Epoch], note: Progress, *, recentre: bool
+) -> None:
+    t = cfg.tiers[tier]
+    if not recentre and not refold_needed(t, live, datetime.now(UTC)):
+        e = live[0]
+        await _swap_in(
+            pool,
+            tier,
+            fold_index_name(tier, e.epoch),
+            lambda n: fold_index_ddl(tier, e.epoch, t, n, concurrently=True),
+            note,
+        )
+        return
+    async with pool.connection() as conn:
+        # From here every write of the tier folds with the new epoch.
+        epoch = await open_epoch(conn, tier, t.half_life_days, filling=True)
+        name = fold_index_name(tier, epoch.epoch)
+        note({"tier": tier, "phase": "building", "index": name, "epoch": epoch.epoch})
+        # Built empty (a heap scan), then filled row by row as rows move in:
+        # searches find each moved row in it at once.
+        await conn.execute(fold_index_ddl(tier, epoch.epoch, t, name, concurrently=True))
+        moved = await move_rows(
+            conn, epoch, lambda n: note({"tier": tier, "phase": "moving", "index": name, "moved": n})
+        )
+        retired = await retire_older(conn, epoch)
+    # A tier ranked by similarity until now leaves its cosine index behind.
+    await _drop(pool, [fold_index_name(tier, e) for e in retired] + [index_name(tier, cfg)])
+    note({"tier": tier, "phase": "done", "index": name, "moved": moved, "retired": retired})
 
 
 async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
@@ -152,9 +310,10 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     )
 
 
-def nearest_sql(columns: str, table: str, where: str, embedding: str) -> str:
+def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = "<=>") -> str:
     """The ``%(limit)s`` rows of ``table`` matching ``where`` nearest to
-    ``%(vec)s`` by cosine distance, as ``columns`` plus ``distance``.
+    ``%(vec)s`` by cosine distance (or by ``op``: ``<#>``, negative inner
+    product), as ``columns`` plus ``distance``.
 
     The statement first counts the matching rows, stopping at
     ``%(exact_below)s`` + 1. At most ``exact_below`` rows: they are all
@@ -162,7 +321,9 @@ def nearest_sql(columns: str, table: str, where: str, embedding: str) -> str:
     filter runs only the chosen branch. Run it after :func:`set_search_params`
     in the same transaction.
     """
-    distance = f"{embedding} <=> %(vec)s"
+    if op not in ("<=>", "<#>"):
+        raise ValueError(f"unknown distance operator {op!r}")
+    distance = f"{embedding} {op} %(vec)s"
     return f"""
         WITH small AS MATERIALIZED (
             SELECT count(*) <= %(exact_below)s AS exact
@@ -180,8 +341,72 @@ def nearest_sql(columns: str, table: str, where: str, embedding: str) -> str:
     """
 
 
+class SearchPlan(NamedTuple):
+    """One statement of a tier search and how its rows' scores are made."""
+
+    statement: str
+    score: Callable[[dict[str, Any]], float]
+
+
+def _cosine(row: dict[str, Any]) -> float:
+    return 1.0 - float(row["distance"])
+
+
+def _decayed(scale: float) -> Callable[[dict[str, Any]], float]:
+    def score(row: dict[str, Any]) -> float:
+        return -float(row["distance"]) * scale
+
+    return score
+
+
+def _weight(importance: Any) -> float:
+    return NEUTRAL_IMPORTANCE if importance is None else float(importance)
+
+
+def search_plans(where: str, live: list[Epoch], reference: datetime) -> list[SearchPlan]:
+    """The statements of one tier's search (``where`` holds its conditions).
+
+    No fold: the cosine index, scored by cosine. A fold: each epoch's index,
+    ``folded <#> q`` scored by ``-distance * exp(-λ(t_ref - anchor))``, which
+    is ``cosine x w x exp(-λ age)``, so epochs merge on the objective. While
+    the first epoch is still filling (the tier was ranked by similarity), the
+    rows not moved yet come from the cosine index, scored by the same
+    objective with the newest epoch's λ.
+    """
+    if not live:
+        return [SearchPlan(nearest_sql(HIT_COLUMNS, "memories m", where, "m.embedding"), _cosine)]
+    plans = [
+        SearchPlan(
+            nearest_sql(HIT_COLUMNS, "memories m", f"{where} AND m.fold_epoch = {int(e.epoch)}", "m.folded", "<#>"),
+            _decayed(e.scale(reference)),
+        )
+        for e in live
+    ]
+    if live[0].filling:
+        rate = live[-1].rate
+        numbers = ", ".join(str(int(e.epoch)) for e in live)
+
+        def unfolded(row: dict[str, Any]) -> float:
+            age = (reference - row["created_at"]).total_seconds()
+            return _cosine(row) * _weight(row["fold_importance"]) * math.exp(min(-rate * age, 700.0))
+
+        plans.append(
+            SearchPlan(
+                nearest_sql(
+                    f"{HIT_COLUMNS}, m.importance AS fold_importance",
+                    "memories m",
+                    f"{where} AND (m.fold_epoch IS NULL OR m.fold_epoch NOT IN ({numbers}))",
+                    "m.embedding",
+                ),
+                unfolded,
+            )
+        )
+    return plans
+
+
 class PgvectorSource(PoolSource):
-    """Nearest memories by cosine distance, over every memory tier allowed."""
+    """Nearest memories over every memory tier allowed: by cosine distance, or
+    by the decayed objective in a tier with a fold."""
 
     name = "pgvector"
     needs_vector = True
@@ -198,8 +423,8 @@ class PgvectorSource(PoolSource):
                 rows = await self._search_tiers(conn, cfg, tiers, query, vec, limit)
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
-        rows.sort(key=lambda r: (r["distance"], r["id"]))
-        return [hit_from_row(r, 1.0 - float(r["distance"])) for r in rows[:limit]]
+        rows.sort(key=lambda r: (-r["score"], r["id"]))
+        return [hit_from_row(r, r["score"]) for r in rows[:limit]]
 
     async def _search_tiers(
         self,
@@ -210,12 +435,18 @@ class PgvectorSource(PoolSource):
         vec: np.ndarray,
         limit: int,
     ) -> list[dict[str, Any]]:
-        """Every tier's nearest rows, in one round trip: the statements of all
-        tiers go out in one pipeline (each tier's ef_search set just before
-        its query, inside one transaction) and the results come back together."""
+        """Every tier's nearest rows, each with its ``score``, in two round
+        trips: the tiers' folds are read, then the statements of all tiers go
+        out in one pipeline (each tier's ef_search set just before its query,
+        inside one transaction) and the results come back together."""
+        reference = query.reference_time or datetime.now(UTC)
         cursors = []
         async with conn.pipeline(), conn.transaction():
+            # One snapshot for the folds read and every statement: a row a
+            # reindex moves between epochs meanwhile is seen in one of them.
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             await scope_to_tenant(conn, query.tenant)
+            folds = await read_epochs(conn)
             for tier in tiers:
                 where, params = filter_clause(
                     query.filters,
@@ -227,14 +458,16 @@ class PgvectorSource(PoolSource):
                 params.update({"tenant": query.tenant, "vec": vec, "limit": limit, "exact_below": t.exact_below})
                 # relaxed_order may return the index's rows slightly out of
                 # order; the statement sorts them again.
-                statement = nearest_sql(HIT_COLUMNS, "memories m", f"m.tenant = %(tenant)s AND {where}", "m.embedding")
-                await set_search_params(conn, t.ef_search)
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(statement, params)
-                cursors.append(cur)
+                for plan in search_plans(f"m.tenant = %(tenant)s AND {where}", folds.get(tier, []), reference):
+                    await set_search_params(conn, t.ef_search)
+                    cur = conn.cursor(row_factory=dict_row)
+                    await cur.execute(plan.statement, params)
+                    cursors.append((cur, plan.score))
         rows: list[dict[str, Any]] = []
-        for cur in cursors:
-            rows.extend(await cur.fetchall())
+        for cur, score in cursors:
+            for row in await cur.fetchall():
+                row["score"] = score(row)
+                rows.append(row)
             await cur.close()
         return rows
 

@@ -10,7 +10,12 @@ them. While a job runs, recalls keep using the old index:
   repeated for writes that raced the switch, and the old collection is
   dropped.
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
-  tier's current m / ef_construction and swapped in.
+  tier's current m / ef_construction and swapped in. A decayed tier whose
+  fold needs a new epoch (a new half-life, re-centring, a tier folded for the
+  first time) has its rows moved into the new epoch instead
+  (:func:`indexers.pgvector.rebuild_index`); :meth:`ReindexJobs.watch_folds`
+  starts that job itself when a fold nears the end of its float range or a
+  job left one unfinished.
 
 A job cut short by a crash is marked ``interrupted`` at the next start-up,
 and a new job can run. The process running a job holds a Postgres advisory
@@ -29,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -42,6 +47,7 @@ from config import BraidError, ConfigHolder
 from .base import BackendError, postgres_errors
 from .pgvector import rebuild_index
 from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
+from .postgres.fold import RECENTRE_EXPONENT, read_epochs
 from .sync import OutboxSync
 from .typesense import TypesenseIndex
 
@@ -54,6 +60,9 @@ BATCH = 500
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
 
+
+#: How often :meth:`ReindexJobs.watch_folds` looks at the decayed tiers' folds.
+FOLD_CHECK_S = 3600.0
 
 #: The advisory lock a job's process holds while the job lives.
 _JOB_LOCK = "hashtextextended('braid-reindex:' || %s, 0)"
@@ -183,6 +192,38 @@ class ReindexJobs:
                 # A broken connection: its lock went with it, the pool drops it.
                 log.info("reindex job %s: lock connection already broken (%s)", job_id, exc)
             await self._store.pool.putconn(lock)
+
+    async def folds_due(self) -> list[str]:
+        """The tiers configured ``decayed`` whose fold needs its reindex now:
+        one a job left unfinished (several epochs, or one still filling), or
+        whose newest memories' exponent reached ``RECENTRE_EXPONENT``."""
+        cfg = self._config.current
+        async with self._store.pool.connection() as conn:
+            folds = await read_epochs(conn)
+        now = datetime.now(UTC)
+        return [
+            tier
+            for tier, live in folds.items()
+            if tier in cfg.memory_tiers
+            and cfg.tiers[tier].objective == "decayed"
+            and (len(live) > 1 or live[-1].filling or live[-1].exponent(now) >= RECENTRE_EXPONENT)
+        ]
+
+    async def watch_folds(self, interval_s: float = FOLD_CHECK_S) -> None:
+        """Forever: every ``interval_s``, start a pgvector reindex of the first
+        tier :meth:`folds_due` names (one job at a time: a busy one waits for
+        the next look)."""
+        while True:
+            try:
+                due = await self.folds_due()
+                if due:
+                    job_id = await self.start("pgvector", due[0])
+                    log.info("tier %s: its fold is re-centred or finished by reindex job %s", due[0], job_id)
+            except ReindexBusy:
+                pass
+            except (psycopg.Error, BackendError) as exc:
+                log.warning("fold check failed, next in %g s: %s", interval_s, exc)
+            await anyio.sleep(interval_s)
 
     async def get(self, job_id: str) -> dict[str, Any] | None:
         with postgres_errors("read"):

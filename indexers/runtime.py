@@ -161,6 +161,8 @@ async def _open_runtime(
             jobs = ReindexJobs(config, store, index, sync, spawn)
             await jobs.mark_interrupted()
             tg.start_soon(sync.run)
+            # Decayed tiers' folds re-centred before their float range ends.
+            tg.start_soon(jobs.watch_folds)
             tg.start_soon(bookkeeper.run)
             try:
                 yield Runtime(

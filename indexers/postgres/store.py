@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..base import MemoryRecord
+from .fold import folds_for_write
 from .graph_writes import GraphWrites, upsert_entities
 from .models import EntityInput, MemoryInput
 from .names import name_candidates, normalize_name
@@ -120,13 +121,15 @@ class PostgresStore(GraphWrites):
         async with tenant_transaction(self.pool, tenant) as conn:
             if new_entities:
                 await upsert_entities(conn, tenant, new_entities, overwrite=False)
+            # A decayed tier's folded vector, with its tier's newest epoch (.fold).
+            folds = await folds_for_write(conn, memories)
             async with conn.cursor() as cur:
                 await cur.executemany(
                     """
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
                         importance, confidence, speaker, context, metadata, created_at,
-                        embedding, model)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                        embedding, model, folded, fold_epoch)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -134,6 +137,7 @@ class PostgresStore(GraphWrites):
                         speaker = EXCLUDED.speaker, context = EXCLUDED.context,
                         metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
+                        folded = EXCLUDED.folded, fold_epoch = EXCLUDED.fold_epoch,
                         updated_at = clock_timestamp()
                     """,
                     [
@@ -153,8 +157,10 @@ class PostgresStore(GraphWrites):
                             m.created_at,
                             vector_param(m.embedding or ()),
                             m.model,
+                            folded,
+                            fold_epoch,
                         )
-                        for mid, m in zip(ids, memories, strict=True)
+                        for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
                     ],
                 )
                 speakers = sorted({m.speaker for m in memories if m.speaker})
