@@ -89,6 +89,9 @@ SECONDS_PER_DAY = 86_400.0
 #: Rows a reindex moves into a new epoch per transaction.
 MOVE_BATCH = 500
 
+#: Times a batch of :func:`move_rows` is tried when it deadlocks with a write.
+DEADLOCK_RETRIES = 5
+
 _LOCK_KEY = "hashtextextended('braid-fold:' || {}, 0)"
 
 
@@ -271,35 +274,51 @@ async def move_rows(
     """Fold every row of the epoch's tier that is in another epoch (or none)
     with this one, a batch per transaction, walking the primary key once.
     Each batch's rows leave their old epoch's index and enter this one's in
-    the same commit. Returns the rows moved."""
+    the same commit. A batch that deadlocks with a write (which locks its rows
+    in its own order) is tried again. Returns the rows moved."""
     moved = 0
     last: tuple[str, str] = ("", "")
     while True:
-        async with conn.transaction():
-            cur = await conn.execute(
-                "SELECT tenant, id, embedding, importance, created_at FROM memories"
-                " WHERE (tenant, id) > (%s, %s) AND tier = %s AND fold_epoch IS DISTINCT FROM %s"
-                " ORDER BY tenant, id LIMIT %s FOR UPDATE",
-                (*last, epoch.tier, epoch.epoch, batch),
-            )
-            rows = await cur.fetchall()
-            if not rows:
-                return moved
-            folded = fold_vectors(
-                np.stack([_as_array(r[2]) for r in rows]),
-                importance_weights([None if r[3] is None else float(r[3]) for r in rows]),
-                np.array([(r[4] - epoch.anchor).total_seconds() for r in rows]),
-                epoch.rate,
-            )
-            async with conn.cursor() as write:
-                await write.executemany(
-                    "UPDATE memories SET folded = %s, fold_epoch = %s WHERE tenant = %s AND id = %s",
-                    [(folded[k], epoch.epoch, r[0], r[1]) for k, r in enumerate(rows)],
-                )
+        for attempt in range(1, DEADLOCK_RETRIES + 1):
+            try:
+                rows = await _move_batch(conn, epoch, last, batch)
+                break
+            except psycopg.errors.DeadlockDetected:
+                if attempt == DEADLOCK_RETRIES:
+                    raise
+        if not rows:
+            return moved
         moved += len(rows)
         last = (rows[-1][0], rows[-1][1])
         if progress is not None:
             progress(moved)
+
+
+async def _move_batch(
+    conn: psycopg.AsyncConnection[Any], epoch: Epoch, after: tuple[str, str], batch: int
+) -> list[tuple[Any, ...]]:
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT tenant, id, embedding, importance, created_at FROM memories"
+            " WHERE (tenant, id) > (%s, %s) AND tier = %s AND fold_epoch IS DISTINCT FROM %s"
+            " ORDER BY tenant, id LIMIT %s FOR UPDATE",
+            (*after, epoch.tier, epoch.epoch, batch),
+        )
+        rows = await cur.fetchall()
+        if not rows:
+            return rows
+        folded = fold_vectors(
+            np.stack([_as_array(r[2]) for r in rows]),
+            importance_weights([None if r[3] is None else float(r[3]) for r in rows]),
+            np.array([(r[4] - epoch.anchor).total_seconds() for r in rows]),
+            epoch.rate,
+        )
+        async with conn.cursor() as write:
+            await write.executemany(
+                "UPDATE memories SET folded = %s, fold_epoch = %s WHERE tenant = %s AND id = %s",
+                [(folded[k], epoch.epoch, r[0], r[1]) for k, r in enumerate(rows)],
+            )
+    return rows
 
 
 async def retire_older(conn: psycopg.AsyncConnection[Any], epoch: Epoch) -> list[int]:

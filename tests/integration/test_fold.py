@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 import numpy as np
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
@@ -541,3 +542,39 @@ async def test_the_fold_watcher_recentres_a_tier_nearing_its_range(pool: AsyncCo
     q = unit_vectors(np.random.default_rng(25), 1)[0]
     hits = await PgvectorSource(pool, lambda: cfg).search(query("wd", q, reference_time=NOW))
     assert [h.id for h in hits] == rows.top(q, 10)
+
+
+async def test_a_move_batch_that_deadlocks_with_a_write_is_tried_again(pool: AsyncConnectionPool) -> None:
+    cfg = decayed_config()
+    await ensure_indexes(pool, cfg)
+    rows = await write_rows(pool, "dl", 40, seed=26)
+    async with pool.connection() as conn:
+        new = await open_epoch(conn, "session", HALF_LIFE, filling=True)
+    first, later = sorted(rows.ids)[0], sorted(rows.ids)[20]
+    writer = await psycopg.AsyncConnection.connect(pool.conninfo)
+    moved: list[int] = []
+    try:
+        # The writer holds a row in the middle of the mover's batch...
+        await writer.execute("UPDATE memories SET content = 'w1' WHERE tenant = 'dl' AND id = %s", (later,))
+
+        async def mover() -> None:
+            async with pool.connection() as conn:
+                moved.append(await move_rows(conn, new))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mover)
+            await anyio.sleep(0.3)  # the mover holds the first rows and waits for `later`
+            # ...and then wants the first: a deadlock (found after deadlock_timeout, 1 s).
+            # The mover waited first, so it detects it and is the one rolled back.
+            await writer.execute("UPDATE memories SET content = 'w2' WHERE tenant = 'dl' AND id = %s", (first,))
+            await writer.commit()
+    finally:
+        await writer.close()
+    assert moved == [40]
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE fold_epoch = %s), count(*) FILTER (WHERE content IN ('w1', 'w2'))"
+            " FROM memories WHERE tenant = 'dl'",
+            (new.epoch,),
+        )
+        assert await cur.fetchone() == (40, 2)
