@@ -33,9 +33,10 @@ test: install
 bench: install
 	$(PY) -m benchmarks.recall_latency
 
-# LoCoMo retrieval quality through the API; DATA=<dir> picks another folder.
+# Retrieval quality through the API: SUITE=locomo (default), longmemeval or beam; DATA=<path> picks
+# other data (a LoCoMo folder, a LongMemEval JSON file, a folder holding BEAM's 100K/<n>/).
 bench-quality: install
-	$(PY) -m benchmarks.quality $(if $(DATA),--data $(DATA))
+	$(PY) -m benchmarks.quality $(if $(SUITE),--suite $(SUITE)) $(if $(DATA),--data $(DATA))
 
 # Load: throughput, freshness and recall latency on a synthetic corpus; SIZE=<n> memories (default 10000).
 bench-load: install

@@ -2,7 +2,8 @@
 meter, plotting and writing results.
 
 * :data:`ROOT`, :data:`RESULTS` (``benchmarks/results``), :data:`LOCOMO_DATA`
-  (``../shared/data/locomo``, the LoCoMo conversations);
+  (``../shared/data/locomo``, the LoCoMo conversations), :data:`LONGMEMEVAL_DATA`
+  (the LongMemEval_S dev file) and :data:`BEAM_DATA` (the BEAM 100K dev chats);
 * :func:`pct`, a percentile that is NaN for no values;
 * :class:`Service`, ``python -m service`` on the embedded stack in a fresh
   ``BRAID_HOME``, and :func:`wait_healthy`, its wait for ``/health``;
@@ -37,7 +38,9 @@ import psutil
 from deploy.embedded import free_port
 
 __all__ = [
+    "BEAM_DATA",
     "LOCOMO_DATA",
+    "LONGMEMEVAL_DATA",
     "RESULTS",
     "ROOT",
     "CpuMeter",
@@ -53,6 +56,8 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 LOCOMO_DATA = ROOT.parent / "shared" / "data" / "locomo"
+LONGMEMEVAL_DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json"
+BEAM_DATA = ROOT.parent / "shared" / "data" / "beam"
 
 
 def pct(values: list[float], p: float) -> float:

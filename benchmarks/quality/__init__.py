@@ -10,6 +10,16 @@ latency. Writes ``benchmarks/results/quality.md``, ``.json`` and ``.png`` and
 prints one line::
 
     quality: fused R@10=0.xxx nDCG@10=0.xxx best_single R@10=0.xxx (<source>)
+
+Only the fused recall sends ``track: true`` (the warm-up and the single-source
+recalls send ``false``), as an agent runtime makes one recall per question.
+
+``--suite longmemeval [--data FILE.json]`` and ``--suite beam [--data DIR]``
+run LongMemEval_S and BEAM 100K the same way (:mod:`benchmarks.quality.suites`),
+into ``quality-longmemeval.*`` and ``quality-beam.*``. For every suite,
+``--set dotted.key=value`` overrides the service config and ``--sweep
+FILE.yaml`` asks the fused recalls again under each override set after one
+ingestion (:mod:`benchmarks.quality.tuning`).
 """
 
 from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations

@@ -159,6 +159,12 @@ def markdown(report: dict[str, Any]) -> str:
         src = ", ".join(f"{k} {v:.1f}" for k, v in c["source_ms_p50"].items())
         lat = c["latency_ms"]
         lines.append(f"| {name} | {lat['p50']:.1f} | {lat['p95']:.1f} | {c['recalls_per_s']:.0f} | {src} |")
+    if sweep := report.get("sweep"):
+        lines += ["", "## Sweep (fused, `track` false, after one ingestion)", ""]
+        lines += [f"| set | {' | '.join(METRICS)} | degraded |", "|---|" + "---|" * (len(METRICS) + 1)]
+        for row in sweep:
+            o = row["score"]["overall"]
+            lines.append(f"| {row['name']} | {' | '.join(_f(o[m]) for m in METRICS)} | {row['score']['degraded']} |")
     lines += ["", f"`{summary_line(report)}`", ""]
     return "\n".join(lines)
 

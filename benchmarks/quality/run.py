@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,12 @@ import httpx
 
 from benchmarks.common import LOCOMO_DATA, ROOT, pct
 
+from .api import ConfigRun, post_retrying, recall_many
 from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations
 from .metrics import hit_ranks, mean
 from .naive import MAX_K, naive_reference, summarize
 from .service import TenantService
+from .tuning import load_sweep, parse_set, run_sweep
 
 __all__ = ["CONFIGS", "MAX_K", "run"]
 
@@ -35,44 +37,7 @@ CONFIGS: dict[str, list[str] | None] = {
 BATCH = 256
 BUDGET = 65536  # limits.maxBudgetTokens: the block never limits what is scored
 
-
-@dataclass
-class Answer:
-    """One recall: the ranked dia_ids it returned, what it cost, and the
-    names of the ranking factors (``items[].factors``) applied to any item."""
-
-    ranked: list[str]
-    ms: float
-    source_ms: dict[str, float]
-    degraded: list[str]
-    embedding_ms: float
-    factors: frozenset[str] = frozenset()
-
-
-@dataclass
-class ConfigRun:
-    answers: list[Answer] = field(default_factory=list)
-    wall_s: float = 0.0
-
-
 Job = tuple[Conversation, Question]
-
-
-async def post_retrying(
-    client: httpx.AsyncClient, path: str, body: Any, headers: dict[str, str], tries: int = 5
-) -> httpx.Response:
-    """POST as an agent runtime would: a 429 or 503 is retried after its
-    Retry-After (a write with ids replaces, so a retry is safe); any other
-    error, or the last try's, is raised with the service's detail."""
-    for attempt in range(tries):
-        r = await client.post(path, json=body, headers=headers)
-        if r.status_code not in (429, 503) or attempt == tries - 1:
-            break
-        print(f"{path}: {r.status_code} {r.json().get('detail')}; retrying", flush=True)
-        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
-    if r.is_error:
-        raise RuntimeError(f"POST {path} answered {r.status_code}: {r.text}")
-    return r
 
 
 async def write_all(
@@ -98,39 +63,22 @@ async def recall_all(
     sources: list[str] | None,
     concurrency: int,
     top_k: int = MAX_K,
+    track: bool | None = None,
 ) -> ConfigRun:
-    answers: list[Answer | None] = [None] * len(jobs)
-    pending = iter(range(len(jobs)))
-
-    async def worker() -> None:
-        for i in pending:
-            conv, q = jobs[i]
-            body: dict[str, Any] = {"query": q.text, "top_k": top_k, "budget_tokens": BUDGET, "min_confidence": 0}
-            if sources is not None:
-                body["sources"] = sources
-            start = time.perf_counter()
-            r = await client.post("/v1/recall", json=body, headers=svc.headers_by_tenant[conv.tenant])
-            ms = (time.perf_counter() - start) * 1000
-            if r.status_code != 200:
-                raise RuntimeError(f"recall {r.status_code}: {r.text[:500]}")
-            out = r.json()
-            ranked = [d for d in (conv.dia_id(item["id"]) for item in out["items"]) if d is not None]
-            answers[i] = Answer(
-                ranked=ranked,
-                ms=ms,
-                source_ms={n: s["ms"] for n, s in out["sources"].items() if s["status"] == "ok"},
-                degraded=list(out["degraded"]),
-                embedding_ms=float(out.get("embedding_ms") or 0.0),
-                factors=frozenset(
-                    name for item in out["items"] for name, f in (item.get("factors") or {}).items() if f != 1
-                ),
-            )
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    done = [a for a in answers if a is not None]
-    assert len(done) == len(jobs)
-    return ConfigRun(done, time.perf_counter() - start)
+    """Every job's question, ranked as dia_ids. ``track`` is sent as the recall's
+    ``track`` field (None: not sent, for a service without it)."""
+    requests = []
+    for conv, q in jobs:
+        body: dict[str, Any] = {"query": q.text, "top_k": top_k, "budget_tokens": BUDGET, "min_confidence": 0}
+        if sources is not None:
+            body["sources"] = sources
+        if track is not None:
+            body["track"] = track
+        requests.append((svc.headers_by_tenant[conv.tenant], body))
+    run = await recall_many(client, requests, concurrency)
+    for (conv, _), answer in zip(jobs, run.answers, strict=True):
+        answer.ranked = [d for d in (conv.dia_id(m) for m in answer.ranked) if d is not None]
+    return run
 
 
 def score(jobs: list[Job], run: ConfigRun) -> dict[str, Any]:
@@ -181,21 +129,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         report["naive"] = await asyncio.to_thread(naive_reference, convs, args.max_questions)
         report["naive_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs], args.config)
+    svc = await asyncio.to_thread(TenantService, [c.tenant for c in convs], args.config, args.set)
     report["startup_s"] = time.perf_counter() - started
+
+    def track(value: bool) -> bool | None:
+        """Only the fused recall counts as usage (``--no-track``: the field is not sent)."""
+        return None if args.no_track else value
+
     try:
         async with httpx.AsyncClient(base_url=svc.url, timeout=120) as client:
             report["write"] = await write_all(client, svc, convs, options)
             # Warm-up: every question's embedding computed once (and timed), so each
             # configuration below is measured with the same warm query-embedding cache.
-            warm = await recall_all(client, svc, jobs, ["graph"], args.concurrency, top_k=1)
+            warm = await recall_all(client, svc, jobs, ["graph"], args.concurrency, top_k=1, track=track(False))
             report["cold_embedding_ms"] = {
                 "p50": pct([a.embedding_ms for a in warm.answers], 50),
                 "p95": pct([a.embedding_ms for a in warm.answers], 95),
             }
             runs = {}
             for name, sources in CONFIGS.items():
-                runs[name] = await recall_all(client, svc, jobs, sources, args.concurrency)
+                runs[name] = await recall_all(
+                    client, svc, jobs, sources, args.concurrency, track=track(sources is None)
+                )
+            if args.sweep:
+
+                async def fused() -> dict[str, Any]:
+                    again = await recall_all(client, svc, jobs, None, args.concurrency, track=track(False))
+                    return score(jobs, again)
+
+                report["sweep"] = await run_sweep(client, svc, load_sweep(args.sweep), fused)
     finally:
         await asyncio.to_thread(svc.stop)
     report["configs"] = {name: score(jobs, r) for name, r in runs.items()}
@@ -213,7 +175,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=LOCOMO_DATA, help="folder of LoCoMo *.json files")
+    """The arguments every suite takes (LoCoMo's own: ``--max-questions``)."""
+    parser.add_argument(
+        "--suite",
+        choices=("locomo", "longmemeval", "beam"),
+        default="locomo",
+        help="dataset (default locomo; see benchmarks.quality.suites for the others)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help=f"locomo: folder of LoCoMo *.json files (default {LOCOMO_DATA}); longmemeval: a JSON array in "
+        "the official layout; beam: a folder holding 100K/<n>/ (defaults under ../shared/data)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="recalls in flight")
     for when, default in (("before", 2), ("after", 1)):
         parser.add_argument(
@@ -237,4 +211,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=ROOT / "config" / "braid.yaml",
         help="base service config (the tenants' keys are added to it)",
     )
-    parser.add_argument("--name", default="quality", help="output file stem under benchmarks/results/")
+    parser.add_argument(
+        "--name", help="output file stem under benchmarks/results/ (default quality, quality-<suite> for the others)"
+    )
+    parser.add_argument(
+        "--set",
+        type=parse_set,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key before the service starts, e.g. sources.graph.weight=0.5 (repeatable)",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=Path,
+        metavar="FILE.yaml",
+        help="after the run, reload each override set of FILE and ask the fused recalls again (tuning.py)",
+    )
+    parser.add_argument("--no-track", action="store_true", help="send no `track` field (a service without it)")

@@ -1,33 +1,55 @@
-"""Start ``python -m service`` with one agent key per tenant.
+"""Start ``python -m service`` with one agent key per tenant and an admin key.
 
 A :class:`benchmarks.common.Service` whose config is the shipped
-``config/braid.yaml`` (or ``--config``) plus an ``auth.keys`` list, so each
-tenant is reached with its own key.
+``config/braid.yaml`` (or ``--config``) with the ``--set`` overrides applied
+and an ``auth.keys`` list, so each tenant is reached with its own key and
+``/admin`` (config reloads) with the admin key.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
 
 from benchmarks.common import ROOT, Service
 
+from .tuning import Override, apply_sets
+
 __all__ = ["TenantService"]
 
 
-class TenantService(Service):
-    """The service with ``headers[tenant]`` holding each tenant's agent key."""
+#: The admin key's tenant (it acts on no tenant's memories here).
+ADMIN_TENANT = "bench-admin"
 
-    def __init__(self, tenants: list[str], config: Path = ROOT / "config" / "braid.yaml") -> None:
+
+class TenantService(Service):
+    """The service with ``headers_by_tenant[tenant]`` holding each tenant's agent
+    key, ``admin_headers`` the admin key's, and ``config`` the config it started
+    with (a mapping, as written to its file)."""
+
+    def __init__(
+        self, tenants: list[str], config: Path = ROOT / "config" / "braid.yaml", sets: Sequence[Override] = ()
+    ) -> None:
         keys = {t: secrets.token_urlsafe(24) for t in tenants}  # 32 characters each
-        cfg = yaml.safe_load(config.read_text())
-        cfg.setdefault("auth", {})["keys"] = [{"tenant": t, "role": "agent", "key": k} for t, k in keys.items()]
+        admin = secrets.token_urlsafe(24)
+        cfg = apply_sets(yaml.safe_load(config.read_text()), sets)
+        cfg.setdefault("auth", {})["keys"] = [{"tenant": t, "role": "agent", "key": k} for t, k in keys.items()] + [
+            {"tenant": ADMIN_TENANT, "role": "admin", "key": admin}
+        ]
+        self.config: dict[str, Any] = cfg
         self.headers_by_tenant = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
+        self.admin_headers = {"Authorization": f"Bearer {admin}"}
         super().__init__(config_text=yaml.safe_dump(cfg, sort_keys=False), prefix="braid-quality-")
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        """Replace the service's config file (read again at the next reload)."""
+        (self.home / "braid.yaml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
 
     def sync_pending(self) -> int | None:
         body = httpx.get(f"{self.url}/health", timeout=5).json()
