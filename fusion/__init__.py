@@ -15,7 +15,7 @@ from fusion.factors import (
     usage_factor,
     with_usage,
 )
-from fusion.query import QueryPlan, analyze_query, date_ranges
+from fusion.query import QueryPlan, analyze_query, asks_current, date_ranges
 from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
 
@@ -34,6 +34,7 @@ __all__ = [
     "QueryPlan",
     "Scored",
     "analyze_query",
+    "asks_current",
     "apply_factors",
     "date_ranges",
     "format_block",

@@ -15,7 +15,8 @@ checked by the caller:
   written without one is neutral and gets none) and ``usage``
   (``1 + w * min(1, ln(1 + n) / ln(1 + saturation))`` for a memory recalled
   ``n`` times; none for ``n == 0``).
-- **The order factor** works on the shortlist, the best ``window``
+- **The order factor** applies to a query that asks how things stand now
+  (:func:`fusion.query.asks_current`), on the shortlist, the best ``window``
   candidates once the factors above are applied: ``order`` is
   ``1 + w * j / (n - 1)`` for a memory whose time is the ``j``-th oldest of
   the shortlist's ``n`` distinct times (0 for the oldest, which keeps 1). It never changes which memories make the
@@ -191,7 +192,7 @@ def apply_factors(
         )
         scored.append(Scored(f, factors, f.score * math.prod(factors.values())))
     scored.sort(key=_order)
-    if weights.order:
+    if weights.order and plan.current:
         scored = order_by_time(scored, {id: m[1] for id, m in memory.items()}, weights)
     return scored
 

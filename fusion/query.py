@@ -17,7 +17,7 @@ from datetime import date
 
 import msgspec
 
-__all__ = ["QueryPlan", "analyze_query", "date_ranges"]
+__all__ = ["QueryPlan", "analyze_query", "asks_current", "date_ranges"]
 
 _MONTHS = {
     name: number for number, full in enumerate(calendar.month_name) if full for name in (full.lower(), full[:3].lower())
@@ -34,6 +34,29 @@ _PATTERNS = (
 )
 _SPACES = re.compile(r"\s+")
 
+# Words that set a question's tense: its first one decides (see asks_current).
+# "has"/"have" are not among them: "What has Maria done?" asks what happened.
+_PRESENT = "is are am 's 're do does don't doesn't can should will shall".split()
+_PAST = "was were did didn't had 'd used".split()
+_TENSE = re.compile(r"(?<![\w'])(" + "|".join(re.escape(w) for w in _PRESENT + _PAST) + r")(?![\w'])", re.I)
+_NOW = re.compile(r"\b(current|currently|now|latest|these days|at the moment|still)\b", re.I)
+
+
+def asks_current(text: str) -> bool:
+    """Whether ``text`` asks how something stands now ("What is my budget?",
+    "How many books do I have?", "... now?"), as opposed to what happened
+    ("When did I ...?", "What was ...?", "What has she done?"): a word such
+    as ``now`` or ``current``, or else a first tense-bearing auxiliary in the
+    present (the present perfect counts as neither).
+
+    Where a fact changed over time, such a question wants its latest value;
+    the order factor (:mod:`fusion.factors`) is applied to these queries only.
+    """
+    if _NOW.search(text):
+        return True
+    m = _TENSE.search(text.replace("\u2019", "'"))
+    return m is not None and m.group(1).lower() in _PRESENT
+
 
 class QueryPlan(msgspec.Struct, frozen=True):
     """What a recall searches for and which factors it may apply.
@@ -46,6 +69,8 @@ class QueryPlan(msgspec.Struct, frozen=True):
     text: str
     speakers: tuple[str, ...] = ()
     dates: tuple[tuple[date, date], ...] = ()
+    #: The query asks how things stand now (:func:`asks_current`).
+    current: bool = False
 
 
 def _valid(year: int, month: int, day: int | None = None) -> bool:
@@ -128,4 +153,4 @@ def analyze_query(
     searched = _SPACES.sub(" ", searched).strip()
     if not any(c.isalnum() for c in searched):
         searched = text
-    return QueryPlan(text=searched, speakers=tuple(sorted(named)), dates=tuple(ranges))
+    return QueryPlan(text=searched, speakers=tuple(sorted(named)), dates=tuple(ranges), current=asks_current(text))

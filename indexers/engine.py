@@ -353,7 +353,7 @@ def _result(
         degraded=degraded,
         embedding_ms=embedding_ms,
         embedding_status=embedding_status,
-        query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates)),
+        query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates), current=plan.current),
     )
 
 

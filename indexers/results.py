@@ -61,6 +61,8 @@ class QueryInfo(msgspec.Struct):
     speakers: list[str]
     #: Inclusive ``[first, last]`` day ranges the query names.
     dates: list[tuple[date, date]]
+    #: The query asks how things stand now (the order factor applies).
+    current: bool = False
 
 
 EmbeddingStatus = Literal["ok", "client", "timeout"]

@@ -14,6 +14,7 @@ from fusion.factors import importance_factor, memory_factors, recency_factor, us
 NOW = datetime(2026, 1, 15, 12, tzinfo=UTC)
 ENC = get_encoding("cl100k_base")
 PLAIN = QueryPlan(text="q", speakers=(), dates=())
+NOW_QUERY = QueryPlan(text="q", current=True)
 
 
 @pytest.mark.parametrize(
@@ -94,10 +95,16 @@ OLD = Hit("old", NOW - timedelta(days=300))
 NEW = Hit("new", NOW - timedelta(days=10))
 
 
-def _answer(lists: dict[str, list[Hit]], weights: FactorWeights, usage: dict[str, int] | None = None, top_k: int = 10):  # type: ignore[no-untyped-def]
+def _answer(  # type: ignore[no-untyped-def]
+    lists: dict[str, list[Hit]],
+    weights: FactorWeights,
+    usage: dict[str, int] | None = None,
+    top_k: int = 10,
+    plan: QueryPlan = PLAIN,
+):
     return assemble(
         lists,
-        PLAIN,
+        plan,
         k=60,
         weights={},
         factors=weights,
@@ -167,7 +174,8 @@ def test_order_reorders_the_shortlist_by_time_and_keeps_its_members() -> None:
     t = [NOW - timedelta(days=d) for d in (5, 1, 3, 0)]
     hits = [Hit(f"h{i}", t[i]) for i in range(4)]  # h3 is the newest, outside the window
     weights = FactorWeights(order=0.1, order_window=3)
-    answer = _answer({"s": hits}, weights)
+    assert all(r.factors == {} for r in _answer({"s": hits}, weights).items)  # a question about the past
+    answer = _answer({"s": hits}, weights, plan=NOW_QUERY)
     # In the window h0 (oldest, 1.0), h2 (1.05), h1 (newest, 1.1).
     # h0 1/61 = 0.01639, h1 1.1/62 = 0.01774, h2 1.05/63 = 0.01667.
     assert [r.hit.id for r in answer.items] == ["h1", "h2", "h0", "h3"]
@@ -181,6 +189,26 @@ def test_order_reorders_the_shortlist_by_time_and_keeps_its_members() -> None:
 
 def test_order_leaves_equal_times_alone() -> None:
     same = [Hit(f"h{i}", NOW) for i in range(3)]
-    answer = _answer({"s": same}, FactorWeights(order=0.5))
+    answer = _answer({"s": same}, FactorWeights(order=0.5), plan=NOW_QUERY)
     assert [r.hit.id for r in answer.items] == ["h0", "h1", "h2"]
     assert all(r.factors == {} for r in answer.items)
+
+
+@pytest.mark.parametrize(
+    ("question", "current"),
+    [
+        ("What is my monthly budget for books?", True),
+        ("How many books do I have?", True),
+        ("When is my session with the consultant scheduled?", True),
+        ("Which city did I move to first?", False),
+        ("What was my budget in January?", False),
+        ("What has Maria done to feel closer to her faith?", False),
+        ("How many commits have been merged?", False),
+        ("What did I buy, and where do I keep it now?", True),
+        ("What’s my current job?", True),
+    ],
+)
+def test_asks_current(question: str, current: bool) -> None:
+    from fusion import asks_current
+
+    assert asks_current(question) is current
