@@ -49,6 +49,7 @@ from config import BraidConfig, TierConfig, load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, SearchQuery
 from indexers.pgvector import (
+    WALK_AHEAD,
     PgvectorSource,
     SearchPlan,
     ensure_indexes,
@@ -119,9 +120,10 @@ def make_corpus(n: int, *, days: float, queries: int, seed: int, clusters: int =
     return Corpus(vectors, weights, importance, age_s, q.astype(np.float32))
 
 
-def exact_tops(c: Corpus, rate: float | None) -> list[list[int]]:
+def exact_tops(c: Corpus, rate: float | None, admitted: np.ndarray | None = None) -> list[list[int]]:
     """Each query's top-K row numbers by cosine (``rate`` None) or by the
-    objective, float64 over every row; ties by row number."""
+    objective, float64 over every row (``admitted``: those rows only); ties
+    by row number."""
     q = c.queries.astype(np.float64)
     factor = None if rate is None else c.weights * np.exp(-rate * c.age_s)
     best: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
@@ -129,6 +131,8 @@ def exact_tops(c: Corpus, rate: float | None) -> list[list[int]]:
         s = c.vectors[start : start + 50_000].astype(np.float64) @ q.T
         if factor is not None:
             s *= factor[start : start + 50_000, None]
+        if admitted is not None:
+            s[~admitted[start : start + 50_000]] = -np.inf
         top = np.argpartition(-s, K, axis=0)[: K + 1]
         for j in range(len(q)):
             best[j].extend((float(s[i, j]), start + int(i)) for i in top[:, j])
@@ -186,11 +190,16 @@ async def one(conn: psycopg.AsyncConnection[Any], sql: str, params: Any = None) 
     return row[0]
 
 
-def tier_plan(cfg: BraidConfig, live: list[Epoch], reference: datetime) -> tuple[SearchPlan, dict[str, Any]]:
-    where, params = filter_clause(
-        Filters(), min_confidence=cfg.min_confidence, memory_tiers=cfg.memory_tiers, tier=TIER
-    )
-    (plan,) = search_plans(f"m.tenant = %(tenant)s AND {where}", live, reference)
+def tier_plan(
+    cfg: BraidConfig, live: list[Epoch], reference: datetime, filters: Filters | None = None
+) -> tuple[SearchPlan, dict[str, Any]]:
+    filters = filters or Filters()
+    where, params = filter_clause(filters, min_confidence=cfg.min_confidence, memory_tiers=cfg.memory_tiers, tier=TIER)
+    ahead = None
+    if filters.created_before is not None:  # as PgvectorSource builds it
+        ahead = f"m.tenant = %(tenant)s AND m.tier = '{TIER}' AND m.created_at > %(f_before)s"
+        params["walk_ahead"] = WALK_AHEAD
+    (plan,) = search_plans(f"m.tenant = %(tenant)s AND {where}", live, reference, ahead)
     params.update({"tenant": TENANT, "limit": K, "exact_below": cfg.tiers[TIER].exact_below})
     return plan, params
 
@@ -227,10 +236,10 @@ async def grid(
         async with conn.transaction():
             await set_search_params(conn, EF_GRID[0])
             await conn.execute(plan.statement, {**params, "vec": q})
-    out: dict[str, Any] = {"recall": {}, "p50_ms": {}, "index_used": {}}
+    out: dict[str, Any] = {"recall": {}, "p50_ms": {}, "index_used": {}, "short": {}}
     for ef in EF_GRID:
         out["index_used"][ef] = await uses_index(conn, plan, {**params, "vec": c.queries[0]}, ef, name)
-        hits, times = 0, []
+        hits, times, short = 0, [], 0
         for q, top in zip(c.queries, truth, strict=True):
             began = time.perf_counter()
             async with conn.transaction():
@@ -239,6 +248,8 @@ async def grid(
             times.append(time.perf_counter() - began)
             found = {int(r[0][1:]) for r in rows[:K]}  # ids are m<row>
             hits += len(found.intersection(top))
+            short += len(rows) < K
+        out["short"][ef] = short
         out["recall"][ef] = hits / (K * len(truth))
         out["p50_ms"][ef] = float(np.percentile(times, 50)) * 1000
         say(f"{name} ef_search {ef}: recall@10 {out['recall'][ef]:.3f}, p50 {out['p50_ms'][ef]:.2f} ms")
@@ -323,6 +334,20 @@ async def run_size(args: argparse.Namespace, size: int) -> dict[str, Any]:
         plan, params = tier_plan(cfg, [epoch], reference)
         result["decayed"].update(await grid(conn, plan, params, c, truth_obj, fold_name))
 
+        if args.filtered:
+            # Only memories older than `filtered` days: far more than exactBelow,
+            # so the index answers, through the iterative scan.
+            old = c.age_s >= args.filtered * 86_400.0
+            filters = Filters(created_before=reference - timedelta(days=args.filtered))
+            say(f"filtered: the {int(old.sum())} memories older than {args.filtered:g} days")
+            result["filtered"] = {"days": args.filtered, "rows": int(old.sum())}
+            for mode, live, rate, name in (
+                ("similarity", [], None, cos_name),
+                ("decayed", [epoch], decay_rate(args.half_life), fold_name),
+            ):
+                plan, params = tier_plan(cfg, live, reference, filters)
+                result["filtered"][mode] = await grid(conn, plan, params, c, exact_tops(c, rate, old), name)
+
         say("PgvectorSource.search p50, decayed then similarity")
         result["decayed"]["source_p50_ms"] = await source_p50(dsn, cfg, c, reference)
         await conn.execute("DELETE FROM fold_epochs")
@@ -405,6 +430,36 @@ def report(data: dict[str, Any]) -> str:
                 + (f"{x['source_p50_ms']:.2f}" if "source_p50_ms" in x else "–")
                 + " |"
             )
+    filtered = [r for r in runs if "filtered" in r]
+    if filtered:
+        lines += [
+            "",
+            "Filtered: `created_before` = the reference time minus `days` (only old memories, far more than "
+            "exactBelow, so the HNSW branch answers with the iterative scan); truth over those rows only; "
+            "`short` = queries answered with fewer than 10 hits.",
+            "",
+            "| size | objective | days / rows | "
+            + " | ".join(f"R@10 ef {e}" for e in efs)
+            + " | "
+            + " | ".join(f"short ef {e}" for e in efs)
+            + " | "
+            + " | ".join(f"p50 ms ef {e}" for e in efs)
+            + " |",
+            "|" + "---|" * (3 + 3 * len(efs)),
+        ]
+        for r in filtered:
+            f = r["filtered"]
+            for mode in ("similarity", "decayed"):
+                x = f[mode]
+                lines.append(
+                    f"| {r['size']} | {mode} | {f['days']:g} / {f['rows']} | "
+                    + " | ".join(f"{x['recall'][e]:.3f}" for e in efs)
+                    + " | "
+                    + " | ".join(str(x["short"][e]) for e in efs)
+                    + " | "
+                    + " | ".join(f"{x['p50_ms'][e]:.2f}" for e in efs)
+                    + " |"
+                )
     lines += [
         "",
         "`recentred`: the same fold after `rebuild_index(..., recentre=True)`: a new epoch anchored at the "
@@ -453,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--maintenance-work-mem", default="1GB", help="for the index builds (the service's: 1GB)")
     p.add_argument("--recentre", action="store_true", help="also time a re-centring and measure its index")
+    p.add_argument(
+        "--filtered", type=float, default=0.0, metavar="DAYS", help="also search only memories older than DAYS"
+    )
     p.add_argument("--home", default="/tmp/braid-decay-fold", help="where the Postgres data goes")
     p.add_argument("--keep", action="store_true", help="keep the Postgres data directory")
     p.add_argument("--name", default=NAME, help="results file name (benchmarks/results/<name>.*)")

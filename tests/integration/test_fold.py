@@ -578,3 +578,40 @@ async def test_a_move_batch_that_deadlocks_with_a_write_is_tried_again(pool: Asy
             (new.epoch,),
         )
         assert await cur.fetchone() == (40, 2)
+
+
+async def test_a_created_before_that_leaves_out_many_newer_rows_is_answered_exactly(
+    pool: AsyncConnectionPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The index walk meets a folded tier's newest (largest) rows first: a
+    # filter keeping only old memories would spend the walk's budget on rows
+    # it rejects. Here the budget is 500 newer rows (WALK_AHEAD); exactBelow
+    # 100 keeps the count alone from choosing the exact branch.
+    import indexers.pgvector as pgvector
+
+    monkeypatch.setattr(pgvector, "WALK_AHEAD", 500)
+    cfg = decayed_config(exact_below=100, ef_construction=200, ef_search=400)
+    await ensure_indexes(pool, cfg)
+    rows = await write_rows(pool, "old", 3000, seed=27, days=200.0)
+    log: list[dict[str, Any]] = []
+    spy = await recording_pool(pool.conninfo, log)
+    q = unit_vectors(np.random.default_rng(28), 1)[0]
+    try:
+        source = PgvectorSource(spy, lambda: cfg)
+        for days, branch in ((50, "exact"), (2, "hnsw")):
+            before = NOW - timedelta(days=days)
+            kept = [i for i, t in enumerate(rows.created_at) if t <= before]
+            assert len(kept) > 100 and (len(rows.ids) - len(kept) >= 500) == (branch == "exact")
+            old = Rows(
+                ids=[rows.ids[i] for i in kept],
+                vectors=rows.vectors[kept],
+                importance=[rows.importance[i] for i in kept],
+                created_at=[rows.created_at[i] for i in kept],
+            )
+            log.clear()
+            hits = await source.search(query("old", q, filters=Filters(created_before=before), reference_time=NOW))
+            assert [h.id for h in hits] == old.top(q, 10)
+            (search,) = [e for e in log if e["tier"] == "session"]
+            assert await explain_branch(pool, "old", search, 400) == branch
+    finally:
+        await spy.close()
