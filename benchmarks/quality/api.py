@@ -16,7 +16,15 @@ from typing import Any
 import httpx
 import msgspec
 
-__all__ = ["Answer", "ConfigRun", "Progress", "post_retrying", "recall_many"]
+__all__ = ["Answer", "ApiError", "ConfigRun", "Progress", "post_retrying", "recall_many"]
+
+
+class ApiError(RuntimeError):
+    """The service answered an error status (``status``) after the retries."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Progress:
@@ -78,7 +86,7 @@ async def post_retrying(
         print(f"{path}: {r.status_code} {r.json().get('detail')}; retrying", flush=True)
         await asyncio.sleep(float(r.headers.get("retry-after", "1")))
     if r.is_error:
-        raise RuntimeError(f"POST {path} answered {r.status_code}: {r.text[:2000]}")
+        raise ApiError(f"POST {path} answered {r.status_code}: {r.text[:2000]}", r.status_code)
     return r
 
 

@@ -82,7 +82,7 @@ def test_chats_load_in_number_order_from_the_truncated_file(suite: Beam) -> None
 
 
 def test_mapping_ids_dates_speakers_sessions(suite: Beam) -> None:
-    memories, cut = suite.memories("beam-3", MappingOptions(), 32768)
+    memories, cut = suite.memories("beam-3", MappingOptions(), 32768, 64)
     assert cut == 0
     assert [m["id"] for m in memories] == [f"beam-3:{i}" for i in range(6)]
     assert [m["created_at"] for m in memories] == [

@@ -60,7 +60,7 @@ def suite(tmp_path: Path) -> LongMemEval:
 
 
 def test_mapping_keys_turns_by_position_and_dates_them(suite: LongMemEval) -> None:
-    memories, cut = suite.memories("lme-q1", MappingOptions(), 32768)
+    memories, cut = suite.memories("lme-q1", MappingOptions(), 32768, 64)
     assert cut == 0
     assert [m["id"] for m in memories] == [
         "lme-q1:0:0",
@@ -86,13 +86,14 @@ def test_mapping_keys_turns_by_position_and_dates_them(suite: LongMemEval) -> No
     assert (m["content"], m["kind"], m["tier"]) == ("Noted: level 2", "turn", "session")
     # Context: two turns before, one after, within the session only.
     assert m["context"] == "I parked on level 2\nthanks"
-    assert "context" not in suite.memories("lme-q1", MappingOptions(context_before=0, context_after=0), 99)[0][0]
+    assert "context" not in suite.memories("lme-q1", MappingOptions(context_before=0, context_after=0), 99, 64)[0][0]
     assert m["entities"] == ["noted", "level"]
-    assert "entities" not in suite.memories("lme-q1", MappingOptions(entities=False), 99)[0][0]
+    assert suite.memories("lme-q1", MappingOptions(), 99, 1)[0][3]["entities"] == ["noted"]
+    assert "entities" not in suite.memories("lme-q1", MappingOptions(entities=False), 99, 64)[0][0]
 
 
 def test_mapping_cuts_to_the_service_limit(suite: LongMemEval) -> None:
-    memories, cut = suite.memories("lme-q1", MappingOptions(), 10)
+    memories, cut = suite.memories("lme-q1", MappingOptions(), 10, 64)
     assert cut == 3  # "I parked on level 2", "Noted: level 2" (and contexts), the "thanks" turn's context
     assert memories[2]["content"] == "I parked o"
     assert all(len(m.get("context", "")) <= 10 for m in memories)

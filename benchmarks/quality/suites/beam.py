@@ -215,6 +215,10 @@ class Beam:
         }
     }
 
+    #: LoCoMo's mapping (the API's limit): BEAM's 2,506 messages are written in minutes.
+    max_entities = 64
+    notes: list[str] = []
+
     def __init__(self, data: Path, limit: int = 0) -> None:
         self.data = data
         folders = sorted((p for p in (data / "100K").glob("*") if p.is_dir()), key=lambda p: (len(p.name), p.name))
@@ -227,12 +231,14 @@ class Beam:
     def tenants(self) -> list[str]:
         return [c.tenant for c in self.chats]
 
-    def memories(self, tenant: str, options: MappingOptions, max_chars: int) -> tuple[list[dict[str, Any]], int]:
+    def memories(
+        self, tenant: str, options: MappingOptions, max_chars: int, max_entities: int
+    ) -> tuple[list[dict[str, Any]], int]:
         (chat,) = (c for c in self.chats if c.tenant == tenant)
         out: list[dict[str, Any]] = []
         cut = 0
         for session in chat.sessions:
-            memories, n = turn_memories(session, options, max_chars)
+            memories, n = turn_memories(session, options, max_chars, max_entities)
             out += memories
             cut += n
         return out, cut

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..locomo import MappingOptions, turn_entities
+from ..locomo import MAX_ENTITIES, MappingOptions, turn_entities
 
 __all__ = [
     "Column",
@@ -66,7 +66,14 @@ class Suite(Protocol):
 
     def tenants(self) -> list[str]: ...
 
-    def memories(self, tenant: str, options: MappingOptions, max_chars: int) -> tuple[list[dict[str, Any]], int]:
+    #: Most entities named per memory unless ``--max-entities`` says otherwise.
+    max_entities: int
+    #: Paragraphs the report adds (what was measured to choose the mapping).
+    notes: list[str]
+
+    def memories(
+        self, tenant: str, options: MappingOptions, max_chars: int, max_entities: int
+    ) -> tuple[list[dict[str, Any]], int]:
         """The tenant's ``POST /v1/memories`` items, and how many were cut to ``max_chars``."""
 
     def queries(self) -> list[Query]: ...
@@ -92,7 +99,9 @@ def rfc3339(when: datetime) -> str:
     return when.isoformat().replace("+00:00", "Z")
 
 
-def turn_memories(turns: Sequence[Turn], options: MappingOptions, max_chars: int) -> tuple[list[dict[str, Any]], int]:
+def turn_memories(
+    turns: Sequence[Turn], options: MappingOptions, max_chars: int, max_entities: int = MAX_ENTITIES
+) -> tuple[list[dict[str, Any]], int]:
     """``POST /v1/memories`` items for one session's turns, in order, and how
     many had their content or context cut to ``max_chars`` (the service's
     ``limits.maxContentChars``).
@@ -100,7 +109,9 @@ def turn_memories(turns: Sequence[Turn], options: MappingOptions, max_chars: int
     ``context`` (left out when empty) holds up to ``options.context_before``
     preceding and ``context_after`` following turns of the session, one per
     line, as in the LoCoMo mapping; ``entities`` (when ``options.entities``)
-    are :func:`benchmarks.quality.locomo.turn_entities` of the content.
+    are the first ``max_entities`` of
+    :func:`benchmarks.quality.locomo.turn_entities` of the content (proper
+    names first, then content words in text order).
     """
     memories = []
     cut = 0
@@ -125,7 +136,7 @@ def turn_memories(turns: Sequence[Turn], options: MappingOptions, max_chars: int
         if context:
             memory["context"] = context[:max_chars]
         if options.entities:
-            memory["entities"] = turn_entities({"text": content}, frozenset())
+            memory["entities"] = turn_entities({"text": content}, frozenset())[:max_entities]
         memories.append(memory)
     return memories, cut
 

@@ -38,7 +38,7 @@ import yaml
 
 from benchmarks.common import ROOT, CpuMeter, cpu_used, pct
 
-from ..api import ConfigRun, Progress, post_retrying, recall_many
+from ..api import ApiError, ConfigRun, Progress, post_retrying, recall_many
 from ..embed_cache import CACHE_PATH, EmbeddingCache, embed_cached
 from ..locomo import MappingOptions
 from ..metrics import mean
@@ -124,25 +124,45 @@ async def write_all(
     concurrency: int,
 ) -> dict[str, Any]:
     """Every tenant's memories (with their ``vectors``, if given), ``concurrency``
-    tenants at a time, in order within a tenant."""
+    tenants at a time, in order within a tenant.
+
+    A write the service could not finish within its Postgres deadline (503)
+    is retried once, then split in two halves written one after the other
+    (a write with ids replaces, so a write that did land is rewritten, never
+    duplicated): ``splits`` counts those.
+    """
     total = sum(len(m) for m in memories.values())
     meter = Progress("write", total, "memories")
     pending = iter(memories.items())
-    requests = tenants = 0
+    requests = tenants = splits = 0
+
+    async def write(tenant: str, chunk: list[dict[str, Any]]) -> None:
+        nonlocal requests, splits
+        try:
+            await post_retrying(client, "/v1/memories", {"memories": chunk}, svc.headers_by_tenant[tenant], tries=2)
+        except ApiError as exc:
+            if exc.status != 503 or len(chunk) == 1:
+                raise
+            splits += 1
+            half = len(chunk) // 2
+            print(f"write: splitting a write of {len(chunk)} memories in two", file=sys.stderr, flush=True)
+            await write(tenant, chunk[:half])
+            await write(tenant, chunk[half:])
+            return
+        requests += 1
+        meter.update(len(chunk), f", {tenants}/{len(memories)} tenants done")
 
     async def worker() -> None:
-        nonlocal requests, tenants
+        nonlocal tenants
         for tenant, items in pending:
             for chunk in _batches(items, batch, vectors):
-                await post_retrying(client, "/v1/memories", {"memories": chunk}, svc.headers_by_tenant[tenant])
-                requests += 1
-                meter.update(len(chunk), f", {tenants}/{len(memories)} tenants done")
+                await write(tenant, chunk)
             tenants += 1
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     written = time.perf_counter() - start
-    return {"memories": total, "requests": requests, "write_s": written, "per_s": total / written}
+    return {"memories": total, "requests": requests, "splits": splits, "write_s": written, "per_s": total / written}
 
 
 async def check_embeddings(
@@ -227,6 +247,7 @@ async def run_suite(suite: Suite, args: argparse.Namespace) -> dict[str, Any]:
     phase = Phases()
     config = apply_sets(yaml.safe_load(args.config.read_text()), args.set)
     max_chars = int(config.get("limits", {}).get("maxContentChars", 32768))
+    max_entities = args.max_entities or suite.max_entities
     options = MappingOptions(
         context_before=args.context_before, context_after=args.context_after, entities=args.entities
     )
@@ -246,13 +267,14 @@ async def run_suite(suite: Suite, args: argparse.Namespace) -> dict[str, Any]:
         memories: dict[str, list[dict[str, Any]]] = {}
         cut = 0
         for tenant in suite.tenants():
-            memories[tenant], n = suite.memories(tenant, options, max_chars)
+            memories[tenant], n = suite.memories(tenant, options, max_chars, max_entities)
             cut += n
         flat = [m for ms in memories.values() for m in ms]
         report["mapping"] = {
             "memories": len(flat),
             "cut_to_max_chars": cut,
             "max_chars": max_chars,
+            "max_entities": max_entities,
             "context_chars": sum(len(m.get("context", "")) for m in flat),
             "entities": sum(len(m.get("entities", ())) for m in flat),
             "distinct_entities": sum(
@@ -331,6 +353,13 @@ def add_suite_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("longmemeval and beam")
     group.add_argument("--limit", type=int, default=0, help="first N questions (longmemeval) or chats (beam); 0: all")
     group.add_argument("--top-k", type=int, default=50, help="items per recall (default 50)")
+    group.add_argument(
+        "--max-entities",
+        type=int,
+        choices=range(1, 65),
+        metavar="N",
+        help="entities named per memory (default: longmemeval 16, beam 64 as LoCoMo)",
+    )
     group.add_argument(
         "--write-batch",
         type=int,

@@ -178,6 +178,29 @@ class LongMemEval:
     }
     reference: dict[str, dict[Column, float]] = {}
 
+    #: LoCoMo's mapping names up to 64 entities a turn (34 at most there). With
+    #: LongMemEval's long turns that is 37 a turn and 6,000 per tenant (LoCoMo:
+    #: 10 and 1,500), and creating them (embedding each new name in the service,
+    #: inserting it in the entities tier's HNSW index) made ingestion the run's
+    #: bottleneck: the first 256 turns of a question took 22-23 s to write with
+    #: all their names, 11.7 s with the first 16, 9.1 s with the first 8 (same
+    #: service, one after the other; numbers in quality-longmemeval.md).
+    #: 16 keeps 14 names a turn.
+    max_entities = 16
+    notes = [
+        "Entities: at most 16 a memory here (LoCoMo's mapping: 64, the API's limit; no LoCoMo turn has more than "
+        "34). LongMemEval's turns are long: all their names make 37 a turn and about 6,000 distinct per tenant "
+        "(LoCoMo: 10 and 1,500; 607k over the 100 tenants), and creating those entities is what ingestion spends its "
+        "time on. Writing the first 256 turns of one question in writes of 32, on this shared 2-core machine (load "
+        "about 7): all names 22-23 s (11 memories/s; CPU: service 8.5 s, Postgres 9-13 s, Typesense 0.4 s), the first "
+        "16 11.7 s (22/s; 4.6 s and 4.6 s), the first 8 9.1 s (28/s). Earlier, in writes of 64 on a quieter machine: "
+        "all names 18.4 s, without entities 2.9 s (87/s), without context 20.4 s (no faster). The service embeds "
+        "every new entity name and inserts it in the entities tier's HNSW index (m 24, efConstruction 128): with that "
+        "index at m 8 / efConstruction 16 Postgres spent 2.6 s instead of 11.2 s on those 256 turns. A full run with all names wrote 6-12 memories/s "
+        "(1.2-2.3 h for 49,320) and writes of 32 overran the service's 10 s Postgres deadline; 16 names keep 14 a "
+        "turn. `--max-entities 64` gives LoCoMo's mapping.",
+    ]
+
     def __init__(self, data: Path, limit: int = 0) -> None:
         self.data = data
         raw = json.loads(data.read_text())
@@ -188,12 +211,14 @@ class LongMemEval:
     def tenants(self) -> list[str]:
         return [q.tenant for q in self.questions]
 
-    def memories(self, tenant: str, options: MappingOptions, max_chars: int) -> tuple[list[dict[str, Any]], int]:
+    def memories(
+        self, tenant: str, options: MappingOptions, max_chars: int, max_entities: int
+    ) -> tuple[list[dict[str, Any]], int]:
         (q,) = (q for q in self.questions if q.tenant == tenant)
         out: list[dict[str, Any]] = []
         cut = 0
         for session in q.sessions:
-            memories, n = turn_memories(session, options, max_chars)
+            memories, n = turn_memories(session, options, max_chars, max_entities)
             out += memories
             cut += n
         return out, cut

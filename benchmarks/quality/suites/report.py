@@ -81,7 +81,8 @@ def markdown(report: Mapping[str, Any], suite: Suite) -> str:
         f"{'question' if suite.name == 'longmemeval' else 'chat'}; {mapping['cut_to_max_chars']} had content "
         f"or context cut to {mapping['max_chars']} characters (`limits.maxContentChars`); "
         f"{mapping['context_chars']:,} characters of context, {mapping['entities']:,} entity mentions "
-        f"({mapping['distinct_entities']:,} distinct names per tenant, summed).  ",
+        f"({mapping['distinct_entities']:,} distinct names per tenant, summed; at most "
+        f"{mapping['max_entities']} named per memory).  ",
         f"Each recall: `top_k` {report['top_k']}, `budget_tokens` 65536, `min_confidence` 0, "
         f"{report['concurrency']} in flight; `reference_time` = the question's time, `track` true on the "
         "fused recall only.  ",
@@ -89,7 +90,9 @@ def markdown(report: Mapping[str, Any], suite: Suite) -> str:
         f"({emb['computed']} computed, the rest from `{emb['cache']}`); against the service's own vectors for "
         f"{check['texts']} probe texts: {check['identical']} bit-identical, max |diff| {check['max_abs_diff']:.2e}, "
         f"min cosine {check['min_cosine']:.7f}.  ",
-        f"Writes: {w['memories']} memories in {w['requests']} requests, {w['write_s']:.0f} s "
+        f"Writes: {w['memories']} memories in {w['requests']} requests ({w.get('splits', 0)} writes split in two "
+        "after a 503 from the service's 10 s Postgres deadline), "
+        f"{w['write_s']:.0f} s "
         f"({w['per_s']:.0f} memories/s), then {w['sync_wait_s']:.0f} s for the Typesense outbox to drain. "
         f"CPU by process: {cpu}.",
         "",
@@ -109,6 +112,11 @@ def markdown(report: Mapping[str, Any], suite: Suite) -> str:
         for kind, n in _kinds(report).items():
             columns = [(kind, m) for m in headline_metrics]
             lines += ["", f"## {kind} (n={n})", "", *_table(report, suite, columns, short=True)]
+    if suite.notes:
+        lines += ["", "## Notes", ""]
+        for note in suite.notes:
+            lines += [note, ""]
+        lines.pop()
     if skipped := report["corpus"].get("skipped"):
         lines += ["", "Skipped questions: " + "; ".join(skipped) + "."]
     lines += ["", "## Degraded recalls", ""]
