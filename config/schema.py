@@ -83,11 +83,11 @@ class RankingConfig(_Base, frozen=True):
     """The memory factors applied after fusion (:mod:`fusion.factors`); a weight of 0 turns one off."""
 
     #: score x (1 + w * h / (h + age in days)) before the recall's reference time.
-    recency_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
+    recency_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.1
     #: ``h`` above: the age at which the recency bonus is half of ``recencyWeight``.
     recency_half_life_days: Annotated[float, Meta(gt=0.0, le=100_000.0)] = 30.0
     #: score x (1 + w * (2 * importance - 1)); a memory written without importance is neutral.
-    importance_weight: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    importance_weight: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.2
     #: score x (1 + w * min(1, ln(1 + n) / ln(1 + usageSaturation))) for a memory recalled n times.
     usage_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
     usage_saturation: Annotated[int, Meta(ge=1, le=1_000_000_000)] = 100

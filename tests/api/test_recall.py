@@ -128,12 +128,14 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
         "text": "What did paint in ?",
         "speakers": ["Caroline"],
         "dates": [["2023-07-01", "2023-07-31"]],
+        "current": False,
     }
     items = {i["id"]: i for i in out["items"]}
     assert set(items) == set(ids)
     assert out["items"][0]["id"] == ids[0]
     expected = [{"speaker": 1.5, "time": 1.6}, {"time": 1.6}, {"speaker": 1.5}, {}]
-    assert [items[i]["factors"] for i in ids] == expected
+    # The memory factors (recency by default) apply to every item; the query's are these.
+    assert [{k: v for k, v in items[i]["factors"].items() if k in ("speaker", "time")} for i in ids] == expected
     for item in out["items"]:
         assert item["rrf_score"] == pytest.approx(sum(item["contributions"].values()))
         product = 1.0
@@ -167,7 +169,7 @@ async def test_speaker_lookup_failure_does_not_fail_the_recall(
         out = await braid.recall("What did Caroline paint?")
     assert out["items"][0]["id"] == mid
     assert out["query"]["speakers"] == []  # nothing known: no name taken out, no factor
-    assert out["items"][0]["factors"] == {}
+    assert "speaker" not in out["items"][0]["factors"]
 
 
 async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(braid: Braid) -> None:
