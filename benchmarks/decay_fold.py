@@ -499,6 +499,53 @@ def plot(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def suite_half_lives(name: str, half_lives: list[float], limit: int = 0) -> list[str]:
+    """A quality suite's summary line for a pgvector ranking by cosine, then
+    by the decayed objective at each half-life: numpy's exact ranking over
+    each tenant's memories (the suite's own mapping, dates and questions, the
+    quality runs' cached embeddings), top 50, scored by the suite as if it
+    were the fused ranking. A BEAM chat or a LongMemEval haystack holds at
+    most a few hundred memories, so the pgvector source compares them all
+    (exact branch) and ranks them the same way."""
+    from benchmarks.common import BEAM_DATA, LONGMEMEVAL_DATA
+    from benchmarks.quality.embed_cache import EmbeddingCache, text_key
+    from benchmarks.quality.locomo import MappingOptions
+    from benchmarks.quality.suites import SUITES
+
+    suite = SUITES[name]({"beam": BEAM_DATA, "longmemeval": LONGMEMEVAL_DATA}[name], limit)
+    options = MappingOptions(context_before=2, context_after=1, entities=True)
+    cache = EmbeddingCache()
+    cfg = load_config()
+    model = cfg.embedding.model
+    tenants = {}
+    for tenant in suite.tenants():
+        items, _ = suite.memories(tenant, options, cfg.limits.max_content_chars, suite.max_entities)
+        vectors = cache.get([text_key(model, m["content"]) for m in items])
+        tenants[tenant] = (
+            [m["id"] for m in items],
+            np.stack([vectors[text_key(model, m["content"])] for m in items]).astype(np.float64),
+            [datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")) for m in items],
+        )
+    queries = suite.queries()
+    query_vectors = cache.get([text_key(model, q.text) for q in queries])
+    cache.close()
+    lines = []
+    for half_life in [0.0, *half_lives]:
+        rankings = []
+        for q in queries:
+            ids, x, created = tenants[q.tenant]
+            s = x @ query_vectors[text_key(model, q.text)].astype(np.float64)
+            if half_life:
+                age = np.array([(q.at - t).total_seconds() for t in created])
+                s = s * np.exp(-decay_rate(half_life) * age)  # w is 0.5 for every memory: no effect on the order
+            rankings.append([ids[i] for i in sorted(range(len(ids)), key=lambda i: (-s[i], ids[i]))[:50]])
+        label = f"decayed, halfLifeDays {half_life:g}" if half_life else "similarity"
+        # The suite's summary line, fed this ranking as the fused one and the pgvector one.
+        scored = suite.score(rankings)
+        lines.append(f"{label}: {suite.summary_line({'configs': {'fused': scored, 'pgvector': scored}})}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, action="append", help="memories (repeatable); default 100000")
@@ -514,7 +561,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--home", default="/tmp/braid-decay-fold", help="where the Postgres data goes")
     p.add_argument("--keep", action="store_true", help="keep the Postgres data directory")
     p.add_argument("--name", default=NAME, help="results file name (benchmarks/results/<name>.*)")
+    p.add_argument(
+        "--suite-half-lives",
+        choices=("beam", "longmemeval"),
+        help="only print the suite's figures for pgvector's exact ranking by cosine and at --half-lives",
+    )
+    p.add_argument("--half-lives", default="30,90,365,3650", metavar="DAYS,...")
+    p.add_argument("--limit", type=int, default=0, help="with --suite-half-lives: first N questions or chats")
     args = p.parse_args(argv)
+    if args.suite_half_lives:
+        for line in suite_half_lives(args.suite_half_lives, [float(d) for d in args.half_lives.split(",")], args.limit):
+            print(line)
+        return 0
     path = RESULTS / f"{args.name}.json"
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for size in args.size or [100_000]:
