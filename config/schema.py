@@ -95,6 +95,13 @@ class RankingConfig(_Base, frozen=True):
     #: candidates: newer first among near-equals, the shortlist itself unchanged.
     order_weight: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
     order_window: Annotated[int, Meta(ge=2, le=1000)] = 10
+    #: In the best ``restatementWindow`` candidates, memories whose stored
+    #: embeddings have cosine >= this (joined transitively) take their places
+    #: newest first; 0 turns it off. One Postgres read of those embeddings per recall.
+    restatement_similarity: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
+    restatement_window: Annotated[int, Meta(ge=2, le=1000)] = 10
+    #: Apply it only to queries that ask how things stand now (present tense, "now", "current").
+    restatement_current_only: bool = False
 
 
 class BookkeepingConfig(_Base, frozen=True):

@@ -17,9 +17,18 @@ from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 import msgspec
+import numpy as np
 
 from fusion.block import BlockItem, format_block
-from fusion.factors import FactorWeights, Scored, apply_factors, usage_candidates, with_usage
+from fusion.factors import (
+    FactorWeights,
+    Scored,
+    apply_factors,
+    restate,
+    restatement_candidates,
+    usage_candidates,
+    with_usage,
+)
 from fusion.query import QueryPlan
 from fusion.rrf import rrf
 from fusion.tokens import Encoding
@@ -80,16 +89,38 @@ class Ranking(Generic[C]):
     hits: Mapping[str, C]
     scored: Sequence[Scored]
     factors: FactorWeights
+    #: The query asks how things stand now (:attr:`fusion.query.QueryPlan.current`).
+    current: bool = False
 
     def usage_ids(self, top_k: int) -> list[str]:
         """The ids whose recall counts :meth:`finish` needs (empty when usage is off)."""
         return usage_candidates(self.scored, top_k, self.factors)
 
-    def finish(self, *, usage: Mapping[str, int], top_k: int, budget: int, encoding: Encoding) -> Assembly[C]:
-        """Apply the recall counts ``usage`` (id -> count), keep the ``top_k``
-        best and pack them into a block of at most ``budget`` tokens."""
+    def restatement_ids(self, usage: Mapping[str, int]) -> list[str]:
+        """The ids whose embeddings :meth:`finish` needs once the recall counts
+        ``usage`` are applied (empty when the restatement factor is off)."""
+        if not self.factors.restatement_similarity:
+            return []
+        return restatement_candidates(with_usage(self.scored, usage, self.factors), self.current, self.factors)
+
+    def finish(
+        self,
+        *,
+        usage: Mapping[str, int],
+        top_k: int,
+        budget: int,
+        encoding: Encoding,
+        vectors: Mapping[str, np.ndarray] | None = None,
+    ) -> Assembly[C]:
+        """Apply the recall counts ``usage`` (id -> count) and the restatement
+        factor (with the embeddings ``vectors`` of :meth:`restatement_ids`),
+        keep the ``top_k`` best and pack them into a block of at most
+        ``budget`` tokens."""
         hits = self.hits
-        top = with_usage(self.scored, usage, self.factors)[:top_k]
+        ranked = with_usage(self.scored, usage, self.factors)
+        if vectors:
+            ranked = restate(ranked, {id: h.created_at for id, h in hits.items()}, vectors, self.factors)
+        top = ranked[:top_k]
         block = format_block(
             [
                 BlockItem(
@@ -147,7 +178,7 @@ def rank(
     fused = rrf(rankings, k=k, weights={n: weights.get(n, 1.0) for n in rankings})
     memory = {id: (h.speaker, h.created_at, h.importance) for id, h in hits.items()}
     scored = apply_factors(fused, memory, plan, factors, reference_time)
-    return Ranking(tuple(lists), hits, scored, factors)
+    return Ranking(tuple(lists), hits, scored, factors, plan.current)
 
 
 def assemble(
@@ -163,9 +194,11 @@ def assemble(
     budget: int,
     encoding: Encoding,
     usage: Mapping[str, int] | None = None,
+    vectors: Mapping[str, np.ndarray] | None = None,
 ) -> Assembly[C]:
-    """:func:`rank` then :meth:`Ranking.finish`, with recall counts ``usage`` (default none)."""
+    """:func:`rank` then :meth:`Ranking.finish`, with recall counts ``usage``
+    and embeddings ``vectors`` (default none)."""
     ranking = rank(
         lists, plan, k=k, weights=weights, factors=factors, reference_time=reference_time, min_confidence=min_confidence
     )
-    return ranking.finish(usage=usage or {}, top_k=top_k, budget=budget, encoding=encoding)
+    return ranking.finish(usage=usage or {}, top_k=top_k, budget=budget, encoding=encoding, vectors=vectors)

@@ -23,7 +23,16 @@ checked by the caller:
   shortlist, only their order: newer first among near-equals. Recency by age
   cannot do that when the two values of a fact were said minutes apart.
 
-A weight (or boost) of 0 turns a factor off.
+- **The restatement factor** (``restated``) reorders, in the best
+  ``restatement_window`` candidates, each group of memories that restate one
+  another (stored embeddings with cosine at least ``restatement_similarity``,
+  joined transitively): the group keeps the places it holds, newest first in
+  them. Nothing outside such a group moves, and the shortlist is unchanged.
+  It is for a fact that changed: "I use Flask 2.0" then "I upgraded to
+  Flask 2.3" minutes later. Its value is the score of the place taken over
+  the memory's own, so it is below 1 for the older ones.
+
+A weight (or boost, or similarity) of 0 turns a factor off.
 
 Recency is hyperbolic rather than exponential: an exponential with a
 half-life of weeks is flat at 0 for everything older than a few months, so
@@ -40,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 
 import msgspec
+import numpy as np
 
 from fusion.query import QueryPlan
 from fusion.rrf import Fused
@@ -51,6 +61,8 @@ __all__ = [
     "importance_factor",
     "memory_factors",
     "order_by_time",
+    "restate",
+    "restatement_candidates",
     "recency_factor",
     "score_factors",
     "usage_candidates",
@@ -75,6 +87,12 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     order: float = 0.0
     #: The shortlist the order factor reorders.
     order_window: int = 10
+    #: Cosine at or above which two memories restate each other; 0: off.
+    restatement_similarity: float = 0.0
+    #: The shortlist the restatement factor reorders.
+    restatement_window: int = 10
+    #: Only for a query that asks how things stand now (:func:`fusion.query.asks_current`).
+    restatement_current_only: bool = False
 
     def __post_init__(self) -> None:
         for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
@@ -89,6 +107,10 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"usage_saturation must be >= 1, got {self.usage_saturation!r}")
         if self.order_window < 2:
             raise ValueError(f"order_window must be >= 2, got {self.order_window!r}")
+        if not (0.0 <= self.restatement_similarity <= 1.0):
+            raise ValueError(f"restatement_similarity must be in [0, 1], got {self.restatement_similarity!r}")
+        if self.restatement_window < 2:
+            raise ValueError(f"restatement_window must be >= 2, got {self.restatement_window!r}")
 
 
 class Scored(msgspec.Struct, frozen=True):
@@ -240,3 +262,62 @@ def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: Fac
         out.append(s)
     out.sort(key=_order)
     return out
+
+
+def restatement_candidates(scored: Sequence[Scored], current: bool, weights: FactorWeights) -> list[str]:
+    """The ids whose embeddings :func:`restate` needs: the best
+    ``restatement_window`` of ``scored`` (best first); empty when the factor is
+    off, or when it is for queries that ask how things stand now and this one
+    (``current``) does not."""
+    if not weights.restatement_similarity or (weights.restatement_current_only and not current):
+        return []
+    return [s.fused.id for s in scored[: weights.restatement_window]]
+
+
+def restate(
+    scored: Sequence[Scored],
+    created: Mapping[str, datetime],
+    vectors: Mapping[str, np.ndarray],
+    weights: FactorWeights,
+) -> list[Scored]:
+    """``scored`` (best first) with the restatement factor on its best
+    ``weights.restatement_window``: each group of restatements (unit vectors
+    ``vectors[id]`` with cosine >= ``weights.restatement_similarity``, joined
+    transitively; an id without a vector is in no group) takes its own places
+    newest first. A memory keeps its place among equal times, and the factor
+    is left out where the place does not change."""
+    n = min(weights.restatement_window, len(scored))
+    if not weights.restatement_similarity or n < 2:
+        return list(scored)
+    top = list(scored[:n])
+    have = [i for i, s in enumerate(top) if s.fused.id in vectors]
+    if len(have) < 2:
+        return list(scored)
+    matrix = np.stack([vectors[top[i].fused.id] for i in have])
+    similar = matrix @ matrix.T >= weights.restatement_similarity
+    parent = list(range(len(have)))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
+        parent[root(int(a))] = root(int(b))
+    groups: dict[int, list[int]] = {}
+    for a, i in enumerate(have):
+        groups.setdefault(root(a), []).append(i)
+    out = list(top)
+    for places in groups.values():
+        if len(places) < 2:
+            continue
+        # Python's sort is stable: equal times keep their order.
+        newest_first = sorted(places, key=lambda i: created[top[i].fused.id], reverse=True)
+        for place, i in zip(places, newest_first, strict=True):
+            if place == i:
+                continue
+            s = top[i]
+            target = top[place].score
+            out[place] = Scored(s.fused, {**s.factors, "restated": target / s.score}, target)
+    return out + list(scored[n:])

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import anyio
 import msgspec
+import numpy as np
 import psycopg
 from psycopg_pool import PoolTimeout
 
@@ -284,7 +285,10 @@ class Engine:
             min_confidence=min_conf,
         )
         usage = await self._usage(tenant, ranking.usage_ids(top_k))
-        answer = ranking.finish(usage=usage, top_k=top_k, budget=budget, encoding=get_encoding(cfg.tokenizer))
+        vectors = await self._vectors(tenant, ranking.restatement_ids(usage))
+        answer = ranking.finish(
+            usage=usage, top_k=top_k, budget=budget, encoding=get_encoding(cfg.tokenizer), vectors=vectors
+        )
         if opts.track and self.bookkeeper is not None:
             self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
         return _result(answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status)
@@ -301,6 +305,18 @@ class Engine:
             log.warning("usage counts unavailable, this recall ranks without them: %s", exc)
             return {}
 
+    async def _vectors(self, tenant: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """The stored embeddings of ``ids``, read under ``query.speakerLookupMs``;
+        none (the restatement factor is left out) when Postgres is slow or down."""
+        if not ids:
+            return {}
+        try:
+            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+                return await self.store.embeddings(tenant, ids)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            log.warning("embeddings unavailable, this recall ranks without the restatement factor: %s", exc)
+            return {}
+
 
 def factor_weights(cfg: BraidConfig) -> FactorWeights:
     """The post-fusion factors as the config sets them."""
@@ -315,6 +331,9 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
         usage_saturation=r.usage_saturation,
         order=r.order_weight,
         order_window=r.order_window,
+        restatement_similarity=r.restatement_similarity,
+        restatement_window=r.restatement_window,
+        restatement_current_only=r.restatement_current_only,
     )
 
 

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import anyio
+import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -254,6 +255,20 @@ class PostgresStore(GraphWrites):
         async with tenant_transaction(self.pool, tenant) as conn:
             cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
             return [row[0] for row in await cur.fetchall()]
+
+    async def embeddings(self, tenant: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored (unit) embeddings of ``ids`` that the tenant has, in one
+        round trip; a memory stored without one is absent."""
+        if not ids:
+            return {}
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute(
+                "SELECT id, embedding FROM memories WHERE tenant = %s AND id = ANY(%s) AND embedding IS NOT NULL",
+                (tenant, list(ids)),
+            )
+            rows = await cur.fetchall()
+        # pgvector's loader gives a Vector; its to_numpy() is float32 already.
+        return {row[0]: row[1].to_numpy() for row in rows}
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""

@@ -96,6 +96,35 @@ async def test_importance_is_read_from_every_source(configured: FileConfigured) 
         assert by_id["plain"]["importance"] is None
 
 
+async def test_a_restatement_takes_the_place_of_what_it_restates(configured: FileConfigured) -> None:
+    # The old and the new value said minutes apart: recency cannot tell them apart.
+    old = {"id": "said-first", "content": "I live in Lisbon.", "created_at": "2025-11-02T09:00:00Z"}
+    new = {"id": "said-later", "content": "I live in Porto now.", "created_at": "2025-11-02T09:05:00Z"}
+    configured.write("ranking:\n  recencyWeight: 0.0\n")
+    assert (await configured.reload()).status_code == 200
+    braid = configured.braid
+    await braid.remember(old, new, *FILLER)
+    await braid.synced()
+    query = {"query": "I live in Lisbon.", "track": False}
+    off = [i["id"] for i in (await braid.recall(**query))["items"]]
+    assert off.index("said-first") < off.index("said-later")
+
+    configured.write("ranking:\n  recencyWeight: 0.0\n  restatementSimilarity: 0.5\n")
+    assert (await configured.reload()).status_code == 200
+    on = (await braid.recall(**query))["items"]
+    ids = [i["id"] for i in on]
+    assert ids.index("said-later") < ids.index("said-first")
+    # The two swapped places; every other memory kept its own.
+    assert sorted((off.index("said-first"), off.index("said-later"))) == sorted(
+        (ids.index("said-first"), ids.index("said-later"))
+    )
+    assert [i for i in ids if not i.startswith("said-")] == [i for i in off if not i.startswith("said-")]
+    by_id = {i["id"]: i for i in on}
+    assert by_id["said-later"]["factors"]["restated"] > 1 > by_id["said-first"]["factors"]["restated"]
+    for item in on:
+        assert item["score"] == pytest.approx(item["rrf_score"] * _prod(item["factors"].values()))
+
+
 async def test_bookkeeping_counts_returned_memories_and_respects_track(configured: FileConfigured) -> None:
     configured.write("ranking:\n  usageWeight: 0.5\n")
     assert (await configured.reload()).status_code == 200

@@ -6,6 +6,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import numpy as np
 import pytest
 
 from fusion import FactorWeights, QueryPlan, assemble, get_encoding, rank
@@ -101,6 +102,7 @@ def _answer(  # type: ignore[no-untyped-def]
     usage: dict[str, int] | None = None,
     top_k: int = 10,
     plan: QueryPlan = PLAIN,
+    vectors: dict[str, np.ndarray] | None = None,
 ):
     return assemble(
         lists,
@@ -114,6 +116,7 @@ def _answer(  # type: ignore[no-untyped-def]
         budget=1000,
         encoding=ENC,
         usage=usage,
+        vectors=vectors,
     )
 
 
@@ -192,6 +195,63 @@ def test_order_leaves_equal_times_alone() -> None:
     answer = _answer({"s": same}, FactorWeights(order=0.5), plan=NOW_QUERY)
     assert [r.hit.id for r in answer.items] == ["h0", "h1", "h2"]
     assert all(r.factors == {} for r in answer.items)
+
+
+def _unit(*xs: float) -> np.ndarray:
+    v = np.array(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_restatements_take_their_places_newest_first_and_nothing_else_moves() -> None:
+    # h0 (old value) and h2 (the new value, 1 day later) restate each other (cosine 0.8);
+    # h1 and h3 are unrelated (cosine 0.6 and 0 with h0).
+    t = [NOW - timedelta(days=d) for d in (5, 1, 4, 0)]
+    hits = [Hit(f"h{i}", t[i]) for i in range(4)]
+    vectors = {"h0": _unit(1, 0, 0), "h1": _unit(0.6, 0.8, 0), "h2": _unit(0.8, 0, 0.6), "h3": _unit(0, 0, 1)}
+    weights = FactorWeights(restatement_similarity=0.7)
+    off = _answer({"s": hits}, weights)  # no vectors: nothing read, nothing moves
+    assert [r.hit.id for r in off.items] == ["h0", "h1", "h2", "h3"]
+    answer = _answer({"s": hits}, weights, vectors=vectors)
+    # h2 and h3 have cosine 0.6 too: below 0.7, so h3 joins no group.
+    assert [r.hit.id for r in answer.items] == ["h2", "h1", "h0", "h3"]
+    by_id = {r.hit.id: r for r in answer.items}
+    assert by_id["h2"].score == pytest.approx(1 / 61)
+    assert by_id["h2"].factors == {"restated": pytest.approx(63 / 61)}
+    assert by_id["h0"].score == pytest.approx(1 / 63)
+    assert by_id["h0"].factors == {"restated": pytest.approx(61 / 63)}
+    assert by_id["h1"].factors == {} and by_id["h3"].factors == {}
+    for r in answer.items:
+        assert r.score == pytest.approx(r.rrf_score * math.prod(r.factors.values()))
+
+
+def test_restatements_join_transitively_inside_the_window_only() -> None:
+    t = [NOW - timedelta(days=d) for d in (3, 2, 1, 0)]
+    hits = [Hit(f"h{i}", t[i]) for i in range(4)]
+    # h0~h1 (0.8) and h1~h2 (0.8) but h0.h2 = 0.28: one group by the chain. h3 (the newest,
+    # same vector as h2) is outside a window of 3 and stays last.
+    vectors = {"h0": _unit(1, 0, 0), "h1": _unit(0.8, 0.6, 0), "h2": _unit(0.28, 0.96, 0), "h3": _unit(0.28, 0.96, 0)}
+    answer = _answer({"s": hits}, FactorWeights(restatement_similarity=0.75, restatement_window=3), vectors=vectors)
+    assert [r.hit.id for r in answer.items] == ["h2", "h1", "h0", "h3"]
+    assert answer.items[1].factors == {}  # h1 is in its own place
+
+
+def test_restatement_ids_follow_the_gate_and_the_window() -> None:
+    hits = [Hit(f"h{i}", NOW) for i in range(5)]
+
+    def ranking(weights: FactorWeights, plan: QueryPlan = PLAIN):  # type: ignore[no-untyped-def]
+        return rank({"s": hits}, plan, k=60, weights={}, factors=weights, reference_time=NOW, min_confidence=0.0)
+
+    assert ranking(FactorWeights()).restatement_ids({}) == []
+    assert ranking(FactorWeights(restatement_similarity=0.7, restatement_window=3)).restatement_ids({}) == [
+        "h0",
+        "h1",
+        "h2",
+    ]
+    gated = FactorWeights(restatement_similarity=0.7, restatement_current_only=True)
+    assert ranking(gated).restatement_ids({}) == []
+    assert len(ranking(gated, NOW_QUERY).restatement_ids({})) == 5
+    with pytest.raises(ValueError):
+        FactorWeights(restatement_similarity=1.5)
 
 
 @pytest.mark.parametrize(
