@@ -206,6 +206,11 @@ class RecallIn(_In, frozen=True):
     reference_time: Stamp | None = None
     #: Count this recall's returned memories as used (``usage_count``, ``last_accessed_at``).
     track: bool = True
+    #: Only memories whose metadata contains this JSON object (jsonb ``@>``); no
+    #: array in it may hold an object or an array.
+    metadata: dict[str, Any] | None = None
+    #: Only memories with an importance of at least this (one without does not match).
+    min_importance: OptionalUnit = None
 
 
 #: The recall answer is the engine's result, as is.

@@ -16,6 +16,7 @@ from indexers.base import Filters
 from indexers.engine import GraphWrite, MemoryWrite
 from indexers.postgres import EntityInput, RelationInput
 from indexers.results import RecallOptions
+from indexers.typesense.metadata import filter_tokens, unsupported_path
 
 from .decode import MAX_METADATA_DEPTH
 from .schemas import GraphIn, Id, MemoriesIn, Name, RecallIn, ReindexIn, RelationName
@@ -76,6 +77,25 @@ def _metadata(value: dict[str, Any], where: str) -> dict[str, Any]:
     depth = _depth(value)
     if depth > MAX_METADATA_DEPTH:
         raise InputError(f"{where} nests {depth} levels of objects and arrays; the limit is {MAX_METADATA_DEPTH}")
+    return value
+
+
+#: Most values (scalars and empty containers) a recall's metadata filter may hold:
+#: each is one clause of the Typesense filter.
+MAX_METADATA_FILTER_VALUES = 64
+
+
+def _metadata_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A recall's ``metadata`` filter; ``{}`` (contained in everything) is no filter."""
+    if not value:
+        return None
+    _metadata(value, "metadata")
+    where = unsupported_path(value)
+    if where is not None:
+        raise InputError(f"{where}: an array in a metadata filter may hold only strings, numbers, booleans and null")
+    count = len(filter_tokens(value))
+    if count > MAX_METADATA_FILTER_VALUES:
+        raise InputError(f"metadata has {count} values to match; the limit is {MAX_METADATA_FILTER_VALUES}")
     return value
 
 
@@ -162,6 +182,8 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
             tiers=None if body.tiers is None else tuple(body.tiers),
             created_after=after,
             created_before=before,
+            metadata=_metadata_filter(body.metadata),
+            min_importance=body.min_importance,
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
