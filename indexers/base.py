@@ -79,6 +79,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: "Now" for time-based scoring (UTC): the recall's ``reference_time`` or
     #: the server's clock when the recall began.
     reference_time: datetime | None = None
+    #: What the source may match by in this recall (its strategy): the
+    #: query's words (``keyword``), its vector (``vector``), or both.
+    matches: frozenset[Literal["keyword", "vector"]] = frozenset(("keyword", "vector"))
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):

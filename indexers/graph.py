@@ -338,4 +338,6 @@ def _capped_mentions(filters: Filters, where: str) -> str:
         LIMIT %(per_entity)s"""
 
 
-register(GraphSource.spec())
+# Seeded by the names the query mentions (its vector only adds seeds): a
+# keyword source, left out of a semantic recall.
+register(GraphSource.spec(matches=frozenset({"keyword"})))

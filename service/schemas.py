@@ -187,7 +187,13 @@ class EntityDeletedOut(msgspec.Struct):
 
 
 class RecallIn(_In, frozen=True):
-    query: str
+    #: What to recall; may be empty or left out with strategy ``auto`` (which
+    #: then runs as ``recent``) or ``recent``.
+    query: str = ""
+    #: ``auto`` (every source, fused), ``semantic`` (vector sources), ``keyword``
+    #: (keyword sources, no query embedding) or ``recent`` (the newest memories
+    #: passing the filters, no query needed).
+    strategy: Literal["auto", "semantic", "keyword", "recent"] = "auto"
     top_k: int | None = None
     budget_tokens: int | None = None
     min_confidence: OptionalUnit = None

@@ -24,8 +24,26 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
     ("path", "body", "status", "detail"),
     [
         ("/v1/recall", b"{not json", 400, None),
-        ("/v1/recall", {"query": ""}, 400, "query must not be empty"),
-        ("/v1/recall", {"query": "   "}, 400, "query must not be empty"),
+        (
+            "/v1/recall",
+            {"query": "", "strategy": "semantic"},
+            400,
+            "query must not be empty with strategy 'semantic' (strategies 'auto' and 'recent' take none)",
+        ),
+        (
+            "/v1/recall",
+            {"query": "   ", "strategy": "keyword"},
+            400,
+            "query must not be empty with strategy 'keyword' (strategies 'auto' and 'recent' take none)",
+        ),
+        (
+            "/v1/recall",
+            {"strategy": "keyword"},
+            400,
+            "query must not be empty with strategy 'keyword' (strategies 'auto' and 'recent' take none)",
+        ),
+        ("/v1/recall", {"strategy": "newest"}, 400, "strategy: Invalid enum value 'newest'"),
+        ("/v1/recall", {"query": "x", "strategy": None}, 400, "strategy: Expected `str`, got `null`"),
         ("/v1/recall", {"query": "x", "top_k": 0}, 400, "top_k must be between 1 and 100, got 0"),
         ("/v1/recall", {"query": "x", "top_k": 101}, 400, "top_k must be between 1 and 100, got 101"),
         (
@@ -87,6 +105,18 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             "metadata.a[0]: an array in a metadata filter may hold only strings, numbers, booleans and null",
         ),
         ("/v1/recall", {"query": "x", "metadata": "red"}, 400, "metadata: Expected `object | null`, got `str`"),
+        (
+            "/v1/recall",
+            {"query": "x", "metadata": {"a": ["b\x00"]}},
+            400,
+            "metadata contains a NUL character (Postgres cannot compare it)",
+        ),
+        (
+            "/v1/recall",
+            {"strategy": "recent", "metadata": {"a\x00": 1}},
+            400,
+            "metadata contains a NUL character (Postgres cannot compare it)",
+        ),
         (
             "/v1/recall",
             {"query": "x", "metadata": {f"k{i}": i for i in range(65)}},
