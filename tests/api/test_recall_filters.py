@@ -143,3 +143,23 @@ async def test_filters_never_show_another_tenants_memories(zeta_braid: Braid) ->
     out = await zeta_braid.recall(QUERY, key=AGENT_B, top_k=50, min_importance=0.8, metadata={"team": "red"})
     assert {i["id"] for i in out["items"]} == {f"z{i:03d}" for i in range(20)}
     assert all(i["importance"] == pytest.approx(0.9) for i in out["items"])
+
+
+async def test_a_typesense_reindex_keeps_metadata_filtering(braid: Braid) -> None:
+    """The rebuilt collection's documents carry their metadata tokens too
+    (reindex reads every stored field, metadata included)."""
+    from .conftest import ADMIN_A
+    from .test_admin import wait_job
+
+    await braid.remember(
+        *({"id": f"d{i}", "content": f"Harbour inspection note {i}", "metadata": m} for i, m in enumerate(DOCUMENTS))
+    )
+    await braid.synced()
+    old = await braid.runtime.index.current_collection()
+    r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+    assert r.status_code == 202, r.text
+    job = await wait_job(braid, r.json()["job_id"])
+    assert job["status"] == "done", job
+    assert await braid.runtime.index.current_collection() != old
+    out = await braid.recall("Harbour inspection note", sources=["typesense"], metadata={"tags": [3]})
+    assert {i["id"] for i in out["items"]} == {"d1", "d4"}
