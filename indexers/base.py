@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 import psycopg
@@ -41,6 +41,8 @@ class Filters(msgspec.Struct, frozen=True):
 
     Every field is optional; ``None`` means no restriction. ``tags`` matches a
     memory that has any of the given tags. ``tiers`` holds memory tier names.
+    Every source applies every field in its own search (never by cutting the
+    fused list), so a selective filter still fills ``top_k``.
     """
 
     session_id: str | None = None
@@ -49,6 +51,12 @@ class Filters(msgspec.Struct, frozen=True):
     tiers: tuple[str, ...] | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    #: A JSON object the memory's metadata must contain (Postgres ``@>``
+    #: containment); ``None`` or ``{}`` restricts nothing.
+    metadata: dict[str, Any] | None = None
+    #: The memory's importance must be at least this (compared as stored, a
+    #: float32); a memory written without importance does not match.
+    min_importance: float | None = None
 
 
 class SearchQuery(msgspec.Struct, frozen=True):
@@ -71,6 +79,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: "Now" for time-based scoring (UTC): the recall's ``reference_time`` or
     #: the server's clock when the recall began.
     reference_time: datetime | None = None
+    #: What the source may match by in this recall (its strategy): the
+    #: query's words (``keyword``), its vector (``vector``), or both.
+    matches: frozenset[Literal["keyword", "vector"]] = frozenset(("keyword", "vector"))
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,6 +198,8 @@ class MemoryRecord(Shown, frozen=True, kw_only=True):
     embedding: tuple[float, ...] | None = None
     #: The model that produced ``embedding`` (e.g. ``all-MiniLM-L6-v2``).
     model: str | None = None
+    #: The memory's metadata (a JSON object), as written.
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 #: The shown fields, in order: the columns and document fields a hit is read from.

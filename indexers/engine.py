@@ -21,12 +21,13 @@ from psycopg_pool import PoolTimeout
 from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
 from fusion import Assembly, FactorWeights, QueryPlan, analyze_query, get_encoding, rank
 
-from .base import SHOWN_FIELDS, Hit, SearchQuery, Source, WriteTimeout, postgres_errors
+from .base import SHOWN_FIELDS, Hit, SearchQuery, Source, StoreUnavailable, WriteTimeout, postgres_errors
 from .bookkeeping import Bookkeeper
 from .embedding import Embedder
 from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name
-from .registry import DEGRADED, SourceResult, registered, search_all
+from .registry import BOTH, DEGRADED, SourceResult, registered, search_all
 from .results import (
+    STRATEGY_MATCHES,
     EmbeddingStatus,
     QueryInfo,
     RecallItem,
@@ -34,6 +35,7 @@ from .results import (
     RecallResult,
     ReloadReport,
     SourceReport,
+    Strategy,
     changed_keys,
 )
 
@@ -78,6 +80,9 @@ class Engine:
         self.sources = dict(sources)
         #: The sources whose lists cover the vector's neighbours (SourceSpec.covers_vectors).
         self._covering = {n for n, spec in registered().items() if spec.covers_vectors and n in self.sources}
+        #: What each source matches by (SourceSpec.matches); an unregistered one, both.
+        specs = registered()
+        self._matches = {n: specs[n].matches if n in specs else BOTH for n in self.sources}
         self.embedder = embedder
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
@@ -236,17 +241,23 @@ class Engine:
         return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
 
     async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
+        """Run the recall's strategy (:data:`indexers.results.Strategy`): ``auto``
+        with an empty query runs as ``recent``, and as ``keyword`` once the
+        query embedding misses its deadline."""
+        if opts.strategy == "recent" or (opts.strategy == "auto" and not opts.query.strip()):
+            return await self._recent(tenant, opts)
         cfg = self.config.current
         top_k = opts.top_k or cfg.search_top_k
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
         now = opts.reference_time or datetime.now(UTC)
         plan = await self.plan(tenant, opts.query)
+        allowed = STRATEGY_MATCHES[opts.strategy]
 
         embedding_ms = 0.0
-        vector = opts.embedding
-        embedding_status: EmbeddingStatus = "client"
-        if vector is None:
+        vector = opts.embedding if "vector" in allowed else None
+        embedding_status: EmbeddingStatus = "client" if "vector" in allowed else "none"
+        if vector is None and "vector" in allowed:
             # The query lane never waits for writes, but it can be busy with other
             # recalls' queries or short of CPU: past the deadline the recall goes
             # on without a vector (the inference still finishes and is cached).
@@ -257,7 +268,11 @@ class Engine:
             embedding_status = "ok" if vector is not None else "timeout"
 
         wanted = [
-            name for name in self.sources if cfg.source(name).enabled and (opts.sources is None or name in opts.sources)
+            name
+            for name in self.sources
+            if cfg.source(name).enabled
+            and (opts.sources is None or name in opts.sources)
+            and self._matches[name] & allowed
         ]
         covering = self._covering.intersection(wanted)
         queries = {
@@ -271,6 +286,7 @@ class Engine:
                 hops=opts.hops,
                 vectors_covered=bool(covering - {name}),
                 reference_time=now,
+                matches=self._matches[name] & allowed,
             )
             for name in wanted
         }
@@ -291,7 +307,47 @@ class Engine:
         )
         if opts.track and self.bookkeeper is not None:
             self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
-        return _result(answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status)
+        # Without its vector an auto recall searched by keyword alone.
+        ran: Strategy = "keyword" if opts.strategy == "auto" and vector is None else opts.strategy
+        return _result(
+            answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status, strategy=ran
+        )
+
+    async def _recent(self, tenant: str, opts: RecallOptions) -> RecallResult:
+        """The ``recent`` strategy: the newest memories passing the filters, from
+        Postgres in one statement, newest first, formatted and budgeted as any
+        recall's (one list named ``recent``, no factors). Postgres is the only
+        store asked: no answer within the longest source deadline is a 503."""
+        cfg = self.config.current
+        top_k = opts.top_k or cfg.search_top_k
+        min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
+        deadline = max(cfg.source(name).deadline_ms for name in self.sources) / 1000.0 if self.sources else 1.0
+        try:
+            with postgres_errors("read"), anyio.fail_after(deadline):
+                hits = await self.store.recent(
+                    tenant, opts.filters, min_confidence=min_conf, memory_tiers=cfg.memory_tiers, limit=top_k
+                )
+        except TimeoutError as exc:
+            raise StoreUnavailable("read", f"no answer within {deadline * 1000:.0f} ms") from exc
+        plan = QueryPlan(text="")
+        answer = rank(
+            {"recent": hits},
+            plan,
+            k=cfg.rrf.k,
+            weights={"recent": 1.0},
+            factors=FactorWeights(),
+            reference_time=opts.reference_time or datetime.now(UTC),
+            min_confidence=min_conf,
+        ).finish(
+            usage={},
+            top_k=top_k,
+            budget=opts.budget_tokens or cfg.context_budget_tokens,
+            encoding=get_encoding(cfg.tokenizer),
+        )
+        if opts.track and self.bookkeeper is not None:
+            self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
+        skipped = {name: SourceResult(status="skipped", ms=0.0) for name in self.sources}
+        return _result(answer, skipped, plan, embedding_ms=0.0, embedding_status="none", strategy="recent")
 
     async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
         """The recall counts of ``ids``, read under ``query.speakerLookupMs``;
@@ -346,6 +402,7 @@ def _result(
     *,
     embedding_ms: float,
     embedding_status: EmbeddingStatus,
+    strategy: Strategy,
 ) -> RecallResult:
     items = [
         RecallItem(
@@ -375,6 +432,7 @@ def _result(
         embedding_ms=embedding_ms,
         embedding_status=embedding_status,
         query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates), current=plan.current),
+        strategy=strategy,
     )
 
 

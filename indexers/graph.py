@@ -23,9 +23,13 @@
    memories name a hub. Below the cap scores are exact. Above it, what is
    dropped is shares of ``ppr / degree``, tiny per memory; but a memory that
    earns its rank by naming several reached hubs can be missed (or scored
-   lower) if it is not among their newest, and filters apply after the cap.
-   A cap above every entity's degree gives the exact ranking back (the costs
-   measured: docs/design.md, "Measured choices").
+   lower) if it is not among their newest. A cap above every entity's degree
+   gives the exact ranking back (the costs measured: docs/design.md,
+   "Measured choices"). A recall's own filters (session, tags, metadata,
+   importance, ...) apply inside the cap: the newest *matching* mentions are
+   read, so a selective filter still fills the list; reading them may then
+   visit up to the entity's degree in mentions. Without request filters the
+   cap reads mentions alone, as before.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from psycopg.rows import dict_row
 
 from config import BraidConfig
 
-from .base import Hit, SearchQuery, SourceUnavailable
+from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .pgvector import nearest_sql, set_search_params
 from .postgres import (
     HIT_COLUMNS,
@@ -231,8 +235,9 @@ class GraphSource(PoolSource):
         ppr: dict[int, float],
     ) -> list[Hit]:
         f = query.filters
-        # Facts have no session, tags or memory tier: a filter on those excludes them.
-        if f.session_id is not None or f.tags:
+        # Facts have no session, tags, metadata, importance or memory tier: a
+        # filter on those excludes them.
+        if f.session_id is not None or f.tags or f.metadata or f.min_importance is not None:
             return []
         if f.kinds is not None and FACT_KIND not in f.kinds:
             return []
@@ -293,12 +298,7 @@ class GraphSource(PoolSource):
                 -- ...of which only the newest few are read.
                 linked AS (
                     SELECT mn.memory_id, s.share
-                    FROM s CROSS JOIN LATERAL (
-                        SELECT memory_id FROM mentions
-                        WHERE tenant = %(tenant)s AND entity_id = s.entity_id
-                        ORDER BY created_at DESC, memory_id DESC
-                        LIMIT %(per_entity)s
-                    ) mn
+                    FROM s CROSS JOIN LATERAL ({_capped_mentions(query.filters, where)}) mn
                 ),
                 ranked AS (
                     SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
@@ -320,4 +320,24 @@ class GraphSource(PoolSource):
         return [hit_from_row(r, float(r["score"])) for r in rows]
 
 
-register(GraphSource.spec())
+def _capped_mentions(filters: Filters, where: str) -> str:
+    """The newest ``%(per_entity)s`` mentions of entity ``s.entity_id``: of
+    the memories matching ``where`` when the request filters (so a selective
+    filter is not starved by the cap), else read from the mentions index alone."""
+    if filters == Filters():
+        return """
+            SELECT memory_id FROM mentions
+            WHERE tenant = %(tenant)s AND entity_id = s.entity_id
+            ORDER BY created_at DESC, memory_id DESC
+            LIMIT %(per_entity)s"""
+    return f"""
+        SELECT mn.memory_id FROM mentions mn
+        JOIN memories m ON m.tenant = mn.tenant AND m.id = mn.memory_id
+        WHERE mn.tenant = %(tenant)s AND mn.entity_id = s.entity_id AND {where}
+        ORDER BY mn.created_at DESC, mn.memory_id DESC
+        LIMIT %(per_entity)s"""
+
+
+# Seeded by the names the query mentions (its vector only adds seeds): a
+# keyword source, left out of a semantic recall.
+register(GraphSource.spec(matches=frozenset({"keyword"})))

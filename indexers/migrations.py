@@ -301,6 +301,16 @@ def _v8(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v9(dim: int) -> list[sql.Composable]:
+    """The ``recent`` strategy: a session's newest memories are one backward
+    index scan (``ORDER BY created_at DESC, id DESC``), not a sort of the whole
+    session. Replaces ``memories_tenant_session`` (the same leading columns)."""
+    return [
+        sql.SQL("CREATE INDEX memories_tenant_session_created ON memories (tenant, session_id, created_at, id)"),
+        sql.SQL("DROP INDEX memories_tenant_session"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -311,6 +321,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     6: _v6,
     7: _v7,
     8: _v8,
+    9: _v9,
 }
 
 

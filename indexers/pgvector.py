@@ -500,4 +500,4 @@ class PgvectorSource(PoolSource):
         return rows
 
 
-register(PgvectorSource.spec(covers_vectors=True))
+register(PgvectorSource.spec(covers_vectors=True, matches=frozenset({"vector"})))

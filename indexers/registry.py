@@ -32,7 +32,9 @@ from config import (
 from .base import BackendError, Hit, SearchQuery, Source
 
 __all__ = [
+    "BOTH",
     "DEGRADED",
+    "Match",
     "SourceDeps",
     "SourceResult",
     "SourceSpec",
@@ -56,6 +58,12 @@ SourceStatus = Literal["ok", "timeout", "error", "no_vector", "skipped"]
 DEGRADED: frozenset[str] = frozenset({"timeout", "error", "no_vector"})
 
 NO_VECTOR = "needs the query vector, and the recall has none"
+
+#: What a source matches a query by: its words (``keyword``: terms, names the
+#: query mentions) or its embedding (``vector``). A recall's strategy says
+#: which of them it allows (:data:`indexers.results.STRATEGY_MATCHES`).
+Match = Literal["keyword", "vector"]
+BOTH: frozenset[Match] = frozenset(("keyword", "vector"))
 
 
 class SourceResult(msgspec.Struct):
@@ -92,6 +100,9 @@ class SourceSpec:
     #: Its list covers the query vector's nearest memories, so another source
     #: may leave vector search to it (:attr:`SearchQuery.vectors_covered`).
     covers_vectors: bool = False
+    #: What it matches a query by; a strategy that allows none of them
+    #: leaves it out (``semantic``: vector only, ``keyword``: keyword only).
+    matches: frozenset[Match] = BOTH
 
 
 #: Modules whose import registers the built-in sources, in report order.
@@ -136,7 +147,8 @@ async def search_all(
     """Run ``sources[name].search(queries[name])`` concurrently under deadlines.
 
     A source with no query is reported as skipped; one that needs a vector
-    (``Source.needs_vector``) and has a query without one, as ``no_vector``.
+    (``Source.needs_vector``, or a query it may match by vector only) and has
+    a query without one, as ``no_vector``.
     """
     results: dict[str, SourceResult] = {
         name: SourceResult(status="skipped", ms=0.0) for name in sources if name not in queries
@@ -163,8 +175,9 @@ async def search_all(
         for name, source in sources.items():
             if name not in queries:
                 continue
-            if queries[name].vector is None and source.needs_vector:
+            query = queries[name]
+            if query.vector is None and (source.needs_vector or "keyword" not in query.matches):
                 results[name] = SourceResult(status="no_vector", ms=0.0, error=NO_VECTOR)
             else:
-                tg.start_soon(one, name, source, queries[name])
+                tg.start_soon(one, name, source, query)
     return {name: results[name] for name in sources}

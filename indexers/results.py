@@ -9,9 +9,10 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import Filters, Shown
-from .registry import SourceStatus
+from .registry import BOTH, Match, SourceStatus
 
 __all__ = [
+    "STRATEGY_MATCHES",
     "EmbeddingStatus",
     "QueryInfo",
     "RecallItem",
@@ -19,11 +20,26 @@ __all__ = [
     "RecallResult",
     "ReloadReport",
     "SourceReport",
+    "Strategy",
     "changed_keys",
 ]
 
+#: How a recall finds memories. ``auto``: every source, fused; ``semantic``:
+#: the sources that match by the query vector; ``keyword``: those that match
+#: by its words (no query embedding made); ``recent``: no search, the newest
+#: memories that pass the filters, from Postgres.
+Strategy = Literal["auto", "semantic", "keyword", "recent"]
+
+#: What a searching strategy lets the sources match by (``recent`` searches none).
+STRATEGY_MATCHES: dict[Strategy, frozenset[Match]] = {
+    "auto": BOTH,
+    "semantic": frozenset({"vector"}),
+    "keyword": frozenset({"keyword"}),
+}
+
 
 class RecallOptions(msgspec.Struct, frozen=True):
+    #: The query text; empty only for ``auto`` (then ``recent``) and ``recent``.
     query: str
     top_k: int | None = None
     budget_tokens: int | None = None
@@ -37,6 +53,7 @@ class RecallOptions(msgspec.Struct, frozen=True):
     reference_time: datetime | None = None
     #: Record the returned memories' use (the bookkeeping queue).
     track: bool = True
+    strategy: Strategy = "auto"
 
 
 class RecallItem(Shown, frozen=True, kw_only=True):
@@ -65,13 +82,19 @@ class QueryInfo(msgspec.Struct):
     current: bool = False
 
 
-EmbeddingStatus = Literal["ok", "client", "timeout"]
+EmbeddingStatus = Literal["ok", "client", "timeout", "none"]
 
 _EMBEDDING_STATUS = (
     "`ok`: made by the model (or found in its cache) within embedding.queryDeadlineMs; "
     "`client`: the request gave it; `timeout`: not made in time, so the recall searched "
     "without a vector (pgvector skipped as `no_vector`, Typesense by keyword only, the "
-    "graph seeded by the names in the query) and `degraded` starts with `embedding`."
+    "graph seeded by the names in the query) and `degraded` starts with `embedding`; "
+    "`none`: the strategy needs none (`keyword`, `recent`), none was made."
+)
+_STRATEGY = (
+    "The strategy that ran: the one asked for, except that `auto` runs as `recent` for an "
+    "empty or missing query and as `keyword` when the query embedding missed "
+    "embedding.queryDeadlineMs."
 )
 _SOURCE_STATUS = (
     "`ok`; `timeout`: no answer within its deadlineMs; `error`: it failed; `no_vector`: it "
@@ -101,6 +124,7 @@ class RecallResult(msgspec.Struct):
     embedding_ms: float
     embedding_status: Annotated[EmbeddingStatus, msgspec.Meta(description=_EMBEDDING_STATUS)]
     query: QueryInfo
+    strategy: Annotated[Strategy, msgspec.Meta(description=_STRATEGY)]
 
 
 class ReloadReport(msgspec.Struct):

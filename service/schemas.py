@@ -187,7 +187,13 @@ class EntityDeletedOut(msgspec.Struct):
 
 
 class RecallIn(_In, frozen=True):
-    query: str
+    #: What to recall; may be empty or left out with strategy ``auto`` (which
+    #: then runs as ``recent``) or ``recent``.
+    query: str = ""
+    #: ``auto`` (every source, fused), ``semantic`` (vector sources), ``keyword``
+    #: (keyword sources, no query embedding) or ``recent`` (the newest memories
+    #: passing the filters, no query needed).
+    strategy: Literal["auto", "semantic", "keyword", "recent"] = "auto"
     top_k: int | None = None
     budget_tokens: int | None = None
     min_confidence: OptionalUnit = None
@@ -206,6 +212,11 @@ class RecallIn(_In, frozen=True):
     reference_time: Stamp | None = None
     #: Count this recall's returned memories as used (``usage_count``, ``last_accessed_at``).
     track: bool = True
+    #: Only memories whose metadata contains this JSON object (jsonb ``@>``); no
+    #: array in it may hold an object or an array.
+    metadata: dict[str, Any] | None = None
+    #: Only memories with an importance of at least this (one without does not match).
+    min_importance: OptionalUnit = None
 
 
 #: The recall answer is the engine's result, as is.

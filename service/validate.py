@@ -16,6 +16,7 @@ from indexers.base import Filters
 from indexers.engine import GraphWrite, MemoryWrite
 from indexers.postgres import EntityInput, RelationInput
 from indexers.results import RecallOptions
+from indexers.typesense.metadata import filter_tokens, unsupported_path
 
 from .decode import MAX_METADATA_DEPTH
 from .schemas import GraphIn, Id, MemoriesIn, Name, RecallIn, ReindexIn, RelationName
@@ -79,6 +80,36 @@ def _metadata(value: dict[str, Any], where: str) -> dict[str, Any]:
     return value
 
 
+#: Most values (scalars and empty containers) a recall's metadata filter may hold:
+#: each is one clause of the Typesense filter.
+MAX_METADATA_FILTER_VALUES = 64
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a decoded JSON value has a NUL in a string or a key."""
+    if isinstance(value, dict):
+        return any("\x00" in k or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return isinstance(value, str) and "\x00" in value
+
+
+def _metadata_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A recall's ``metadata`` filter; ``{}`` (contained in everything) is no filter."""
+    if not value:
+        return None
+    _metadata(value, "metadata")
+    where = unsupported_path(value)
+    if where is not None:
+        raise InputError(f"{where}: an array in a metadata filter may hold only strings, numbers, booleans and null")
+    if _has_nul(value):
+        raise InputError("metadata contains a NUL character (Postgres cannot compare it)")
+    count = len(filter_tokens(value))
+    if count > MAX_METADATA_FILTER_VALUES:
+        raise InputError(f"metadata has {count} values to match; the limit is {MAX_METADATA_FILTER_VALUES}")
+    return value
+
+
 def _text(value: str, where: str, max_chars: int) -> str:
     if not value.strip():
         raise InputError(f"{where} must not be empty")
@@ -129,7 +160,12 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
 
 
 def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
-    query = _text(body.query, "query", cfg.limits.max_content_chars)
+    if not body.query.strip() and body.strategy in ("semantic", "keyword"):
+        raise InputError(
+            f"query must not be empty with strategy {body.strategy!r} (strategies 'auto' and 'recent' take none)"
+        )
+    # An empty query: auto runs as recent, which needs none.
+    query = _text(body.query, "query", cfg.limits.max_content_chars) if body.query.strip() else ""
     lim = cfg.limits
     if body.top_k is not None and not 1 <= body.top_k <= lim.max_top_k:
         raise InputError(f"top_k must be between 1 and {lim.max_top_k}, got {body.top_k}")
@@ -162,12 +198,15 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
             tiers=None if body.tiers is None else tuple(body.tiers),
             created_after=after,
             created_before=before,
+            metadata=_metadata_filter(body.metadata),
+            min_importance=body.min_importance,
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
         hops=body.hops,
         reference_time=None if body.reference_time is None else _utc(body.reference_time, "reference_time"),
         track=body.track,
+        strategy=body.strategy,
     )
 
 

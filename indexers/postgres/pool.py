@@ -13,7 +13,7 @@ from config import BraidConfig, source_defaults
 
 from ..base import Hit, SearchQuery, SourceUnavailable
 from ..migrations import TENANT_ROLE, migrate
-from ..registry import SourceSpec
+from ..registry import BOTH, Match, SourceSpec
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -101,7 +101,7 @@ class PoolSource:
         """Nothing to release: the pool belongs to the runtime."""
 
     @classmethod
-    def spec(cls, *, covers_vectors: bool = False) -> SourceSpec:
+    def spec(cls, *, covers_vectors: bool = False, matches: frozenset[Match] = BOTH) -> SourceSpec:
         """This source's registration: built on the runtime's pool, reading Postgres."""
         return SourceSpec(
             name=cls.name,
@@ -109,4 +109,5 @@ class PoolSource:
             defaults=source_defaults()[cls.name],
             store="postgres",
             covers_vectors=covers_vectors,
+            matches=matches,
         )

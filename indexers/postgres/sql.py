@@ -8,6 +8,7 @@ from datetime import UTC
 from typing import Any
 
 import numpy as np
+from psycopg.types.json import Jsonb
 
 from config.schema import is_safe_name
 
@@ -52,6 +53,7 @@ _READ: dict[str, Callable[[Any], Any]] = {
     "created_at": lambda v: v.astimezone(UTC),
     "confidence": float,
     "importance": lambda v: None if v is None else float(v),
+    "metadata": lambda v: dict(v or {}),
     "tags": lambda v: tuple(v or ()),
     "embedding": _embedding,
 }
@@ -112,4 +114,11 @@ def filter_clause(
     if filters.created_before is not None:
         conds.append(f"{a}.created_at <= %(f_before)s")
         params["f_before"] = filters.created_before
+    if filters.metadata:
+        conds.append(f"{a}.metadata @> %(f_metadata)s")
+        params["f_metadata"] = Jsonb(filters.metadata)
+    if filters.min_importance is not None:
+        # As stored (real): 0.7 as a double is above the real 0.7 a memory holds.
+        conds.append(f"{a}.importance >= %(f_min_importance)s::real")
+        params["f_min_importance"] = filters.min_importance
     return " AND ".join(conds), params

@@ -20,13 +20,13 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ..base import MemoryRecord
+from ..base import Filters, Hit, MemoryRecord
 from .fold import folds_for_write
 from .graph_writes import GraphWrites, upsert_entities
 from .models import EntityInput, MemoryInput
 from .names import name_candidates, normalize_name
 from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, tenant_transaction
-from .sql import RECORD_COLUMNS, record_from_row, vector_param
+from .sql import HIT_COLUMNS, RECORD_COLUMNS, filter_clause, hit_from_row, record_from_row, vector_param
 
 __all__ = ["PostgresStore"]
 
@@ -269,6 +269,30 @@ class PostgresStore(GraphWrites):
             rows = await cur.fetchall()
         # pgvector's loader gives a Vector; its to_numpy() is float32 already.
         return {row[0]: row[1].to_numpy() for row in rows}
+
+    async def recent(
+        self,
+        tenant: str,
+        filters: Filters,
+        *,
+        min_confidence: float,
+        memory_tiers: Sequence[str],
+        limit: int,
+    ) -> list[Hit]:
+        """The tenant's newest ``limit`` memories matching ``filters``, newest
+        first (ties by id, descending), each scored by its epoch seconds. One
+        statement; with a ``session_id`` a backward scan of
+        ``memories_tenant_session_created``, else of ``memories_tenant_created``."""
+        where, params = filter_clause(filters, min_confidence=min_confidence, memory_tiers=memory_tiers)
+        params.update({"tenant": tenant, "limit": limit})
+        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {HIT_COLUMNS} FROM memories m WHERE m.tenant = %(tenant)s AND {where}"
+                " ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s",
+                params,
+            )
+            rows = await cur.fetchall()
+        return [hit_from_row(r, r["created_at"].timestamp()) for r in rows]
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""

@@ -21,6 +21,7 @@ from typing import Any
 from config import is_safe_name
 
 from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
+from . import metadata
 
 __all__ = [
     "document_field",
@@ -98,6 +99,8 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         doc["model"] = record.model
     if record.embedding is not None:
         doc["embedding"] = [float(x) for x in record.embedding]
+    if record.metadata:
+        doc[metadata.FIELD] = metadata.document_tokens(record.metadata)
     return doc
 
 
@@ -138,6 +141,8 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             {"name": "importance", "type": "float", "optional": True},
             {"name": "model", "type": "string", "optional": True},
             {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
+            # Metadata containment tokens (indexers.typesense.metadata).
+            {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
         ],
     }
 
@@ -176,4 +181,10 @@ def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = N
         parts.append(f"created_at:>={_epoch(filters.created_after)}")
     if filters.created_before is not None:
         parts.append(f"created_at:<={_epoch(filters.created_before)}")
+    if filters.metadata:
+        # Every token must be there: one clause each (a list in one clause is "any").
+        parts += [f"{metadata.FIELD}:={quoted(t)}" for t in metadata.filter_tokens(filters.metadata)]
+    if filters.min_importance is not None:
+        # Typesense keeps floats as float32, as Postgres' `real` does: 0.7 matches 0.7.
+        parts.append(f"importance:>={float(filters.min_importance):.9f}")
     return " && ".join(parts)

@@ -85,7 +85,8 @@ class TypesenseSource:
         ts = config.source(SOURCE)
         assert isinstance(ts, TypesenseSourceConfig)
         candidates = min(ts.candidates, MAX_PER_PAGE)
-        terms = keyword_terms(query.text, ts.max_terms)
+        # A semantic recall (vector only) searches no terms.
+        terms = keyword_terms(query.text, ts.max_terms) if "keyword" in query.matches else []
         total = self._totals.get(filter_by) if terms and ts.keyword_mode != "single" else None
         searches = _searches(query, ts, terms, candidates, count=total is None)
         if not searches:
@@ -135,7 +136,9 @@ def _searches(
     ``count``, a ``count`` search for the number of documents the filter
     allows (the idf's N); or, in the ``single`` keyword mode, one ``single``
     search for every term. Vector: one ``vector`` (k-NN) search, unless the
-    config leaves it to a source that covers the vectors.
+    config leaves it to a source that covers the vectors, or the recall's
+    strategy allows keyword matching only (``query.matches``; a semantic one
+    comes with no ``terms``).
     """
     searches: list[tuple[str, dict[str, Any]]] = []
     if ts.keyword_mode == "single":
@@ -145,7 +148,8 @@ def _searches(
         searches += [(f"term:{term}", _keyword_search(term, ts.term_hits)) for term in terms]
         if terms and count:
             searches.append(("count", {"q": "*", "per_page": 0}))
-    if query.vector is not None and (ts.vector_search == "always" or not query.vectors_covered):
+    vector_wanted = "vector" in query.matches and (ts.vector_search == "always" or not query.vectors_covered)
+    if query.vector is not None and vector_wanted:
         vector = vector_literal(query.vector)
         searches.append(
             (

@@ -24,8 +24,26 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
     ("path", "body", "status", "detail"),
     [
         ("/v1/recall", b"{not json", 400, None),
-        ("/v1/recall", {"query": ""}, 400, "query must not be empty"),
-        ("/v1/recall", {"query": "   "}, 400, "query must not be empty"),
+        (
+            "/v1/recall",
+            {"query": "", "strategy": "semantic"},
+            400,
+            "query must not be empty with strategy 'semantic' (strategies 'auto' and 'recent' take none)",
+        ),
+        (
+            "/v1/recall",
+            {"query": "   ", "strategy": "keyword"},
+            400,
+            "query must not be empty with strategy 'keyword' (strategies 'auto' and 'recent' take none)",
+        ),
+        (
+            "/v1/recall",
+            {"strategy": "keyword"},
+            400,
+            "query must not be empty with strategy 'keyword' (strategies 'auto' and 'recent' take none)",
+        ),
+        ("/v1/recall", {"strategy": "newest"}, 400, "strategy: Invalid enum value 'newest'"),
+        ("/v1/recall", {"query": "x", "strategy": None}, 400, "strategy: Expected `str`, got `null`"),
         ("/v1/recall", {"query": "x", "top_k": 0}, 400, "top_k must be between 1 and 100, got 0"),
         ("/v1/recall", {"query": "x", "top_k": 101}, 400, "top_k must be between 1 and 100, got 101"),
         (
@@ -79,6 +97,39 @@ async def send(braid: Braid, path: str, body: Any, key: str | None = AGENT_A, me
             {"query": "x", "tags": ["a`b"]},
             400,
             "tags[0]: Expected `str` matching regex '^[^`\\\\x00]+$'",
+        ),
+        (
+            "/v1/recall",
+            {"query": "x", "metadata": {"a": [{"b": 1}]}},
+            400,
+            "metadata.a[0]: an array in a metadata filter may hold only strings, numbers, booleans and null",
+        ),
+        ("/v1/recall", {"query": "x", "metadata": "red"}, 400, "metadata: Expected `object | null`, got `str`"),
+        (
+            "/v1/recall",
+            {"query": "x", "metadata": {"a": ["b\x00"]}},
+            400,
+            "metadata contains a NUL character (Postgres cannot compare it)",
+        ),
+        (
+            "/v1/recall",
+            {"strategy": "recent", "metadata": {"a\x00": 1}},
+            400,
+            "metadata contains a NUL character (Postgres cannot compare it)",
+        ),
+        (
+            "/v1/recall",
+            {"query": "x", "metadata": {f"k{i}": i for i in range(65)}},
+            400,
+            "metadata has 65 values to match; the limit is 64",
+        ),
+        ("/v1/recall", {"query": "x", "min_importance": 1.5}, 400, "min_importance: Expected `float` <= 1.0"),
+        ("/v1/recall", {"query": "x", "min_importance": -0.1}, 400, "min_importance: Expected `float` >= 0.0"),
+        (
+            "/v1/recall",
+            {"query": "x", "min_importance": "high"},
+            400,
+            "min_importance: Expected `float | null`, got `str`",
         ),
         (
             "/v1/memories",
@@ -265,6 +316,12 @@ async def test_metadata_nests_at_most_32_levels(braid: Braid) -> None:
     assert r.json()["detail"] == "memories[0].metadata nests 33 levels of objects and arrays; the limit is 32"
     r = await send(braid, "/v1/memories", {"memories": [{"content": "deep", "metadata": metadata_of_depth(32)}]})
     assert r.status_code == 201, r.text
+    r = await send(braid, "/v1/recall", {"query": "deep", "metadata": metadata_of_depth(33)})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "metadata nests 33 levels of objects and arrays; the limit is 32"
+    r = await send(braid, "/v1/recall", {"query": "deep", "metadata": metadata_of_depth(32)})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["items"]) == 1
 
 
 @pytest.mark.parametrize("stamp", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])

@@ -72,6 +72,7 @@ async def test_query_embedding_past_its_deadline_falls_back_to_keywords(braid: B
     query = "why did we pick Postgres for the truth"
     out = await braid.recall(query)
     assert out["embedding_status"] == "timeout"
+    assert out["strategy"] == "keyword"  # auto without its vector
     assert out["degraded"] == ["embedding", "pgvector"]
     assert out["sources"]["pgvector"] == {
         "status": "no_vector",
@@ -92,6 +93,7 @@ async def test_query_embedding_past_its_deadline_falls_back_to_keywords(braid: B
         while (again := await braid.recall(query))["embedding_status"] != "ok":
             await anyio.sleep(0.05)
     assert again["degraded"] == [] and again["sources"]["pgvector"]["status"] == "ok"
+    assert again["strategy"] == "auto"
 
 
 async def test_recall_with_client_embedding_never_waits_for_the_model(braid: Braid) -> None:

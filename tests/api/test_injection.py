@@ -100,7 +100,7 @@ def typesense_tokens(value: str) -> tuple[str, ...]:
 def refusal(field_: str, value: str) -> str | None:
     """The 400 detail a recall with ``value`` in ``field_`` must get, or None."""
     if field_ == "query":
-        return None if value.strip() else "query must not be empty"
+        return None  # a blank query runs as the `recent` strategy
     if field_ == "kinds":
         return None if label_ok(value) else f"kinds[0]: {LABEL}"
     where = "tags[0]" if field_ == "tags" else "session_id"

@@ -116,3 +116,14 @@ async def test_source_needing_a_vector_is_searched_with_one() -> None:
     out = await search_all({"pgvector": vector_only}, {"pgvector": query}, config())
     assert out["pgvector"].status == "ok" and out["pgvector"].hits == [HIT]
     assert vector_only.searched == [query]
+
+
+async def test_a_query_allowed_the_vector_only_needs_one() -> None:
+    """A semantic recall lets a keyword-and-vector source match by vector only:
+    without the vector it has nothing to search with."""
+    semantic = msgspec.structs.replace(QUERY, matches=frozenset({"vector"}))
+    out = await search_all({"typesense": Answers()}, {"typesense": semantic}, config())
+    assert out["typesense"].status == "no_vector" and out["typesense"].hits == []
+    keyword = msgspec.structs.replace(QUERY, matches=frozenset({"keyword"}))
+    out = await search_all({"typesense": Answers()}, {"typesense": keyword}, config())
+    assert out["typesense"].status == "ok"
