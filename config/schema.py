@@ -102,10 +102,6 @@ class RankingConfig(_Base, frozen=True):
     restatement_window: Annotated[int, Meta(ge=2, le=1000)] = 10
     #: Apply it only to queries that ask how things stand now (present tense, "now", "current").
     restatement_current_only: bool = False
-    #: Most candidates from below the window (within the best ``restatementDepth``)
-    #: pulled up next to a window memory they restate; 0: none.
-    restatement_pulls: Annotated[int, Meta(ge=0, le=100)] = 0
-    restatement_depth: Annotated[int, Meta(ge=1, le=1000)] = 50
 
 
 class BookkeepingConfig(_Base, frozen=True):

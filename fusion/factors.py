@@ -93,10 +93,6 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     restatement_window: int = 10
     #: Only for a query that asks how things stand now (:func:`fusion.query.asks_current`).
     restatement_current_only: bool = False
-    #: Most candidates from below the window pulled up next to a memory they restate; 0: none.
-    restatement_pulls: int = 0
-    #: How deep in the candidates a restatement may be pulled up from.
-    restatement_depth: int = 50
 
     def __post_init__(self) -> None:
         for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
@@ -115,8 +111,6 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"restatement_similarity must be in [0, 1], got {self.restatement_similarity!r}")
         if self.restatement_window < 2:
             raise ValueError(f"restatement_window must be >= 2, got {self.restatement_window!r}")
-        if self.restatement_pulls < 0 or self.restatement_depth < 1:
-            raise ValueError("restatement_pulls must be >= 0 and restatement_depth >= 1")
 
 
 class Scored(msgspec.Struct, frozen=True):
@@ -272,14 +266,12 @@ def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: Fac
 
 def restatement_candidates(scored: Sequence[Scored], current: bool, weights: FactorWeights) -> list[str]:
     """The ids whose embeddings :func:`restate` needs: the best
-    ``restatement_window`` of ``scored`` (best first), or the best
-    ``restatement_depth`` when it may pull restatements up; empty when the
-    factor is off, or when it is for queries that ask how things stand now and
-    this one (``current``) does not."""
+    ``restatement_window`` of ``scored`` (best first); empty when the factor is
+    off, or when it is for queries that ask how things stand now and this one
+    (``current``) does not."""
     if not weights.restatement_similarity or (weights.restatement_current_only and not current):
         return []
-    reach = max(weights.restatement_window, weights.restatement_depth) if weights.restatement_pulls else 0
-    return [s.fused.id for s in scored[: reach or weights.restatement_window]]
+    return [s.fused.id for s in scored[: weights.restatement_window]]
 
 
 def restate(
@@ -288,70 +280,44 @@ def restate(
     vectors: Mapping[str, np.ndarray],
     weights: FactorWeights,
 ) -> list[Scored]:
-    """``scored`` (best first) with the restatement factor.
-
-    Two memories restate each other when their unit vectors ``vectors[id]``
-    have cosine >= ``weights.restatement_similarity`` (an id without a vector
-    restates nothing). First, up to ``weights.restatement_pulls`` candidates
-    ranked below the best ``weights.restatement_window`` but within the best
-    ``weights.restatement_depth``, best first, each restating a memory of the
-    window, are pulled up to just below the one they restate most. Then each
-    group of restatements in the window (joined transitively) takes its own
-    places newest first; a memory keeps its place among equal times. Every
-    candidate moved keeps the score of the place it takes (the factor is that
-    over its own score), so scores stay in order; nothing moves when no two
-    memories restate each other.
-    """
-    window = min(weights.restatement_window, len(scored))
-    if not weights.restatement_similarity or (window < 2 and not weights.restatement_pulls):
+    """``scored`` (best first) with the restatement factor on its best
+    ``weights.restatement_window``: each group of restatements (unit vectors
+    ``vectors[id]`` with cosine >= ``weights.restatement_similarity``, joined
+    transitively; an id without a vector is in no group) takes its own places
+    newest first. A memory keeps its place among equal times, and the factor
+    is left out where the place does not change."""
+    n = min(weights.restatement_window, len(scored))
+    if not weights.restatement_similarity or n < 2:
         return list(scored)
-    depth = min(max(weights.restatement_depth, window), len(scored)) if weights.restatement_pulls else window
-    threshold = weights.restatement_similarity
+    top = list(scored[:n])
+    have = [i for i, s in enumerate(top) if s.fused.id in vectors]
+    if len(have) < 2:
+        return list(scored)
+    matrix = np.stack([vectors[top[i].fused.id] for i in have])
+    similar = matrix @ matrix.T >= weights.restatement_similarity
+    parent = list(range(len(have)))
 
-    def vec(s: Scored) -> np.ndarray | None:
-        return vectors.get(s.fused.id)
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
 
-    head = list(scored[:window])
-    anchors = [(h, hv) for h in head if (hv := vec(h)) is not None]
-    deep: list[Scored] = []
-    pulled = 0
-    for s in scored[window:depth]:
-        v = vec(s)
-        if pulled < weights.restatement_pulls and v is not None and anchors:
-            similarity, anchor = max((float(v @ hv), i) for i, (_, hv) in enumerate(anchors))
-            if similarity >= threshold:
-                head.insert(head.index(anchors[anchor][0]) + 1, s)
-                pulled += 1
+    for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
+        parent[root(int(a))] = root(int(b))
+    groups: dict[int, list[int]] = {}
+    for a, i in enumerate(have):
+        groups.setdefault(root(a), []).append(i)
+    out = list(top)
+    for places in groups.values():
+        if len(places) < 2:
+            continue
+        # Python's sort is stable: equal times keep their order.
+        newest_first = sorted(places, key=lambda i: created[top[i].fused.id], reverse=True)
+        for place, i in zip(places, newest_first, strict=True):
+            if place == i:
                 continue
-        deep.append(s)
-
-    have = [i for i, s in enumerate(head) if vec(s) is not None]
-    if len(have) >= 2:
-        matrix = np.stack([vectors[head[i].fused.id] for i in have])
-        similar = matrix @ matrix.T >= threshold
-        parent = list(range(len(have)))
-
-        def root(a: int) -> int:
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
-            parent[root(int(a))] = root(int(b))
-        groups: dict[int, list[int]] = {}
-        for a, i in enumerate(have):
-            groups.setdefault(root(a), []).append(i)
-        reordered = list(head)
-        for places in groups.values():
-            # Python's sort is stable: equal times keep their order.
-            newest_first = sorted(places, key=lambda i: created[head[i].fused.id], reverse=True)
-            for place, i in zip(places, newest_first, strict=True):
-                reordered[place] = head[i]
-        head = reordered
-
-    out = []
-    for place, s in enumerate([*head, *deep]):
-        target = scored[place].score
-        out.append(s if target == s.score else Scored(s.fused, {**s.factors, "restated": target / s.score}, target))
-    return out + list(scored[depth:])
+            s = top[i]
+            target = top[place].score
+            out[place] = Scored(s.fused, {**s.factors, "restated": target / s.score}, target)
+    return out + list(scored[n:])

@@ -390,8 +390,6 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
         restatement_similarity=r.restatement_similarity,
         restatement_window=r.restatement_window,
         restatement_current_only=r.restatement_current_only,
-        restatement_pulls=r.restatement_pulls,
-        restatement_depth=r.restatement_depth,
     )
 
 
