@@ -102,6 +102,10 @@ class RankingConfig(_Base, frozen=True):
     restatement_window: Annotated[int, Meta(ge=2, le=1000)] = 10
     #: Apply it only to queries that ask how things stand now (present tense, "now", "current").
     restatement_current_only: bool = False
+    #: Join a newer memory to an older one only when it states a change: a
+    #: number the older one does not name, or a word of change ("rescheduled",
+    #: "increased", "now", "no longer"; English).
+    restatement_needs_change: bool = False
 
 
 class BookkeepingConfig(_Base, frozen=True):

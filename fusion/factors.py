@@ -45,6 +45,7 @@ beats a weak new one.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 
@@ -62,6 +63,7 @@ __all__ = [
     "memory_factors",
     "order_by_time",
     "restate",
+    "states_change",
     "restatement_candidates",
     "recency_factor",
     "score_factors",
@@ -93,6 +95,9 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     restatement_window: int = 10
     #: Only for a query that asks how things stand now (:func:`fusion.query.asks_current`).
     restatement_current_only: bool = False
+    #: Only join a newer memory to an older one it restates when it states a
+    #: change (:func:`states_change`).
+    restatement_needs_change: bool = False
 
     def __post_init__(self) -> None:
         for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
@@ -264,6 +269,26 @@ def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: Fac
     return out
 
 
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_CHANGE = re.compile(
+    r"\b(?:now|recently|new|newly|updated?|updating|changed?|changing|switched|moved|rescheduled|postponed|"
+    r"extended|shortened|increased|decreased|reduced|raised|lowered|upgraded|downgraded|replaced|instead|"
+    r"anymore|no longer|actually|reached|added|removed|dropped|revised|adjusted)\b",
+    re.IGNORECASE,
+)
+
+
+def states_change(newer: str, older: str) -> bool:
+    """Whether ``newer`` reads as a change of what ``older`` said: it names a
+    number ``older`` does not while ``older`` names one too ("8 cards" then
+    "10 cards"), or it uses a word of change ("rescheduled", "increased",
+    "now", "no longer", ...). English only, like :func:`fusion.query.asks_current`."""
+    old_numbers = set(_NUMBER.findall(older))
+    if old_numbers and set(_NUMBER.findall(newer)) - old_numbers:
+        return True
+    return _CHANGE.search(newer) is not None
+
+
 def restatement_candidates(scored: Sequence[Scored], current: bool, weights: FactorWeights) -> list[str]:
     """The ids whose embeddings :func:`restate` needs: the best
     ``restatement_window`` of ``scored`` (best first); empty when the factor is
@@ -279,13 +304,16 @@ def restate(
     created: Mapping[str, datetime],
     vectors: Mapping[str, np.ndarray],
     weights: FactorWeights,
+    content: Mapping[str, str] | None = None,
 ) -> list[Scored]:
     """``scored`` (best first) with the restatement factor on its best
     ``weights.restatement_window``: each group of restatements (unit vectors
     ``vectors[id]`` with cosine >= ``weights.restatement_similarity``, joined
     transitively; an id without a vector is in no group) takes its own places
     newest first. A memory keeps its place among equal times, and the factor
-    is left out where the place does not change."""
+    is left out where the place does not change. With
+    ``weights.restatement_needs_change``, two memories are joined only when
+    the newer one's ``content[id]`` :func:`states_change` of the older one's."""
     n = min(weights.restatement_window, len(scored))
     if not weights.restatement_similarity or n < 2:
         return list(scored)
@@ -304,6 +332,11 @@ def restate(
         return a
 
     for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
+        if weights.restatement_needs_change and content is not None:
+            x, y = top[have[a]].fused.id, top[have[b]].fused.id
+            newer, older = (x, y) if created[x] > created[y] else (y, x)
+            if created[x] == created[y] or not states_change(content[newer], content[older]):
+                continue
         parent[root(int(a))] = root(int(b))
     groups: dict[int, list[int]] = {}
     for a, i in enumerate(have):

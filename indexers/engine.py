@@ -390,6 +390,7 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
         restatement_similarity=r.restatement_similarity,
         restatement_window=r.restatement_window,
         restatement_current_only=r.restatement_current_only,
+        restatement_needs_change=r.restatement_needs_change,
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fusion import FactorWeights, QueryPlan, assemble, get_encoding, rank
-from fusion.factors import importance_factor, memory_factors, recency_factor, usage_factor
+from fusion.factors import importance_factor, memory_factors, recency_factor, states_change, usage_factor
 
 NOW = datetime(2026, 1, 15, 12, tzinfo=UTC)
 ENC = get_encoding("cl100k_base")
@@ -233,6 +233,34 @@ def test_restatements_join_transitively_inside_the_window_only() -> None:
     answer = _answer({"s": hits}, FactorWeights(restatement_similarity=0.75, restatement_window=3), vectors=vectors)
     assert [r.hit.id for r in answer.items] == ["h2", "h1", "h0", "h3"]
     assert answer.items[1].factors == {}  # h1 is in its own place
+
+
+@pytest.mark.parametrize(
+    ("newer", "older", "change"),
+    [
+        ("I now have a total of 10 cards.", "The gallery has 8 cards.", True),  # a new number, and "now"
+        ("The gallery will have 10 cards.", "The gallery has 8 cards.", True),  # a new number
+        ("It's been rescheduled to Friday.", "The meeting is on Thursday.", True),  # a word of change
+        ("The gallery has 8 cards, all in a grid.", "The gallery has 8 cards.", False),  # the same number
+        ("I love the gallery.", "I built the gallery.", False),
+        ("It has 10 cards.", "The gallery is done.", False),  # the older names no number
+    ],
+)
+def test_states_change(newer: str, older: str, change: bool) -> None:
+    assert states_change(newer, older) is change
+
+
+def test_restatements_that_state_no_change_keep_their_places() -> None:
+    older = Hit("older", NOW - timedelta(minutes=5), content="The standup is at 9am every day.")
+    echo = Hit("echo", NOW - timedelta(minutes=1), content="Yes, the standup at 9am every day works.")
+    moved = Hit("moved", NOW, content="The standup was moved to 10am.")
+    vectors = {"older": _unit(1, 0, 0), "echo": _unit(0.9, 0.1, 0), "moved": _unit(0.9, 0, 0.1)}
+    gated = FactorWeights(restatement_similarity=0.7, restatement_needs_change=True)
+    assert [r.hit.id for r in _answer({"s": [older, echo]}, gated, vectors=vectors).items] == ["older", "echo"]
+    ungated = FactorWeights(restatement_similarity=0.7)
+    assert [r.hit.id for r in _answer({"s": [older, echo]}, ungated, vectors=vectors).items] == ["echo", "older"]
+    # A newer memory stating a change still takes the older one's place.
+    assert [r.hit.id for r in _answer({"s": [older, moved]}, gated, vectors=vectors).items] == ["moved", "older"]
 
 
 def test_restatement_ids_follow_the_gate_and_the_window() -> None:
