@@ -104,7 +104,7 @@ class RankingConfig(_Base, frozen=True):
     restatement_current_only: bool = False
     #: Join a newer memory to an older one only when it states a change: a
     #: number the older one does not name, or a word of change ("rescheduled",
-    #: "increased", "now", "no longer"; English).
+    #: "increased", "no longer"; English).
     restatement_needs_change: bool = False
 
 

@@ -271,9 +271,8 @@ def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: Fac
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _CHANGE = re.compile(
-    r"\b(?:now|recently|new|newly|updated?|updating|changed?|changing|switched|moved|rescheduled|postponed|"
-    r"extended|shortened|increased|decreased|reduced|raised|lowered|upgraded|downgraded|replaced|instead|"
-    r"anymore|no longer|actually|reached|added|removed|dropped|revised|adjusted)\b",
+    r"\b(?:updated?|changed?|switched|moved|rescheduled|postponed|extended|shortened|increased|decreased|"
+    r"reduced|raised|lowered|upgraded|downgraded|replaced|instead|anymore|no longer|revised|adjusted)\b",
     re.IGNORECASE,
 )
 
@@ -282,7 +281,8 @@ def states_change(newer: str, older: str) -> bool:
     """Whether ``newer`` reads as a change of what ``older`` said: it names a
     number ``older`` does not while ``older`` names one too ("8 cards" then
     "10 cards"), or it uses a word of change ("rescheduled", "increased",
-    "now", "no longer", ...). English only, like :func:`fusion.query.asks_current`."""
+    "no longer", ...; not "now" or "new", which chat uses for anything).
+    English only, like :func:`fusion.query.asks_current`."""
     old_numbers = set(_NUMBER.findall(older))
     if old_numbers and set(_NUMBER.findall(newer)) - old_numbers:
         return True
