@@ -101,6 +101,9 @@ class Shown(msgspec.Struct, frozen=True, kw_only=True):
     speaker: str | None = None
     #: How much it matters, 0-1, as written; ``None`` (not given) is neutral.
     importance: float | None = None
+    #: When it expires (UTC; the write's ``expires_at`` or ``ttl_seconds``);
+    #: ``None``: only a tier's retention or the activation floor can end it.
+    expires_at: datetime | None = None
 
 
 class Hit(Shown, frozen=True, kw_only=True):

@@ -19,7 +19,9 @@ from litestar.typing import FieldDefinition
 from msgspec import Meta
 
 from indexers.bookkeeping import BookkeepingStats
+from indexers.cache import CacheStats
 from indexers.results import RecallResult
+from indexers.sweep import SweepStats
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
@@ -133,6 +135,12 @@ class MemoryIn(_In, frozen=True):
     metadata: dict[str, Any] = {}
     entities: Annotated[list[Name], Meta(max_length=64)] = []
     embedding: Vector | None = None
+    #: When the memory expires (RFC 3339; may be past): from then on no recall
+    #: returns it and the sweeper removes it. Not with ``ttl_seconds``.
+    expires_at: Stamp | None = None
+    #: Expire this many seconds after the write is accepted (stored as
+    #: ``expires_at``). Not with ``expires_at``.
+    ttl_seconds: Annotated[int, Meta(ge=1, le=315_360_000_000)] | None = None
 
 
 class MemoriesIn(_In, frozen=True):
@@ -258,3 +266,7 @@ class HealthOut(msgspec.Struct):
     #: Recall bookkeeping (usage counts): queued, written, and dropped (queue
     #: full) or failed (Postgres refused the batch) since start.
     bookkeeping: BookkeepingStats
+    #: This process's sweeper: expired memories removed since start, and its last run.
+    lifecycle: SweepStats
+    #: This process's recall result cache (``cache.ttlMs``).
+    cache: CacheStats

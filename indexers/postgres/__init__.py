@@ -15,10 +15,13 @@ One job a module:
 * :mod:`.store`: :class:`PostgresStore`, every memory write in one
   transaction with its outbox rows, and the reads derived indexes need.
 * :mod:`.graph_writes`: the store's entity and relation edits.
+* :mod:`.generations`: the per-tenant write generation every change bumps
+  (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
 """
 
 from __future__ import annotations
 
+from .generations import bump_generations, read_generation
 from .models import EntityInput, MemoryInput, RelationInput
 from .names import name_candidates, normalize_name
 from .pool import (
@@ -48,11 +51,13 @@ __all__ = [
     "PoolSource",
     "PostgresStore",
     "RelationInput",
+    "bump_generations",
     "filter_clause",
     "hit_from_row",
     "name_candidates",
     "normalize_name",
     "open_pool",
+    "read_generation",
     "record_from_row",
     "scope_to_tenant",
     "tenant_transaction",

@@ -21,7 +21,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..base import Filters, Hit, MemoryRecord
+from ..lifecycle import Forgetting
 from .fold import folds_for_write
+from .generations import bump_generations
 from .graph_writes import GraphWrites, upsert_entities
 from .models import EntityInput, MemoryInput
 from .names import name_candidates, normalize_name
@@ -129,8 +131,8 @@ class PostgresStore(GraphWrites):
                     """
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
                         importance, confidence, speaker, context, metadata, created_at,
-                        embedding, model, folded, fold_epoch)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                        embedding, model, folded, fold_epoch, expires_at)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -139,6 +141,7 @@ class PostgresStore(GraphWrites):
                         metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
                         folded = EXCLUDED.folded, fold_epoch = EXCLUDED.fold_epoch,
+                        expires_at = EXCLUDED.expires_at,
                         updated_at = clock_timestamp()
                     """,
                     [
@@ -160,6 +163,7 @@ class PostgresStore(GraphWrites):
                             m.model,
                             folded,
                             fold_epoch,
+                            m.expires_at,
                         )
                         for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
                     ],
@@ -211,6 +215,7 @@ class PostgresStore(GraphWrites):
                     (tenant, ids),
                 )
                 await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            await bump_generations(conn, [tenant])
         return ids
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
@@ -236,6 +241,7 @@ class PostgresStore(GraphWrites):
                 (tenant, memory_id),
             )
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            await bump_generations(conn, [tenant])
         return True
 
     async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
@@ -278,12 +284,15 @@ class PostgresStore(GraphWrites):
         min_confidence: float,
         memory_tiers: Sequence[str],
         limit: int,
+        forgetting: Forgetting | None = None,
     ) -> list[Hit]:
         """The tenant's newest ``limit`` memories matching ``filters``, newest
         first (ties by id, descending), each scored by its epoch seconds. One
         statement; with a ``session_id`` a backward scan of
         ``memories_tenant_session_created``, else of ``memories_tenant_created``."""
-        where, params = filter_clause(filters, min_confidence=min_confidence, memory_tiers=memory_tiers)
+        where, params = filter_clause(
+            filters, min_confidence=min_confidence, memory_tiers=memory_tiers, forgetting=forgetting
+        )
         params.update({"tenant": tenant, "limit": limit})
         async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
@@ -293,6 +302,52 @@ class PostgresStore(GraphWrites):
             )
             rows = await cur.fetchall()
         return [hit_from_row(r, r["created_at"].timestamp()) for r in rows]
+
+    async def sweep(self, forgetting: Forgetting, batch: int) -> dict[str, int]:
+        """Remove up to ``batch`` expired memories, of any tenant, in one
+        transaction: their rows and mentions (mention counts kept), an outbox
+        ``delete`` row each (Typesense follows through :mod:`indexers.sync`),
+        and a generation bump per tenant touched. Returns tenant -> memories removed.
+
+        The rows are chosen and locked by one statement that checks the rule
+        (:meth:`Forgetting.sweep_sql`) on each row as it locks it, skipping rows
+        another transaction holds: a memory rewritten meanwhile with a later
+        expiry is either seen as rewritten (and kept) or skipped until the next sweep.
+        """
+        dead, params = forgetting.sweep_sql("m")
+        params["batch"] = batch
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT m.tenant, m.id FROM memories m WHERE {dead}"
+                " ORDER BY m.tenant, m.id LIMIT %(batch)s FOR UPDATE SKIP LOCKED",
+                params,
+            )
+            keys = await cur.fetchall()
+            if not keys:
+                return {}
+            tenants = [t for t, _ in keys]
+            ids = [i for _, i in keys]
+            cur = await conn.execute(
+                "DELETE FROM mentions mn USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
+                " WHERE mn.tenant = k.tenant AND mn.memory_id = k.id RETURNING mn.entity_id",
+                (tenants, ids),
+            )
+            delta: Counter[int] = Counter()
+            delta.subtract(eid for (eid,) in await cur.fetchall())
+            await _count_mentions(conn, delta)
+            await conn.execute(
+                "DELETE FROM memories m USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
+                " WHERE m.tenant = k.tenant AND m.id = k.id",
+                (tenants, ids),
+            )
+            await conn.execute(
+                "INSERT INTO outbox (tenant, memory_id, op) SELECT k.tenant, k.id, 'delete'"
+                " FROM unnest(%s::text[], %s::text[]) AS k(tenant, id)",
+                (tenants, ids),
+            )
+            await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            await bump_generations(conn, tenants)
+        return dict(Counter(tenants))
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""
