@@ -112,8 +112,9 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
 
 def document_field(name: str) -> str:
     """The document field holding a memory's field ``name`` (``id`` is the
-    document's own id, tenant-qualified; the memory's is ``memory_id``)."""
-    return "memory_id" if name == "id" else name
+    document's own id, tenant-qualified; the memory's is ``memory_id``;
+    ``metadata`` is held as its containment tokens, :data:`metadata.FIELD`)."""
+    return {"id": "memory_id", "metadata": metadata.FIELD}.get(name, name)
 
 
 def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
