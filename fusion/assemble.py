@@ -125,6 +125,7 @@ class Ranking(Generic[C]):
                 vectors,
                 self.factors,
                 {id: h.content for id, h in hits.items()},
+                {id: h.speaker for id, h in hits.items()},
             )
         top = ranked[:top_k]
         block = format_block(

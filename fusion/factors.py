@@ -305,6 +305,7 @@ def restate(
     vectors: Mapping[str, np.ndarray],
     weights: FactorWeights,
     content: Mapping[str, str] | None = None,
+    speakers: Mapping[str, str | None] | None = None,
 ) -> list[Scored]:
     """``scored`` (best first) with the restatement factor on its best
     ``weights.restatement_window``: each group of restatements (unit vectors
@@ -313,7 +314,9 @@ def restate(
     newest first. A memory keeps its place among equal times, and the factor
     is left out where the place does not change. With
     ``weights.restatement_needs_change``, two memories are joined only when
-    the newer one's ``content[id]`` :func:`states_change` of the older one's."""
+    the newer one's ``content[id]`` :func:`states_change` of the older one's.
+    Two memories of different ``speakers[id]`` never restate each other: an
+    answer that repeats a number is not a change of it."""
     n = min(weights.restatement_window, len(scored))
     if not weights.restatement_similarity or n < 2:
         return list(scored)
@@ -332,8 +335,10 @@ def restate(
         return a
 
     for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
+        x, y = top[have[a]].fused.id, top[have[b]].fused.id
+        if speakers is not None and speakers.get(x) != speakers.get(y):
+            continue
         if weights.restatement_needs_change and content is not None:
-            x, y = top[have[a]].fused.id, top[have[b]].fused.id
             newer, older = (x, y) if created[x] > created[y] else (y, x)
             if created[x] == created[y] or not states_change(content[newer], content[older]):
                 continue

@@ -264,6 +264,19 @@ def test_restatements_that_state_no_change_keep_their_places() -> None:
     assert [r.hit.id for r in _answer({"s": [older, moved]}, gated, vectors=vectors).items] == ["moved", "older"]
 
 
+def test_memories_of_different_speakers_never_restate_each_other() -> None:
+    said = Hit("said", NOW - timedelta(minutes=5), content="My budget is $35.", speaker="user")
+    echoed = Hit("echoed", NOW, content="Your budget is now $50.", speaker="assistant")
+    restated = Hit("restated", NOW, content="My budget is now $50.", speaker="user")
+    vectors = {"said": _unit(1, 0), "echoed": _unit(0.95, 0.05), "restated": _unit(0.95, 0.05)}
+    weights = FactorWeights(restatement_similarity=0.7, restatement_needs_change=True)
+    assert [r.hit.id for r in _answer({"s": [said, echoed]}, weights, vectors=vectors).items] == ["said", "echoed"]
+    assert [r.hit.id for r in _answer({"s": [said, restated]}, weights, vectors=vectors).items] == [
+        "restated",
+        "said",
+    ]
+
+
 def test_restatement_ids_follow_the_gate_and_the_window() -> None:
     hits = [Hit(f"h{i}", NOW) for i in range(5)]
 
