@@ -15,10 +15,13 @@ One job a module:
 * :mod:`.store`: :class:`PostgresStore`, every memory write in one
   transaction with its outbox rows, and the reads derived indexes need.
 * :mod:`.graph_writes`: the store's entity and relation edits.
+* :mod:`.lifecycle`: supersession by ``mem_key`` inside a write's
+  transaction, the per-key locks, and the restore of a retired version.
 """
 
 from __future__ import annotations
 
+from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
 from .names import name_candidates, normalize_name
 from .pool import (
@@ -34,6 +37,7 @@ from .sql import (
     RECORD_COLUMNS,
     filter_clause,
     hit_from_row,
+    lifecycle_clause,
     record_from_row,
 )
 from .store import PostgresStore
@@ -43,13 +47,16 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "PING_TIMEOUT_S",
     "RECORD_COLUMNS",
+    "Deleted",
     "EntityInput",
     "MemoryInput",
     "PoolSource",
     "PostgresStore",
     "RelationInput",
+    "Written",
     "filter_clause",
     "hit_from_row",
+    "lifecycle_clause",
     "name_candidates",
     "normalize_name",
     "open_pool",

@@ -32,6 +32,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     entities: tuple[str, ...] = ()
     embedding: tuple[float, ...] | None = None
     model: str | None = None
+    #: The fact it states; writing it retires the key's current memory.
+    mem_key: str | None = None
 
 
 class EntityInput(msgspec.Struct, frozen=True):

@@ -16,6 +16,7 @@ import pytest
 from deploy.embedded import EmbeddedPostgres
 from indexers.migrations import MIGRATIONS, SchemaMismatch, migrate
 from indexers.postgres import (
+    Deleted,
     EntityInput,
     MemoryInput,
     PostgresStore,
@@ -169,7 +170,7 @@ async def test_dimension_mismatch_is_refused(dsn: str) -> None:
 
 
 async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) -> None:
-    assert await store.write_memories("t", [memory("m1", "first version", tags=("a",))]) == ["m1"]
+    assert (await store.write_memories("t", [memory("m1", "first version", tags=("a",))])).ids == ["m1"]
     later = T0 + timedelta(days=1)
     await store.write_memories(
         "t", [memory("m1", "second version", kind="preference", created_at=later, confidence=0.7)]
@@ -189,7 +190,9 @@ async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) 
 async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(store: PostgresStore, dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
         await listener.execute("LISTEN braid_outbox")
-        ids = await store.write_memories("t", [memory(None, "one"), memory(None, "two"), memory("three", "three")])
+        ids = (
+            await store.write_memories("t", [memory(None, "one"), memory(None, "two"), memory("three", "three")])
+        ).ids
         with anyio.fail_after(5):
             notes = [n async for n in listener.notifies(timeout=5, stop_after=1)]
         assert [n.channel for n in notes] == ["braid_outbox"]
@@ -275,15 +278,15 @@ async def test_delete_removes_the_memory_and_its_mentions(store: PostgresStore) 
     await store.write_memories("t", [memory("m1", "TypeScript notes"), memory("m2", "TypeScript too")])
     assert await mentions(store, "t", "m1") == ["typescript"]
 
-    assert await store.delete_memory("t", "m1") is True
+    assert await store.delete_memory("t", "m1") == Deleted(deleted="m1")
     assert await rows(store, "SELECT id FROM memories") == [("m2",)]
     assert await mentions(store, "t", "m1") == []
     assert await mentions(store, "t", "m2") == ["typescript"]
     assert await rows(store, "SELECT count(*) FROM entities") == [(1,)]
     assert await outbox(store, "t") == [("m1", "upsert"), ("m2", "upsert"), ("m1", "delete")]
 
-    assert await store.delete_memory("t", "m1") is False
-    assert await store.delete_memory("other", "m2") is False
+    assert await store.delete_memory("t", "m1") is None
+    assert await store.delete_memory("other", "m2") is None
     assert await rows(store, "SELECT id FROM memories") == [("m2",)]
     assert len(await outbox(store, "t")) == 3
 
@@ -381,8 +384,8 @@ async def test_mention_counts_follow_writes_rewrites_and_deletes(store: Postgres
         ("u", "rust", 1),
     ]
 
-    assert await store.delete_memory("t", "m2") is True
-    assert await store.delete_memory("t", "m2") is False
+    assert await store.delete_memory("t", "m2") == Deleted(deleted="m2")
+    assert await store.delete_memory("t", "m2") is None
     kept, real = await counts(store)
     assert kept == real == {"alex": 1, "go": 1, "zig": 1, "rust": 1}  # u's rust
     assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't' AND name_norm = 'rust'") == [(0,)]
