@@ -117,6 +117,8 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
     }
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
+    if record.superseded_by is not None:
+        doc["superseded_by"] = record.superseded_by
     if record.session_id is not None:
         doc["session_id"] = record.session_id
     if record.speaker is not None:
@@ -136,8 +138,9 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
 
 def document_field(name: str) -> str:
     """The document field holding a memory's field ``name`` (``id`` is the
-    document's own id, tenant-qualified; the memory's is ``memory_id``)."""
-    return "memory_id" if name == "id" else name
+    document's own id, tenant-qualified; the memory's is ``memory_id``; the
+    metadata is held as its containment tokens, :data:`metadata.FIELD`)."""
+    return {"id": "memory_id", "metadata": metadata.FIELD}.get(name, name)
 
 
 def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
@@ -176,6 +179,7 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             # Epoch microseconds, NEVER while current (lifecycle_filter). Optional only
             # so that an older collection can gain it; every document written has it.
             {"name": "superseded_at", "type": "int64", "optional": True},
+            {"name": "superseded_by", "type": "string", "index": False, "optional": True},
             # Metadata containment tokens (indexers.typesense.metadata).
             {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
         ],
