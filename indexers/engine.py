@@ -391,17 +391,17 @@ class Engine:
         ids = {h.id for n in derived for h in results[n].hits}
         if not ids:
             return results
+        live: set[str] | None = None
         try:
             with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
                 live = await self.store.live(tenant, sorted(ids), as_of)
-
-            def keep(h: Hit) -> bool:
-                return h.id in live
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
 
-            def keep(h: Hit) -> bool:
-                return h.mem_key is None and (as_of is None or h.created_at <= as_of)
+        def keep(h: Hit) -> bool:
+            if live is not None:
+                return h.id in live
+            return h.mem_key is None and (as_of is None or h.created_at <= as_of)
 
         return {
             n: msgspec.structs.replace(r, hits=[h for h in r.hits if keep(h)]) if n in derived else r

@@ -375,3 +375,10 @@ async def test_a_bad_versions_query_is_400(braid: Braid, params: dict[str, str],
     r = await braid.client.get("/v1/memories", params=params, headers=braid.headers(AGENT_A))
     assert r.status_code == 400, r.text
     assert r.json()["detail"] == detail, json.dumps(r.json())
+
+
+async def test_recent_shows_current_memories_or_those_current_as_of(two_versions: Braid) -> None:
+    out = await two_versions.recall("", strategy="recent")
+    assert [i["id"] for i in out["items"]] == ["v2"]
+    out = await two_versions.recall("", strategy="recent", as_of=(T1 + timedelta(days=1)).isoformat())
+    assert [i["id"] for i in out["items"]] == ["v1"]
