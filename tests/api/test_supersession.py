@@ -382,3 +382,20 @@ async def test_recent_shows_current_memories_or_those_current_as_of(two_versions
     assert [i["id"] for i in out["items"]] == ["v2"]
     out = await two_versions.recall("", strategy="recent", as_of=(T1 + timedelta(days=1)).isoformat())
     assert [i["id"] for i in out["items"]] == ["v1"]
+
+
+async def test_without_postgres_to_check_them_typesense_hits_with_a_key_are_left_out(
+    two_versions: Braid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check of Typesense's hits cannot reach Postgres (a fault injected):
+    a hit with a mem_key might be retired and is left out; one without cannot
+    be and stays."""
+    await write(two_versions, {"id": "plain", "content": "Sam lives near the sea"})
+    await two_versions.synced()
+
+    async def unreachable(*_: Any) -> set[str]:
+        raise psycopg.OperationalError("injected: postgres unreachable")
+
+    assert await ids(two_versions, ["typesense"]) == {"v2", "plain"}
+    monkeypatch.setattr(two_versions.runtime.store, "live", unreachable)
+    assert await ids(two_versions, ["typesense"]) == {"plain"}
