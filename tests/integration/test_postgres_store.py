@@ -138,6 +138,30 @@ async def test_one_active_reindex_migration_ends_jobs_an_older_braid_left(
                 await conn.execute("INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'queued')", (job,))
 
 
+async def test_migration_10_sends_every_existing_memory_to_typesense_again(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older database's memories get the lifecycle columns (current, no key)
+    and an outbox row each, so their Typesense documents gain the lifecycle."""
+    from indexers import migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 10})
+        await migrate(conn, dim=DIM)
+        await conn.execute(
+            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+            " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
+            " FROM generate_series(1, 3) n",
+            (str(list(vector(1))),),
+        )
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [10]
+        cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
+        assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
+        cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by FROM memories")
+        assert await cur.fetchall() == [(None, None, None)]
+
+
 async def test_concurrent_migrations_apply_once(dsn: str) -> None:
     results: list[list[int]] = []
 
