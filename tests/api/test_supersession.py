@@ -399,3 +399,11 @@ async def test_without_postgres_to_check_them_typesense_hits_with_a_key_are_left
     assert await ids(two_versions, ["typesense"]) == {"v2", "plain"}
     monkeypatch.setattr(two_versions.runtime.store, "live", unreachable)
     assert await ids(two_versions, ["typesense"]) == {"plain"}
+
+
+async def test_versions_in_one_write_are_taken_oldest_first(braid: Braid) -> None:
+    await write(braid, version("v0", "Braga", T1 - timedelta(days=30)))
+    out = await write(braid, version("v2", "Porto", T2), version("v1", "Lisbon", T1))
+    assert out == {"ids": ["v2", "v1"], "superseded": ["v0", "v1"]}
+    chain = [(m["id"], m["superseded_by"]) for m in await versions(braid)]
+    assert chain == [("v2", None), ("v1", "v2"), ("v0", "v1")]
