@@ -12,6 +12,11 @@ Writers of a key serialise on a transaction-level advisory lock per
 one order, so fifty concurrent writers of a key leave exactly one current
 memory and never deadlock. A delete takes the key's lock before the row's
 (:func:`lock_memory`), as a write does.
+
+A rewrite of an id is a new write of its key: it is stored current and
+supersession runs again (it may be retired at once as a backfill). A rewrite
+that changes or drops the key leaves the old key's versions as they are: if
+it was the old key's current memory, that key has none until its next write.
 """
 
 from __future__ import annotations
