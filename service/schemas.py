@@ -160,11 +160,11 @@ class IdsOut(msgspec.Struct):
     superseded: list[str] = []
 
 
-class DeletedOut(msgspec.Struct):
+class DeletedOut(msgspec.Struct, omit_defaults=True):
     deleted: str
     #: With ``restore_previous``: the retired version of the deleted memory's
-    #: key made current again (``null`` when there was none, or the deleted
-    #: memory was not its key's current one).
+    #: key made current again; absent when none was (there was none, or the
+    #: deleted memory was not its key's current one).
     restored: str | None = None
 
 

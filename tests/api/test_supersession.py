@@ -266,7 +266,7 @@ async def versions(braid: Braid) -> list[dict[str, Any]]:
 
 async def test_deleting_the_current_memory_resurrects_nothing(two_versions: Braid) -> None:
     r = await two_versions.client.delete("/v1/memories/v2", headers=two_versions.headers(AGENT_A))
-    assert r.status_code == 200 and r.json() == {"deleted": "v2", "restored": None}
+    assert r.status_code == 200 and r.json() == {"deleted": "v2"}
     await two_versions.synced()
     for sources in SOURCES:
         assert await ids(two_versions, sources) == set(), sources
@@ -296,7 +296,7 @@ async def test_restore_previous_of_a_retired_memory_changes_nothing_else(two_ver
     r = await two_versions.client.delete(
         "/v1/memories/v1", params={"restore_previous": "true"}, headers=two_versions.headers(AGENT_A)
     )
-    assert r.status_code == 200 and r.json() == {"deleted": "v1", "restored": None}
+    assert r.status_code == 200 and r.json() == {"deleted": "v1"}
     assert [(m["id"], m["current"]) for m in await versions(two_versions)] == [("v2", True)]
 
 
