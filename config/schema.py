@@ -21,8 +21,10 @@ __all__ = [
     "AuthConfig",
     "BookkeepingConfig",
     "BraidConfig",
+    "CacheConfig",
     "EmbeddingConfig",
     "GraphConfig",
+    "LifecycleConfig",
     "LimitsConfig",
     "PostgresConfig",
     "QueryConfig",
@@ -102,10 +104,10 @@ class RankingConfig(_Base, frozen=True):
     restatement_window: Annotated[int, Meta(ge=2, le=1000)] = 10
     #: Apply it only to queries that ask how things stand now (present tense, "now", "current").
     restatement_current_only: bool = False
-    #: Most candidates from below the window (within the best ``restatementDepth``)
-    #: pulled up next to a window memory they restate; 0: none.
-    restatement_pulls: Annotated[int, Meta(ge=0, le=100)] = 0
-    restatement_depth: Annotated[int, Meta(ge=1, le=1000)] = 50
+    #: Join a newer memory to an older one only when it states a change: a
+    #: number the older one does not name, or a word of change ("rescheduled",
+    #: "increased", "no longer"; English).
+    restatement_needs_change: bool = False
 
 
 class BookkeepingConfig(_Base, frozen=True):
@@ -136,8 +138,13 @@ class TierConfig(_Base, frozen=True):
     #: recorded in Postgres when the tier's fold is created; a change applies
     #: through a reindex of the tier.
     half_life_days: Annotated[float, Meta(ge=0.01, le=36500.0)] = 30.0
+    #: Memories of the tier created longer ago than this expire (never
+    #: returned, then swept); ``None`` keeps them. Read live: a reload applies.
+    retention_days: Annotated[float, Meta(gt=0.0, le=365_000.0)] | None = None
 
     def __post_init__(self) -> None:
+        if self.retention_days is not None and self.holds != "memories":
+            raise ValueError("retentionDays applies to tiers holding memories only")
         if self.ef_construction < 2 * self.m:
             raise ValueError(f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})")
         if self.objective == "decayed" and self.holds != "memories":
@@ -160,6 +167,34 @@ class GraphConfig(_Base, frozen=True):
     max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
     #: Memories read per reached entity (newest first); shares still use its full count.
     mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
+
+
+class LifecycleConfig(_Base, frozen=True):
+    """Forgetting (:mod:`indexers.lifecycle`): which memories expire besides
+    those past their ``expires_at`` or their tier's ``retentionDays``, and the
+    sweeper that removes expired memories from every store."""
+
+    #: Forget a memory once importance x exp(-lambda * age) <= this (importance
+    #: 0.5 when not given, lambda = ln 2 / halfLifeDays, age = now - created_at);
+    #: ``None`` (the default) forgets nothing this way.
+    forget_below: Annotated[float, Meta(ge=1e-6, le=1.0)] | None = None
+    #: The half-life of that activation, in days.
+    half_life_days: Annotated[float, Meta(ge=0.01, le=36500.0)] = 30.0
+    #: Seconds between two sweeps (each removes what expired since the last).
+    sweep_interval_s: Annotated[float, Meta(ge=0.01, le=86_400.0)] = 60.0
+    #: Most memories one sweep transaction removes; a sweep runs batches until done.
+    sweep_batch: Annotated[int, Meta(ge=1, le=100_000)] = 500
+
+
+class CacheConfig(_Base, frozen=True):
+    """The recall result cache (:mod:`indexers.cache`), per service process."""
+
+    #: How long an identical recall may be answered from the cache; 0 (the
+    #: default) turns it off. Never beyond the tenant's last acknowledged write
+    #: or delete (any process), nor past the expiry of a memory the answer holds.
+    ttl_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 0
+    #: Most answers kept (least recently used go first).
+    max_entries: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
 
 
 class EmbeddingConfig(_Base, frozen=True):
@@ -250,6 +285,8 @@ class BraidConfig(_Base, frozen=True):
     query: QueryConfig = QueryConfig()
     ranking: RankingConfig = RankingConfig()
     bookkeeping: BookkeepingConfig = BookkeepingConfig()
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    cache: CacheConfig = CacheConfig()
     #: One section per registered source (:mod:`config.sources`), weights included.
     sources: dict[str, SourceConfig] = msgspec.field(default_factory=source_defaults)
     tiers: dict[Name, TierConfig] = msgspec.field(default_factory=_default_tiers)

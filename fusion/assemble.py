@@ -119,7 +119,13 @@ class Ranking(Generic[C]):
         hits = self.hits
         ranked = with_usage(self.scored, usage, self.factors)
         if vectors:
-            ranked = restate(ranked, {id: h.created_at for id, h in hits.items()}, vectors, self.factors)
+            ranked = restate(
+                ranked,
+                {id: h.created_at for id, h in hits.items()},
+                vectors,
+                self.factors,
+                {id: h.content for id, h in hits.items()},
+            )
         top = ranked[:top_k]
         block = format_block(
             [

@@ -45,6 +45,7 @@ beats a weak new one.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 
@@ -62,6 +63,7 @@ __all__ = [
     "memory_factors",
     "order_by_time",
     "restate",
+    "states_change",
     "restatement_candidates",
     "recency_factor",
     "score_factors",
@@ -93,10 +95,9 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     restatement_window: int = 10
     #: Only for a query that asks how things stand now (:func:`fusion.query.asks_current`).
     restatement_current_only: bool = False
-    #: Most candidates from below the window pulled up next to a memory they restate; 0: none.
-    restatement_pulls: int = 0
-    #: How deep in the candidates a restatement may be pulled up from.
-    restatement_depth: int = 50
+    #: Only join a newer memory to an older one it restates when it states a
+    #: change (:func:`states_change`).
+    restatement_needs_change: bool = False
 
     def __post_init__(self) -> None:
         for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
@@ -115,8 +116,6 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"restatement_similarity must be in [0, 1], got {self.restatement_similarity!r}")
         if self.restatement_window < 2:
             raise ValueError(f"restatement_window must be >= 2, got {self.restatement_window!r}")
-        if self.restatement_pulls < 0 or self.restatement_depth < 1:
-            raise ValueError("restatement_pulls must be >= 0 and restatement_depth >= 1")
 
 
 class Scored(msgspec.Struct, frozen=True):
@@ -270,16 +269,34 @@ def with_usage(scored: Sequence[Scored], counts: Mapping[str, int], weights: Fac
     return out
 
 
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_CHANGE = re.compile(
+    r"\b(?:updated?|changed?|switched|moved|rescheduled|postponed|extended|shortened|increased|decreased|"
+    r"reduced|raised|lowered|upgraded|downgraded|replaced|instead|anymore|no longer|revised|adjusted)\b",
+    re.IGNORECASE,
+)
+
+
+def states_change(newer: str, older: str) -> bool:
+    """Whether ``newer`` reads as a change of what ``older`` said: it names a
+    number ``older`` does not while ``older`` names one too ("8 cards" then
+    "10 cards"), or it uses a word of change ("rescheduled", "increased",
+    "no longer", ...; not "now" or "new", which chat uses for anything).
+    English only, like :func:`fusion.query.asks_current`."""
+    old_numbers = set(_NUMBER.findall(older))
+    if old_numbers and set(_NUMBER.findall(newer)) - old_numbers:
+        return True
+    return _CHANGE.search(newer) is not None
+
+
 def restatement_candidates(scored: Sequence[Scored], current: bool, weights: FactorWeights) -> list[str]:
     """The ids whose embeddings :func:`restate` needs: the best
-    ``restatement_window`` of ``scored`` (best first), or the best
-    ``restatement_depth`` when it may pull restatements up; empty when the
-    factor is off, or when it is for queries that ask how things stand now and
-    this one (``current``) does not."""
+    ``restatement_window`` of ``scored`` (best first); empty when the factor is
+    off, or when it is for queries that ask how things stand now and this one
+    (``current``) does not."""
     if not weights.restatement_similarity or (weights.restatement_current_only and not current):
         return []
-    reach = max(weights.restatement_window, weights.restatement_depth) if weights.restatement_pulls else 0
-    return [s.fused.id for s in scored[: reach or weights.restatement_window]]
+    return [s.fused.id for s in scored[: weights.restatement_window]]
 
 
 def restate(
@@ -287,71 +304,53 @@ def restate(
     created: Mapping[str, datetime],
     vectors: Mapping[str, np.ndarray],
     weights: FactorWeights,
+    content: Mapping[str, str] | None = None,
 ) -> list[Scored]:
-    """``scored`` (best first) with the restatement factor.
-
-    Two memories restate each other when their unit vectors ``vectors[id]``
-    have cosine >= ``weights.restatement_similarity`` (an id without a vector
-    restates nothing). First, up to ``weights.restatement_pulls`` candidates
-    ranked below the best ``weights.restatement_window`` but within the best
-    ``weights.restatement_depth``, best first, each restating a memory of the
-    window, are pulled up to just below the one they restate most. Then each
-    group of restatements in the window (joined transitively) takes its own
-    places newest first; a memory keeps its place among equal times. Every
-    candidate moved keeps the score of the place it takes (the factor is that
-    over its own score), so scores stay in order; nothing moves when no two
-    memories restate each other.
-    """
-    window = min(weights.restatement_window, len(scored))
-    if not weights.restatement_similarity or (window < 2 and not weights.restatement_pulls):
+    """``scored`` (best first) with the restatement factor on its best
+    ``weights.restatement_window``: each group of restatements (unit vectors
+    ``vectors[id]`` with cosine >= ``weights.restatement_similarity``, joined
+    transitively; an id without a vector is in no group) takes its own places
+    newest first. A memory keeps its place among equal times, and the factor
+    is left out where the place does not change. With
+    ``weights.restatement_needs_change``, two memories are joined only when
+    the newer one's ``content[id]`` :func:`states_change` of the older one's."""
+    n = min(weights.restatement_window, len(scored))
+    if not weights.restatement_similarity or n < 2:
         return list(scored)
-    depth = min(max(weights.restatement_depth, window), len(scored)) if weights.restatement_pulls else window
-    threshold = weights.restatement_similarity
+    top = list(scored[:n])
+    have = [i for i, s in enumerate(top) if s.fused.id in vectors]
+    if len(have) < 2:
+        return list(scored)
+    matrix = np.stack([vectors[top[i].fused.id] for i in have])
+    similar = matrix @ matrix.T >= weights.restatement_similarity
+    parent = list(range(len(have)))
 
-    def vec(s: Scored) -> np.ndarray | None:
-        return vectors.get(s.fused.id)
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
 
-    head = list(scored[:window])
-    anchors = [(h, hv) for h in head if (hv := vec(h)) is not None]
-    deep: list[Scored] = []
-    pulled = 0
-    for s in scored[window:depth]:
-        v = vec(s)
-        if pulled < weights.restatement_pulls and v is not None and anchors:
-            similarity, anchor = max((float(v @ hv), i) for i, (_, hv) in enumerate(anchors))
-            if similarity >= threshold:
-                head.insert(head.index(anchors[anchor][0]) + 1, s)
-                pulled += 1
+    for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
+        if weights.restatement_needs_change and content is not None:
+            x, y = top[have[a]].fused.id, top[have[b]].fused.id
+            newer, older = (x, y) if created[x] > created[y] else (y, x)
+            if created[x] == created[y] or not states_change(content[newer], content[older]):
                 continue
-        deep.append(s)
-
-    have = [i for i, s in enumerate(head) if vec(s) is not None]
-    if len(have) >= 2:
-        matrix = np.stack([vectors[head[i].fused.id] for i in have])
-        similar = matrix @ matrix.T >= threshold
-        parent = list(range(len(have)))
-
-        def root(a: int) -> int:
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        for a, b in zip(*np.nonzero(np.triu(similar, 1)), strict=True):
-            parent[root(int(a))] = root(int(b))
-        groups: dict[int, list[int]] = {}
-        for a, i in enumerate(have):
-            groups.setdefault(root(a), []).append(i)
-        reordered = list(head)
-        for places in groups.values():
-            # Python's sort is stable: equal times keep their order.
-            newest_first = sorted(places, key=lambda i: created[head[i].fused.id], reverse=True)
-            for place, i in zip(places, newest_first, strict=True):
-                reordered[place] = head[i]
-        head = reordered
-
-    out = []
-    for place, s in enumerate([*head, *deep]):
-        target = scored[place].score
-        out.append(s if target == s.score else Scored(s.fused, {**s.factors, "restated": target / s.score}, target))
-    return out + list(scored[depth:])
+        parent[root(int(a))] = root(int(b))
+    groups: dict[int, list[int]] = {}
+    for a, i in enumerate(have):
+        groups.setdefault(root(a), []).append(i)
+    out = list(top)
+    for places in groups.values():
+        if len(places) < 2:
+            continue
+        # Python's sort is stable: equal times keep their order.
+        newest_first = sorted(places, key=lambda i: created[top[i].fused.id], reverse=True)
+        for place, i in zip(places, newest_first, strict=True):
+            if place == i:
+                continue
+            s = top[i]
+            target = top[place].score
+            out[place] = Scored(s.fused, {**s.factors, "restated": target / s.score}, target)
+    return out + list(scored[n:])

@@ -108,6 +108,9 @@ class Shown(msgspec.Struct, frozen=True, kw_only=True):
     #: The fact it states (e.g. ``user.home_city``): a newer memory with the
     #: same key supersedes it. ``None`` for a memory without one.
     mem_key: str | None = None
+    #: When it expires (UTC; the write's ``expires_at`` or ``ttl_seconds``);
+    #: ``None``: only a tier's retention or the activation floor can end it.
+    expires_at: datetime | None = None
 
 
 class Hit(Shown, frozen=True, kw_only=True):

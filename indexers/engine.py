@@ -32,8 +32,19 @@ from .base import (
     postgres_errors,
 )
 from .bookkeeping import Bookkeeper
+from .cache import RecallCache, cache_key
 from .embedding import Embedder
-from .postgres import Deleted, EntityInput, MemoryInput, PostgresStore, RelationInput, Written, normalize_name
+from .lifecycle import Forgetting
+from .postgres import (
+    Deleted,
+    EntityInput,
+    MemoryInput,
+    PostgresStore,
+    RelationInput,
+    Written,
+    normalize_name,
+    read_generation,
+)
 from .registry import BOTH, DEGRADED, SourceResult, registered, search_all
 from .results import (
     STRATEGY_MATCHES,
@@ -98,6 +109,8 @@ class Engine:
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
         self.write_timeout_s = WRITE_TIMEOUT_S
+        #: Answers of identical recalls (``cache.ttlMs``), checked against write generations.
+        self.cache = RecallCache()
 
     # --- config -------------------------------------------------------------
 
@@ -153,6 +166,8 @@ class Engine:
         for section in RESTART_SECTIONS:
             new = msgspec.structs.replace(new, **{section: getattr(old, section)})
         self.config.current = new
+        # Answers computed under the old config (weights, retention) are not this one's.
+        self.cache.clear()
         log.info("config reloaded from %s", self.config.path)
         if restart:
             log.warning("config keys that take effect only after a restart: %s", ", ".join(restart))
@@ -269,6 +284,55 @@ class Engine:
         return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
 
     async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
+        """The recall's answer, from the result cache when ``cache.ttlMs`` allows
+        (:mod:`indexers.cache`; such an answer says ``cached: true``).
+
+        The tenant's write generation is read first, bounded by
+        ``query.speakerLookupMs``; when it cannot be read the recall is computed
+        and not stored. Answers with a degraded part are not stored either (a
+        source's outage must not outlive it), nor those computed while a change
+        of the tenant was still on its way to Typesense. A hit still records the use of
+        its memories when the recall asks to (``track``).
+        """
+        cfg = self.config.current
+        if cfg.cache.ttl_ms <= 0:
+            return await self._compute(tenant, opts)
+        key = cache_key(tenant, opts)
+        generation, synced = await self._generation(tenant)
+        if generation is not None:
+            hit = self.cache.get(key, generation)
+            if hit is not None:
+                if opts.track and self.bookkeeper is not None:
+                    self.bookkeeper.record(tenant, [item.id for item in hit.items])
+                return msgspec.structs.replace(hit, cached=True)
+        result = await self._compute(tenant, opts)
+        # Stored only when Typesense had every acknowledged change before the
+        # recall began: its lag must not be kept for ttlMs.
+        if generation is not None and synced and not result.degraded:
+            forgetting = Forgetting.from_config(cfg)
+            dies_at = min((forgetting.dies_at_of(item) for item in result.items), default=float("inf"))
+            self.cache.put(
+                key,
+                generation,
+                result,
+                ttl_ms=cfg.cache.ttl_ms,
+                dies_at=dies_at,
+                max_entries=cfg.cache.max_entries,
+            )
+        return result
+
+    async def _generation(self, tenant: str) -> tuple[int | None, bool]:
+        """The tenant's write generation and whether its outbox is drained
+        (:func:`indexers.postgres.read_generation`); None when Postgres does not
+        answer within ``query.speakerLookupMs``."""
+        try:
+            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+                return await read_generation(self.store.pool, tenant)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            log.warning("write generation unavailable, this recall skips the cache: %s", exc)
+            return None, False
+
+    async def _compute(self, tenant: str, opts: RecallOptions) -> RecallResult:
         """Run the recall's strategy (:data:`indexers.results.Strategy`): ``auto``
         with an empty query runs as ``recent``, and as ``keyword`` once the
         query embedding misses its deadline."""
@@ -353,7 +417,12 @@ class Engine:
         try:
             with postgres_errors("read"), anyio.fail_after(deadline):
                 hits = await self.store.recent(
-                    tenant, opts.filters, min_confidence=min_conf, memory_tiers=cfg.memory_tiers, limit=top_k
+                    tenant,
+                    opts.filters,
+                    min_confidence=min_conf,
+                    memory_tiers=cfg.memory_tiers,
+                    limit=top_k,
+                    forgetting=Forgetting.from_config(cfg),
                 )
         except TimeoutError as exc:
             raise StoreUnavailable("read", f"no answer within {deadline * 1000:.0f} ms") from exc
@@ -449,8 +518,7 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
         restatement_similarity=r.restatement_similarity,
         restatement_window=r.restatement_window,
         restatement_current_only=r.restatement_current_only,
-        restatement_pulls=r.restatement_pulls,
-        restatement_depth=r.restatement_depth,
+        restatement_needs_change=r.restatement_needs_change,
     )
 
 

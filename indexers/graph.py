@@ -49,6 +49,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
+from .lifecycle import Forgetting
 from .pgvector import nearest_sql, set_search_params
 from .postgres import (
     HIT_COLUMNS,
@@ -289,7 +290,12 @@ class GraphSource(PoolSource):
     ) -> list[Hit]:
         if not ppr:
             return []
-        where, params = filter_clause(query.filters, min_confidence=query.min_confidence, memory_tiers=cfg.memory_tiers)
+        where, params = filter_clause(
+            query.filters,
+            min_confidence=query.min_confidence,
+            memory_tiers=cfg.memory_tiers,
+            forgetting=Forgetting.from_config(cfg),
+        )
         params.update(
             {
                 "tenant": query.tenant,

@@ -184,7 +184,7 @@ def _v4(dim: int) -> list[sql.Composable]:
 #: The tables migration v5 put under row-level security (later ones add their own).
 _V5_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
 #: Every table holding tenant rows: each has the ``tenant_rows`` policy.
-TENANT_TABLES = (*_V5_TABLES, "memory_usage")
+TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations")
 TENANT_ROLE = "braid_tenant"
 
 
@@ -336,6 +336,27 @@ def _v10(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v11(dim: int) -> list[sql.Composable]:
+    """Forgetting and the result cache.
+
+    ``expires_at``: when a memory expires (from the write's ``expires_at`` or
+    ``ttl_seconds``); NULL never. The sweeper finds expired memories through
+    the partial index on it, and memories past a tier's retention or the
+    activation floor through ``memories_created_at`` (``indexers.lifecycle``).
+    ``tenant_generations``: a counter per tenant, bumped by every transaction
+    that changes what a recall of the tenant can return (writes, deletes,
+    graph edits, sweeps); a cached answer is served only at the generation it
+    was computed at (``indexers.cache``).
+    """
+    return [
+        sql.SQL("ALTER TABLE memories ADD COLUMN expires_at timestamptz"),
+        sql.SQL("CREATE INDEX memories_expires_at ON memories (expires_at) WHERE expires_at IS NOT NULL"),
+        sql.SQL("CREATE INDEX memories_created_at ON memories (created_at)"),
+        sql.SQL("CREATE TABLE tenant_generations (tenant text PRIMARY KEY, generation bigint NOT NULL DEFAULT 0)"),
+        *_tenant_policy("tenant_generations"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -348,6 +369,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     8: _v8,
     9: _v9,
     10: _v10,
+    11: _v11,
 }
 
 

@@ -39,6 +39,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
+from .lifecycle import Forgetting
 from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
 from .postgres.fold import (
     NEUTRAL_IMPORTANCE,
@@ -477,6 +478,7 @@ class PgvectorSource(PoolSource):
                     min_confidence=query.min_confidence,
                     memory_tiers=cfg.memory_tiers,
                     tier=tier,
+                    forgetting=Forgetting.from_config(cfg),
                 )
                 t = cfg.tiers[tier]
                 params.update({"tenant": query.tenant, "vec": vec, "limit": limit, "exact_below": t.exact_below})

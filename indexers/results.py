@@ -125,6 +125,9 @@ class RecallResult(msgspec.Struct):
     embedding_status: Annotated[EmbeddingStatus, msgspec.Meta(description=_EMBEDDING_STATUS)]
     query: QueryInfo
     strategy: Annotated[Strategy, msgspec.Meta(description=_STRATEGY)]
+    #: Served from the result cache (``cache.ttlMs``): an identical earlier
+    #: recall's answer, computed after the tenant's last write.
+    cached: bool = False
 
 
 class ReloadReport(msgspec.Struct):

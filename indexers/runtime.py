@@ -2,7 +2,7 @@
 
 ``open_runtime`` connects to Postgres (migrating its schema), makes sure the
 HNSW indexes and the Typesense collection exist, loads the embedding model,
-starts the outbox worker, and yields a :class:`Runtime`. On exit it stops
+starts the outbox worker and the sweeper, and yields a :class:`Runtime`. On exit it stops
 the worker and closes every pool and client.
 """
 
@@ -26,6 +26,7 @@ from .pgvector import ensure_indexes
 from .postgres import PostgresStore, open_pool
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexJobs
+from .sweep import Sweeper
 from .sync import OutboxSync
 from .typesense import TypesenseClient, TypesenseIndex
 
@@ -51,6 +52,8 @@ class Runtime(msgspec.Struct):
     jobs: ReindexJobs
     embedder: Embedder
     bookkeeper: Bookkeeper
+    #: Removes expired memories (lifecycle.sweepIntervalS).
+    sweeper: Sweeper
     #: The registered sources' specs (store, capabilities), by name.
     specs: dict[str, SourceSpec]
 
@@ -164,6 +167,8 @@ async def _open_runtime(
             # Decayed tiers' folds re-centred before their float range ends.
             tg.start_soon(jobs.watch_folds)
             tg.start_soon(bookkeeper.run)
+            sweeper = Sweeper(store, config)
+            tg.start_soon(sweeper.run)
             try:
                 yield Runtime(
                     engine=engine,
@@ -174,6 +179,7 @@ async def _open_runtime(
                     jobs=jobs,
                     embedder=embedder,
                     bookkeeper=bookkeeper,
+                    sweeper=sweeper,
                     specs=registered(),
                 )
             finally:

@@ -318,7 +318,13 @@ async def health(state: State) -> Response[HealthOut]:
         "error": rt.sync.last_error,
     }
     ok = pg_up and ts_up
-    body = HealthOut(status="ok" if ok else "degraded", backends=backends, bookkeeping=rt.bookkeeper.stats())
+    body = HealthOut(
+        status="ok" if ok else "degraded",
+        backends=backends,
+        bookkeeping=rt.bookkeeper.stats(),
+        lifecycle=rt.sweeper.stats(),
+        cache=rt.engine.cache.stats(),
+    )
     return Response(body, status_code=200 if ok else 503)
 
 

@@ -20,7 +20,9 @@ from msgspec import Meta
 
 from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
+from indexers.cache import CacheStats
 from indexers.results import RecallResult
+from indexers.sweep import SweepStats
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator
@@ -148,6 +150,12 @@ class MemoryIn(_In, frozen=True):
     #: The fact it states (e.g. ``user.home_city``): writing it retires the
     #: key's current memory, or it is retired at once if that one is newer.
     mem_key: MemKey | None = None
+    #: When the memory expires (RFC 3339; may be past): from then on no recall
+    #: returns it and the sweeper removes it. Not with ``ttl_seconds``.
+    expires_at: Stamp | None = None
+    #: Expire this many seconds after the write is accepted (stored as
+    #: ``expires_at``). Not with ``expires_at``.
+    ttl_seconds: Annotated[int, Meta(ge=1, le=315_360_000_000)] | None = None
 
 
 class MemoriesIn(_In, frozen=True):
@@ -185,12 +193,18 @@ class MemoryOut(msgspec.Struct):
     metadata: dict[str, Any]
     #: The model its embedding was made by (``client``: the writer gave it).
     model: str | None
+    #: When it expires (the write's ``expires_at`` or ``ttl_seconds``);
+    #: ``null``: never by itself (a tier's retention or the activation floor
+    #: may still end it). Once past, no recall returns it and the sweeper
+    #: removes it, whether current or not.
+    expires_at: datetime | None
     mem_key: str | None
     #: When a newer version of its key retired it; ``null`` while current.
     superseded_at: datetime | None
     #: The id of the version that retired it.
     superseded_by: str | None
-    #: Whether a recall (without ``as_of``) may return it.
+    #: Whether no newer version of its key retired it: a recall (without
+    #: ``as_of``) may return it unless it has expired.
     current: bool
 
     @classmethod
@@ -209,6 +223,7 @@ class MemoryOut(msgspec.Struct):
             context=record.context,
             metadata=record.metadata,
             model=record.model,
+            expires_at=record.expires_at,
             mem_key=record.mem_key,
             superseded_at=record.superseded_at,
             superseded_by=record.superseded_by,
@@ -337,3 +352,7 @@ class HealthOut(msgspec.Struct):
     #: Recall bookkeeping (usage counts): queued, written, and dropped (queue
     #: full) or failed (Postgres refused the batch) since start.
     bookkeeping: BookkeepingStats
+    #: This process's sweeper: expired memories removed since start, and its last run.
+    lifecycle: SweepStats
+    #: This process's recall result cache (``cache.ttlMs``).
+    cache: CacheStats

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -135,6 +135,14 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
         tier = cfg.default_tier if m.tier is None else m.tier
         if tier not in tiers:
             raise InputError(f"{where}.tier: unknown tier {tier!r}; memory tiers are {tiers}")
+        if m.expires_at is not None and m.ttl_seconds is not None:
+            raise InputError(f"{where}: give expires_at or ttl_seconds, not both")
+        expires_at = None if m.expires_at is None else _utc(m.expires_at, f"{where}.expires_at")
+        if m.ttl_seconds is not None:
+            try:
+                expires_at = now + timedelta(seconds=m.ttl_seconds)
+            except OverflowError:
+                raise InputError(f"{where}.ttl_seconds: {m.ttl_seconds} s from now is after the year 9999") from None
         if m.id is not None:
             if m.id in seen:
                 raise InputError(f"{where}.id: {m.id!r} appears twice in this request")
@@ -158,6 +166,7 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 entities=tuple(m.entities),
                 embedding=_vector(m.embedding, cfg.embedding.dim, f"{where}.embedding"),
                 mem_key=None if m.mem_key is None else _blank_key(m.mem_key, f"{where}.mem_key"),
+                expires_at=expires_at,
             )
         )
     return out

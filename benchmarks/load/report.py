@@ -157,6 +157,26 @@ def _markdown(report: dict[str, Any]) -> str:
             + " | ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense", "client"))
             + f" | {_f(total, 2)} | {2000 / total:.0f} |"
         )
+    if report.get("cache"):
+        lines += [
+            "",
+            "## Repeated recall: the result cache (big tenant, 1 client)",
+            "",
+            f"The same 20 fused recalls (vectors supplied) cycled for {report['seconds']:.0f} s with nothing "
+            "written in between: computed every time (`cache.ttlMs: 0`, shipped), then with `cache.ttlMs` "
+            "on (a config reload), where each answer costs one Postgres read of the tenant's write generation.",
+            "",
+            "| cache | n | served from cache | p50 ms | p95 ms | p99 ms | recalls/s | CPU ms per recall (service / postgres / typesense) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in report["cache"]:
+            cpu = r.get("cpu_ms") or {}
+            lines.append(
+                f"| {r['cache']} | {r['n']} | {r['cached']} | {_f(r['p50'], 2)} | {_f(r['p95'], 2)} | {_f(r['p99'], 2)} "
+                f"| {r['qps']:.0f} | "
+                + " / ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense"))
+                + " |"
+            )
     dp, dt = report["direct"]["pgvector"], report["direct"]["typesense"]
     lines += [
         "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -337,11 +338,12 @@ async def timed(
     embed: list[float] = []
     status: dict[str, int] = {}
     degraded = 0
+    cached = 0
     it = itertools.cycle(bodies) if seconds else iter(bodies)
     deadline = time.perf_counter() + seconds if seconds else float("inf")
 
     async def worker() -> None:
-        nonlocal degraded
+        nonlocal degraded, cached
         for body in it:
             if time.perf_counter() > deadline:
                 return
@@ -354,6 +356,7 @@ async def timed(
             lat.append(ms)
             data = _decode(raw)
             degraded += bool(data["degraded"])
+            cached += bool(data.get("cached"))
             src = [s["ms"] for s in data["sources"].values() if s["status"] == "ok"]
             for name, s in data["sources"].items():
                 if s["status"] == "ok":
@@ -374,6 +377,7 @@ async def timed(
         "qps": len(lat) / elapsed,
         "status": status,
         "degraded": degraded,
+        "cached": cached,
         "sources_p50": {k: pct(v, 50) for k, v in per_source.items()},
         "overhead_p50": pct(overhead, 50),
         "ratio_p50": pct(ratio, 50),
@@ -402,6 +406,35 @@ async def recall_latency(
     for label in ("cold", "cached"):
         res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0, cpu)
         rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
+    return rows
+
+
+async def result_cache(
+    client: LeanClient,
+    headers: dict[str, str],
+    corpus: Corpus,
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
+    reload: Callable[[], None],
+) -> list[dict[str, Any]]:
+    """The same 20 recalls repeated at 1 client, with nothing written between
+    them: computed every time (the shipped ``cache.ttlMs: 0``), then served
+    from the result cache once ``reload`` has turned it on."""
+    bodies = [
+        _encode({"query": q["text"], "embedding": v.tolist()})
+        for q, v in zip(corpus.queries[:20], corpus.query_vectors[:20])
+    ]
+    rows = [{"cache": "off", **await timed(client, headers, bodies, 1, seconds, cpu)}]
+    reload()
+    for _ in range(100):  # until the reload is in force (SIGHUP is asynchronous)
+        await timed(client, headers, bodies, 1, 0)
+        status, body = await client.post("/v1/recall", bodies[0], headers)
+        if status == 200 and _decode(body).get("cached"):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the result cache did not come on after the reload")
+    rows.append({"cache": "on", **await timed(client, headers, bodies, 1, seconds, cpu)})
     return rows
 
 
@@ -532,6 +565,19 @@ async def run(
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
                 report["recall"] = await recall_latency(lean, recall_headers, corpus, clients, seconds, meter)
+            print("load: result cache", flush=True)
+            cfg_path = svc.home / "braid.yaml"
+
+            def cache_on() -> None:
+                cfg_path.write_text(cfg_text.replace("  ttlMs: 0\n", "  ttlMs: 600000\n"))
+                svc.proc.send_signal(signal.SIGHUP)
+
+            assert "  ttlMs: 0\n" in cfg_text, "config/braid.yaml changed: no `ttlMs: 0`"
+            async with LeanClient(svc.url, max_connections=4) as lean:
+                recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
+                report["cache"] = await result_cache(lean, recall_headers, corpus, seconds, meter, cache_on)
+            cfg_path.write_text(cfg_text)
+            svc.proc.send_signal(signal.SIGHUP)
             print("load: direct baselines", flush=True)
             report["direct"] = {
                 "pgvector": await asyncio.to_thread(

@@ -17,10 +17,13 @@ One job a module:
 * :mod:`.graph_writes`: the store's entity and relation edits.
 * :mod:`.lifecycle`: supersession by ``mem_key`` inside a write's
   transaction, the per-key locks, and the restore of a retired version.
+* :mod:`.generations`: the per-tenant write generation every change bumps
+  (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
 """
 
 from __future__ import annotations
 
+from .generations import bump_generations, read_generation
 from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
 from .names import name_candidates, normalize_name
@@ -54,12 +57,14 @@ __all__ = [
     "PostgresStore",
     "RelationInput",
     "Written",
+    "bump_generations",
     "filter_clause",
     "hit_from_row",
     "lifecycle_clause",
     "name_candidates",
     "normalize_name",
     "open_pool",
+    "read_generation",
     "record_from_row",
     "scope_to_tenant",
     "tenant_transaction",

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from .generations import bump_generations
 from .models import EntityInput, RelationInput
 from .names import normalize_name
 from .pool import tenant_transaction
@@ -110,6 +111,7 @@ class GraphWrites:
                             for r in relations
                         ],
                     )
+            await bump_generations(conn, [tenant])
         return {"entities": len(entities), "relations": len(relations)}
 
     async def delete_relations(self, tenant: str, source: str, target: str, relation: str | None = None) -> int:
@@ -131,6 +133,8 @@ class GraphWrites:
                     "relation": relation,
                 },
             )
+            if cur.rowcount:
+                await bump_generations(conn, [tenant])
             return cur.rowcount
 
     async def delete_entity(self, tenant: str, name: str) -> int | None:
@@ -151,4 +155,5 @@ class GraphWrites:
             relations = cur.rowcount
             # Mentions go by cascade; the entity's mention_count goes with it.
             await conn.execute("DELETE FROM entities WHERE tenant = %s AND id = %s", (tenant, row[0]))
+            await bump_generations(conn, [tenant])
             return relations

@@ -34,6 +34,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     model: str | None = None
     #: The fact it states; writing it retires the key's current memory.
     mem_key: str | None = None
+    #: When the memory expires (UTC); ``None``: never by itself.
+    expires_at: datetime | None = None
 
 
 class EntityInput(msgspec.Struct, frozen=True):

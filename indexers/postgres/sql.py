@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from config.schema import is_safe_name
 
 from ..base import RECORD_FIELDS, SHOWN_FIELDS, Filters, Hit, MemoryRecord
+from ..lifecycle import Forgetting
 
 __all__ = [
     "HIT_COLUMNS",
@@ -53,6 +54,7 @@ def _embedding(value: Any) -> tuple[float, ...] | None:
 _READ: dict[str, Callable[[Any], Any]] = {
     "created_at": lambda v: v.astimezone(UTC),
     "superseded_at": lambda v: None if v is None else v.astimezone(UTC),
+    "expires_at": lambda v: None if v is None else v.astimezone(UTC),
     "confidence": float,
     "importance": lambda v: None if v is None else float(v),
     "metadata": lambda v: dict(v or {}),
@@ -93,8 +95,14 @@ def filter_clause(
     memory_tiers: Sequence[str],
     alias: str = "m",
     tier: str | None = None,
+    forgetting: Forgetting | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """SQL conditions (joined by AND, never empty) and their named parameters.
+
+    Only current memories pass (:func:`lifecycle_clause`; with ``as_of``,
+    the ones current then), and expired memories are always left out
+    (:meth:`Forgetting.sql`); only the ``expires_at`` of each memory counts
+    unless ``forgetting`` brings the config's retentions and activation floor.
 
     Only values travel as parameters; the SQL text is fixed, so no filter
     value can change the query's shape. The tenant condition is the caller's.
@@ -137,4 +145,7 @@ def filter_clause(
         # As stored (real): 0.7 as a double is above the real 0.7 a memory holds.
         conds.append(f"{a}.importance >= %(f_min_importance)s::real")
         params["f_min_importance"] = filters.min_importance
+    live, live_params = (forgetting or Forgetting()).sql(a, tier)
+    conds.append(live)
+    params.update(live_params)
     return " AND ".join(conds), params

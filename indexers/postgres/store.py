@@ -22,7 +22,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..base import Filters, Hit, MemoryRecord
+from ..lifecycle import Forgetting
 from .fold import folds_for_write
+from .generations import bump_generations
 from .graph_writes import GraphWrites, upsert_entities
 from .lifecycle import Deleted, Written, lock_keys, lock_memory, restore_newest, supersede
 from .models import EntityInput, MemoryInput
@@ -144,8 +146,9 @@ class PostgresStore(GraphWrites):
                     """
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
                         importance, confidence, speaker, context, metadata, created_at,
-                        embedding, model, folded, fold_epoch, mem_key, superseded_at, superseded_by)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL)
+                        embedding, model, folded, fold_epoch, mem_key, superseded_at, superseded_by,
+                        expires_at)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -155,6 +158,7 @@ class PostgresStore(GraphWrites):
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
                         folded = EXCLUDED.folded, fold_epoch = EXCLUDED.fold_epoch,
                         mem_key = EXCLUDED.mem_key, superseded_at = NULL, superseded_by = NULL,
+                        expires_at = EXCLUDED.expires_at,
                         updated_at = clock_timestamp()
                     """,
                     [
@@ -177,6 +181,7 @@ class PostgresStore(GraphWrites):
                             folded,
                             fold_epoch,
                             m.mem_key,
+                            m.expires_at,
                         )
                         for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
                     ],
@@ -229,6 +234,8 @@ class PostgresStore(GraphWrites):
                     (tenant, list(dict.fromkeys([*ids, *touched]))),
                 )
                 await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            # Supersessions included: a cached answer never outlives a retirement.
+            await bump_generations(conn, [tenant])
         return Written(ids=ids, superseded=superseded)
 
     async def delete_memory(self, tenant: str, memory_id: str, *, restore_previous: bool = False) -> Deleted | None:
@@ -265,6 +272,8 @@ class PostgresStore(GraphWrites):
                     (tenant, restored),
                 )
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            # A restored version included: a cached answer never outlives it.
+            await bump_generations(conn, [tenant])
         return Deleted(deleted=memory_id, restored=restored)
 
     async def memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
@@ -341,12 +350,15 @@ class PostgresStore(GraphWrites):
         min_confidence: float,
         memory_tiers: Sequence[str],
         limit: int,
+        forgetting: Forgetting | None = None,
     ) -> list[Hit]:
         """The tenant's newest ``limit`` memories matching ``filters``, newest
         first (ties by id, descending), each scored by its epoch seconds. One
         statement; with a ``session_id`` a backward scan of
         ``memories_tenant_session_created``, else of ``memories_tenant_created``."""
-        where, params = filter_clause(filters, min_confidence=min_confidence, memory_tiers=memory_tiers)
+        where, params = filter_clause(
+            filters, min_confidence=min_confidence, memory_tiers=memory_tiers, forgetting=forgetting
+        )
         params.update({"tenant": tenant, "limit": limit})
         async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
@@ -356,6 +368,52 @@ class PostgresStore(GraphWrites):
             )
             rows = await cur.fetchall()
         return [hit_from_row(r, r["created_at"].timestamp()) for r in rows]
+
+    async def sweep(self, forgetting: Forgetting, batch: int) -> dict[str, int]:
+        """Remove up to ``batch`` expired memories, of any tenant, in one
+        transaction: their rows and mentions (mention counts kept), an outbox
+        ``delete`` row each (Typesense follows through :mod:`indexers.sync`),
+        and a generation bump per tenant touched. Returns tenant -> memories removed.
+
+        The rows are chosen and locked by one statement that checks the rule
+        (:meth:`Forgetting.sweep_sql`) on each row as it locks it, skipping rows
+        another transaction holds: a memory rewritten meanwhile with a later
+        expiry is either seen as rewritten (and kept) or skipped until the next sweep.
+        """
+        dead, params = forgetting.sweep_sql("m")
+        params["batch"] = batch
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                f"SELECT m.tenant, m.id FROM memories m WHERE {dead}"
+                " ORDER BY m.tenant, m.id LIMIT %(batch)s FOR UPDATE SKIP LOCKED",
+                params,
+            )
+            keys = await cur.fetchall()
+            if not keys:
+                return {}
+            tenants = [t for t, _ in keys]
+            ids = [i for _, i in keys]
+            cur = await conn.execute(
+                "DELETE FROM mentions mn USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
+                " WHERE mn.tenant = k.tenant AND mn.memory_id = k.id RETURNING mn.entity_id",
+                (tenants, ids),
+            )
+            delta: Counter[int] = Counter()
+            delta.subtract(eid for (eid,) in await cur.fetchall())
+            await _count_mentions(conn, delta)
+            await conn.execute(
+                "DELETE FROM memories m USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
+                " WHERE m.tenant = k.tenant AND m.id = k.id",
+                (tenants, ids),
+            )
+            await conn.execute(
+                "INSERT INTO outbox (tenant, memory_id, op) SELECT k.tenant, k.id, 'delete'"
+                " FROM unnest(%s::text[], %s::text[]) AS k(tenant, id)",
+                (tenants, ids),
+            )
+            await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            await bump_generations(conn, tenants)
+        return dict(Counter(tenants))
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""

@@ -24,6 +24,7 @@ from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
 from . import metadata
 
 __all__ = [
+    "NO_EXPIRY",
     "document_field",
     "hit_from_document",
     "build_filter",
@@ -37,6 +38,10 @@ __all__ = [
     "record_document",
     "vector_literal",
 ]
+
+#: The ``expires_at`` of a document whose memory has no expiry (9999-12-31T23:59:59Z),
+#: so that the field is always there and a numeric filter on it is possible.
+NO_EXPIRY = 253402300799
 
 #: Below the smallest normal float32 Typesense cannot parse a vector component
 #: ("one of the vector values is not a float"); it stores float32 anyway.
@@ -114,6 +119,7 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         "confidence": float(record.confidence),
         "tags": list(record.tags),
         "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
+        "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
@@ -138,8 +144,8 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
 
 def document_field(name: str) -> str:
     """The document field holding a memory's field ``name`` (``id`` is the
-    document's own id, tenant-qualified; the memory's is ``memory_id``; the
-    metadata is held as its containment tokens, :data:`metadata.FIELD`)."""
+    document's own id, tenant-qualified; the memory's is ``memory_id``;
+    ``metadata`` is held as its containment tokens, :data:`metadata.FIELD`)."""
     return {"id": "memory_id", "metadata": metadata.FIELD}.get(name, name)
 
 
@@ -147,6 +153,9 @@ def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
     """A document (with at least the shown fields) as a search hit."""
     values: dict[str, Any] = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
     values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=UTC)
+    # Missing in a document written by an older Braid: no expiry.
+    expires = values["expires_at"]
+    values["expires_at"] = None if expires is None or expires >= NO_EXPIRY else datetime.fromtimestamp(expires, tz=UTC)
     values["confidence"] = float(values["confidence"])
     return Hit(**values, score=score)
 
@@ -172,6 +181,8 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             {"name": "created_at", "type": "int64", "sort": True},
             {"name": "confidence", "type": "float"},
             {"name": "importance", "type": "float", "optional": True},
+            # Epoch seconds, NO_EXPIRY for none; optional for documents of an older Braid.
+            {"name": "expires_at", "type": "int64", "optional": True},
             {"name": "model", "type": "string", "optional": True},
             {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
             # Stored, not indexed: shown with the hit.

@@ -8,6 +8,7 @@ is read by the role of the search it answers, never by its position.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,9 +16,10 @@ from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
 
 from ..base import SHOWN_FIELDS, Hit, SearchQuery
+from ..lifecycle import Forgetting
 from ..registry import SourceSpec, register
 from .client import SOURCE, TypesenseClient
-from .documents import document_field, hit_from_document, narrow_filter, vector_literal
+from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
@@ -73,14 +75,26 @@ class TypesenseSource:
         if query.limit < 1 or not tiers:
             return []
         # Typesense narrows to the tenant and the request's filters; the tier
-        # list (unless the request restricts tiers) and the confidence floor,
-        # which match nearly every document, are checked on the hits.
+        # list (unless the request restricts tiers), the confidence floor and
+        # expiry, which match nearly every document, are checked on the hits
+        # (expired documents are few: the sweeper deletes them).
         filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers)
         allowed = frozenset(tiers)
         floor = query.min_confidence
+        forgetting = Forgetting.from_config(config)
+        now = time.time()
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
-            return doc["tier"] in allowed and doc["confidence"] >= floor
+            if doc["tier"] not in allowed or doc["confidence"] < floor:
+                return False
+            expires = doc.get("expires_at")
+            dies_at = forgetting.dies_at(
+                tier=doc["tier"],
+                created_s=doc["created_at"],
+                importance=doc.get("importance"),
+                expires_s=None if expires is None or expires >= NO_EXPIRY else expires,
+            )
+            return now < dies_at
 
         ts = config.source(SOURCE)
         assert isinstance(ts, TypesenseSourceConfig)

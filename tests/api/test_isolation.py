@@ -12,11 +12,14 @@ import os
 import random
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 
 from benchmarks.faults.ledger import Ledger, Scenario
+from config import CacheConfig
 
+from . import conftest
 from .conftest import Braid
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults]
@@ -169,3 +172,34 @@ async def test_the_lifecycle_of_one_tenant_never_touches_another(braid: Braid) -
     assert (await get(AGENT_A, "/v1/memories/k1")).json()["superseded_at"] is None
     r = await braid.client.delete("/v1/memories/k2", headers=braid.headers(AGENT_A))
     assert r.status_code == 404
+
+
+async def test_expiry_sweeps_and_cached_answers_stay_within_a_tenant(
+    postgres: Any, typesense: Any, embedder: Any
+) -> None:
+    """The same id in two tenants, one expired: the sweep removes that one only.
+    A cached answer is the tenant's own, and another tenant's writes leave it be."""
+    cfg = msgspec.structs.replace(conftest.test_config("unused"), cache=CacheConfig(ttl_ms=60_000))
+    app, dsn, alias = conftest.make_app(postgres, typesense, embedder, cfg)
+    async with conftest.serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        await braid.remember({"id": "shared", "content": "Lemur sighting at dawn"})
+        await braid.remember(
+            {"id": "shared", "content": "Lemur sighting at dusk", "expires_at": "2020-01-01T00:00:00Z"},
+            key=conftest.AGENT_B,
+        )
+        await braid.synced()
+        assert await braid.runtime.sweeper.sweep() == 1
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute("SELECT tenant, id FROM memories ORDER BY 1")
+            assert await cur.fetchall() == [("tenant-a", "shared")]
+        await braid.synced()
+
+        assert (await braid.recall("lemur sighting"))["cached"] is False
+        mine = await braid.recall("lemur sighting")
+        assert mine["cached"] is True and [i["content"] for i in mine["items"]] == ["Lemur sighting at dawn"]
+        await braid.remember({"content": "Lemur sighting at noon"}, key=conftest.AGENT_B)
+        assert (await braid.recall("lemur sighting"))["cached"] is True
+        theirs = await braid.recall("lemur sighting", key=conftest.AGENT_B)
+        assert theirs["cached"] is False
+        assert [i["content"] for i in theirs["items"]] == ["Lemur sighting at noon"]

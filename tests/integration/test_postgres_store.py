@@ -111,6 +111,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "reindex_jobs",
             "relations",
             "speakers",
+            "tenant_generations",
         ]
         cur = await conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"

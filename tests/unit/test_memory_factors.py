@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fusion import FactorWeights, QueryPlan, assemble, get_encoding, rank
-from fusion.factors import importance_factor, memory_factors, recency_factor, usage_factor
+from fusion.factors import importance_factor, memory_factors, recency_factor, states_change, usage_factor
 
 NOW = datetime(2026, 1, 15, 12, tzinfo=UTC)
 ENC = get_encoding("cl100k_base")
@@ -235,35 +235,33 @@ def test_restatements_join_transitively_inside_the_window_only() -> None:
     assert answer.items[1].factors == {}  # h1 is in its own place
 
 
-def test_a_restatement_from_below_the_window_is_pulled_up_next_to_what_it_restates() -> None:
-    # Window 2, depth 4, one pull: h3 (newest) restates h0; h2 restates nothing.
-    t = [NOW - timedelta(days=d) for d in (3, 2, 1, 0, 0)]
-    hits = [Hit(f"h{i}", t[i]) for i in range(5)]
-    vectors = {
-        "h0": _unit(1, 0, 0),
-        "h1": _unit(0, 1, 0),
-        "h2": _unit(0, 0, 1),
-        "h3": _unit(0.9, 0, 0.1),
-        "h4": _unit(1, 0, 0),  # beyond the depth: never pulled
-    }
-    weights = FactorWeights(restatement_similarity=0.8, restatement_window=2, restatement_pulls=1, restatement_depth=4)
-    answer = _answer({"s": hits}, weights, vectors=vectors)
-    # h3 joins h0's group below it, then the group takes its places newest first.
-    assert [r.hit.id for r in answer.items] == ["h3", "h0", "h1", "h2", "h4"]
-    # Every place keeps its score: 1/61, 1/62, 1/63, 1/64, and h4's own 1/65.
-    assert [r.score for r in answer.items] == pytest.approx([1 / 61, 1 / 62, 1 / 63, 1 / 64, 1 / 65])
-    by_id = {r.hit.id: r for r in answer.items}
-    assert by_id["h3"].factors == {"restated": pytest.approx(64 / 61)}
-    assert by_id["h0"].factors == {"restated": pytest.approx(61 / 62)}
-    assert by_id["h1"].factors == {"restated": pytest.approx(62 / 63)}
-    assert by_id["h4"].factors == {}
-    for r in answer.items:
-        assert r.score == pytest.approx(r.rrf_score * math.prod(r.factors.values()))
-    ranking = rank({"s": hits}, PLAIN, k=60, weights={}, factors=weights, reference_time=NOW, min_confidence=0.0)
-    assert ranking.restatement_ids({}) == ["h0", "h1", "h2", "h3"]
-    # No pulls allowed: only the window is read and reordered.
-    no_pull = msgspec.structs.replace(weights, restatement_pulls=0)
-    assert [r.hit.id for r in _answer({"s": hits}, no_pull, vectors=vectors).items] == ["h0", "h1", "h2", "h3", "h4"]
+@pytest.mark.parametrize(
+    ("newer", "older", "change"),
+    [
+        ("I now have a total of 10 cards.", "The gallery has 8 cards.", True),  # a new number
+        ("I have some new photos now.", "I have photos.", False),  # "now" and "new" say nothing
+        ("The gallery will have 10 cards.", "The gallery has 8 cards.", True),  # a new number
+        ("It's been rescheduled to Friday.", "The meeting is on Thursday.", True),  # a word of change
+        ("The gallery has 8 cards, all in a grid.", "The gallery has 8 cards.", False),  # the same number
+        ("I love the gallery.", "I built the gallery.", False),
+        ("It has 10 cards.", "The gallery is done.", False),  # the older names no number
+    ],
+)
+def test_states_change(newer: str, older: str, change: bool) -> None:
+    assert states_change(newer, older) is change
+
+
+def test_restatements_that_state_no_change_keep_their_places() -> None:
+    older = Hit("older", NOW - timedelta(minutes=5), content="The standup is at 9am every day.")
+    echo = Hit("echo", NOW - timedelta(minutes=1), content="Yes, the standup at 9am every day works.")
+    moved = Hit("moved", NOW, content="The standup was moved to 10am.")
+    vectors = {"older": _unit(1, 0, 0), "echo": _unit(0.9, 0.1, 0), "moved": _unit(0.9, 0, 0.1)}
+    gated = FactorWeights(restatement_similarity=0.7, restatement_needs_change=True)
+    assert [r.hit.id for r in _answer({"s": [older, echo]}, gated, vectors=vectors).items] == ["older", "echo"]
+    ungated = FactorWeights(restatement_similarity=0.7)
+    assert [r.hit.id for r in _answer({"s": [older, echo]}, ungated, vectors=vectors).items] == ["echo", "older"]
+    # A newer memory stating a change still takes the older one's place.
+    assert [r.hit.id for r in _answer({"s": [older, moved]}, gated, vectors=vectors).items] == ["moved", "older"]
 
 
 def test_restatement_ids_follow_the_gate_and_the_window() -> None:

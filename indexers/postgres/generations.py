@@ -1,0 +1,50 @@
+"""Per-tenant write generations: the counter a cached recall answer is checked against.
+
+Every transaction that changes what a recall of a tenant can return (a
+memory write or delete, a graph edit, a sweep) bumps the tenant's row of
+``tenant_generations`` as its last statement, so the bump commits with the
+change and the row lock is held only for the commit. A process that read
+generation ``g`` before computing an answer may serve that answer while the
+generation is still ``g``: any write acknowledged since, by any process on
+the database, has moved it. (A sequence or the outbox id would not do:
+their values are taken at insert and committed out of order.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["bump_generations", "read_generation"]
+
+
+async def bump_generations(conn: psycopg.AsyncConnection, tenants: Iterable[str]) -> None:
+    """Add one to each tenant's generation, in the caller's transaction.
+
+    Rows are locked in tenant order, so transactions bumping several tenants
+    (sweeps) cannot deadlock with each other; call it last in a transaction.
+    """
+    for tenant in sorted(set(tenants)):
+        await conn.execute(
+            "INSERT INTO tenant_generations (tenant, generation) VALUES (%s, 1)"
+            " ON CONFLICT (tenant) DO UPDATE SET generation = tenant_generations.generation + 1",
+            (tenant,),
+        )
+
+
+async def read_generation(pool: AsyncConnectionPool, tenant: str) -> tuple[int, bool]:
+    """The tenant's current generation (0 before its first write), and whether
+    every change of the tenant has reached the derived indexes (no outbox row
+    of it pending): one round trip, as the connecting role (neither says
+    anything of the tenant's data)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT generation FROM tenant_generations WHERE tenant = %(t)s),"
+            " NOT EXISTS (SELECT 1 FROM outbox WHERE processed_at IS NULL AND tenant = %(t)s)",
+            {"t": tenant},
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return (0 if row[0] is None else int(row[0])), bool(row[1])
