@@ -156,11 +156,28 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
             (str(list(vector(1))),),
         )
         monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
-        assert await migrate(conn, dim=DIM) == [10]
+        # A database at 9 goes through supersession (10) and forgetting (11).
+        assert await migrate(conn, dim=DIM) == [10, 11]
         cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
         assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
-        cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by FROM memories")
-        assert await cur.fetchall() == [(None, None, None)]
+        cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by, expires_at FROM memories")
+        assert await cur.fetchall() == [(None, None, None, None)]
+        cur = await conn.execute("SELECT count(*) FROM tenant_generations")
+        assert await cur.fetchall() == [(0,)]
+
+
+async def test_a_database_with_11_but_not_10_gets_10(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database migrated by a Braid without supersession (1-9 and 11) gains
+    migration 10 alone: versions apply in order and need not be contiguous."""
+    from indexers import migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v != 10})
+        assert 11 in await migrate(conn, dim=DIM)
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [10]
+        cur = await conn.execute("SELECT version FROM braid_migrations ORDER BY version")
+        assert [v for (v,) in await cur.fetchall()] == sorted(MIGRATIONS)
 
 
 async def test_concurrent_migrations_apply_once(dsn: str) -> None:
