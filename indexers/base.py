@@ -57,6 +57,10 @@ class Filters(msgspec.Struct, frozen=True):
     #: The memory's importance must be at least this (compared as stored, a
     #: float32); a memory written without importance does not match.
     min_importance: float | None = None
+    #: Time travel: only memories created at or before this instant (UTC) and
+    #: not superseded then, and relations valid then. ``None``: now, and
+    #: only current memories (never a superseded one, whatever its time).
+    as_of: datetime | None = None
 
 
 class SearchQuery(msgspec.Struct, frozen=True):
@@ -101,6 +105,9 @@ class Shown(msgspec.Struct, frozen=True, kw_only=True):
     speaker: str | None = None
     #: How much it matters, 0-1, as written; ``None`` (not given) is neutral.
     importance: float | None = None
+    #: The fact it states (e.g. ``user.home_city``): a newer memory with the
+    #: same key supersedes it. ``None`` for a memory without one.
+    mem_key: str | None = None
     #: When it expires (UTC; the write's ``expires_at`` or ``ttl_seconds``);
     #: ``None``: only a tier's retention or the activation floor can end it.
     expires_at: datetime | None = None
@@ -203,6 +210,11 @@ class MemoryRecord(Shown, frozen=True, kw_only=True):
     model: str | None = None
     #: The memory's metadata (a JSON object), as written.
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: When a newer memory of its ``mem_key`` retired it (that memory's
+    #: ``created_at``); ``None`` while it is current.
+    superseded_at: datetime | None = None
+    #: The id of the memory that retired it.
+    superseded_by: str | None = None
 
 
 #: The shown fields, in order: the columns and document fields a hit is read from.

@@ -21,12 +21,30 @@ from psycopg_pool import PoolTimeout
 from config import FIXED_SECTIONS, RESTART_SECTIONS, BraidConfig, ConfigError, ConfigHolder, load_config
 from fusion import Assembly, FactorWeights, QueryPlan, analyze_query, get_encoding, rank
 
-from .base import SHOWN_FIELDS, Hit, SearchQuery, Source, StoreUnavailable, WriteTimeout, postgres_errors
+from .base import (
+    SHOWN_FIELDS,
+    Hit,
+    MemoryRecord,
+    SearchQuery,
+    Source,
+    StoreUnavailable,
+    WriteTimeout,
+    postgres_errors,
+)
 from .bookkeeping import Bookkeeper
 from .cache import RecallCache, cache_key
 from .embedding import Embedder
 from .lifecycle import Forgetting
-from .postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, normalize_name, read_generation
+from .postgres import (
+    Deleted,
+    EntityInput,
+    MemoryInput,
+    PostgresStore,
+    RelationInput,
+    Written,
+    normalize_name,
+    read_generation,
+)
 from .registry import BOTH, DEGRADED, SourceResult, registered, search_all
 from .results import (
     STRATEGY_MATCHES,
@@ -85,6 +103,8 @@ class Engine:
         #: What each source matches by (SourceSpec.matches); an unregistered one, both.
         specs = registered()
         self._matches = {n: specs[n].matches if n in specs else BOTH for n in self.sources}
+        #: The sources searching a copy that may lag Postgres (SourceSpec.derived).
+        self._derived = {n for n in self.sources if n in specs and specs[n].derived}
         self.embedder = embedder
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
@@ -164,7 +184,7 @@ class Engine:
         except TimeoutError as exc:
             raise WriteTimeout(self.write_timeout_s) from exc
 
-    async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> list[str]:
+    async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> Written:
         model = self.embedder.model
         missing = [m.content for m in memories if m.embedding is None]
         vectors = iter(await self.embedder.embed(missing))
@@ -181,10 +201,10 @@ class Engine:
             EntityInput(name=n, embedding=v, model=model)
             for n, v in zip(new_names, await self.embedder.embed(new_names), strict=True)
         ]
-        ids = await self._bounded(self.store.write_memories(tenant, inputs, new_entities))
+        written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities))
         if any(m.speaker for m in memories):
             self._speakers.pop(tenant, None)
-        return ids
+        return written
 
     async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
         model = self.embedder.model
@@ -202,8 +222,25 @@ class Engine:
             entities.append(EntityInput(name=n, embedding=v, model=model))
         return await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
 
-    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
-        return await self._bounded(self.store.delete_memory(tenant, memory_id))
+    async def delete_memory(self, tenant: str, memory_id: str, *, restore_previous: bool = False) -> Deleted | None:
+        return await self._bounded(self.store.delete_memory(tenant, memory_id, restore_previous=restore_previous))
+
+    async def memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        """One memory of the tenant with its lifecycle, read under the write bound."""
+        return await self._read(self.store.memory(tenant, memory_id))
+
+    async def versions(self, tenant: str, mem_key: str, limit: int) -> list[MemoryRecord]:
+        """The tenant's versions of ``mem_key``, newest first."""
+        return await self._read(self.store.versions(tenant, mem_key, limit))
+
+    async def _read(self, step: Awaitable[T]) -> T:
+        """A Postgres read an endpoint answers with: bounded like a write step,
+        a stall or an outage a 503."""
+        try:
+            with postgres_errors("read"), anyio.fail_after(self.write_timeout_s):
+                return await step
+        except TimeoutError as exc:
+            raise StoreUnavailable("read", f"no answer within {self.write_timeout_s:g} s") from exc
 
     async def delete_relations(self, tenant: str, source: str, target: str, relation: str | None) -> int:
         return await self._bounded(self.store.delete_relations(tenant, source, target, relation))
@@ -305,7 +342,7 @@ class Engine:
         top_k = opts.top_k or cfg.search_top_k
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
-        now = opts.reference_time or datetime.now(UTC)
+        now = opts.reference_time or opts.filters.as_of or datetime.now(UTC)
         plan = await self.plan(tenant, opts.query)
         allowed = STRATEGY_MATCHES[opts.strategy]
 
@@ -345,7 +382,7 @@ class Engine:
             )
             for name in wanted
         }
-        results = await search_all(self.sources, queries, cfg)
+        results = await self._current_only(tenant, await search_all(self.sources, queries, cfg), opts.filters.as_of)
         ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,
@@ -396,7 +433,7 @@ class Engine:
             k=cfg.rrf.k,
             weights={"recent": 1.0},
             factors=FactorWeights(),
-            reference_time=opts.reference_time or datetime.now(UTC),
+            reference_time=opts.reference_time or opts.filters.as_of or datetime.now(UTC),
             min_confidence=min_conf,
         ).finish(
             usage={},
@@ -408,6 +445,37 @@ class Engine:
             self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
         skipped = {name: SourceResult(status="skipped", ms=0.0) for name in self.sources}
         return _result(answer, skipped, plan, embedding_ms=0.0, embedding_status="none", strategy="recent")
+
+    async def _current_only(
+        self, tenant: str, results: dict[str, SourceResult], as_of: datetime | None
+    ) -> dict[str, SourceResult]:
+        """The lists with the hits of derived sources (``SourceSpec.derived``:
+        Typesense, which the outbox may not have told yet) that Postgres does
+        not hold as current (at ``as_of``) taken out, before fusion, so they
+        neither rank nor take a place. One round trip for every such hit,
+        under ``query.speakerLookupMs``. When Postgres cannot answer, only the
+        hits with a ``mem_key`` are taken out: a memory without one is never
+        superseded, and only a supersession makes a current memory stale."""
+        derived = {n for n in results if n in self._derived and results[n].hits}
+        ids = {h.id for n in derived for h in results[n].hits}
+        if not ids:
+            return results
+        live: set[str] | None = None
+        try:
+            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+                live = await self.store.live(tenant, sorted(ids), as_of)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
+
+        def keep(h: Hit) -> bool:
+            if live is not None:
+                return h.id in live
+            return h.mem_key is None and (as_of is None or h.created_at <= as_of)
+
+        return {
+            n: msgspec.structs.replace(r, hits=[h for h in r.hits if keep(h)]) if n in derived else r
+            for n, r in results.items()
+        }
 
     async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
         """The recall counts of ``ids``, read under ``query.speakerLookupMs``;

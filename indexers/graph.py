@@ -5,7 +5,9 @@
    in the entity tier (weight = cosine similarity, kept above
    ``graph.seedMinSimilarity``).
 2. **Walk.** One recursive query follows relations in both directions up to
-   ``graph.maxHops`` hops, skipping relations outside their validity window.
+   ``graph.maxHops`` hops, skipping relations outside their validity window
+   (at the recall's ``as_of``, when it travels in time: then relations
+   written after it are skipped too).
 3. **Score.** Personalized PageRank (networkx) over the fetched
    neighbourhood, restarting at the seeds in proportion to their weight, with
    relation weights as edge weights. PPR was chosen over hop decay because it
@@ -135,7 +137,7 @@ class GraphSource(PoolSource):
                 if not seeds:
                     return []
                 hops = cfg.graph.max_hops if query.hops is None else query.hops
-                edges, names = await self._walk(conn, cfg, query.tenant, list(seeds), hops)
+                edges, names = await self._walk(conn, cfg, query.tenant, list(seeds), hops, query.filters.as_of)
                 ppr = await _pagerank(
                     [(e["source_id"], e["target_id"], float(e["weight"])) for e in edges],
                     seeds,
@@ -178,9 +180,20 @@ class GraphSource(PoolSource):
         return seeds
 
     async def _walk(
-        self, conn: psycopg.AsyncConnection, cfg: BraidConfig, tenant: str, seeds: list[int], hops: int
+        self,
+        conn: psycopg.AsyncConnection,
+        cfg: BraidConfig,
+        tenant: str,
+        seeds: list[int],
+        hops: int,
+        as_of: datetime | None,
     ) -> tuple[list[dict[str, Any]], dict[int, str]]:
-        valid = "(r.valid_from IS NULL OR r.valid_from <= now()) AND (r.valid_to IS NULL OR r.valid_to > now())"
+        """The relations within ``hops`` of the seeds that are valid now, or
+        with ``as_of`` were then (valid at that instant, and already written)."""
+        at = "now()" if as_of is None else "%(as_of)s"
+        valid = f"(r.valid_from IS NULL OR r.valid_from <= {at}) AND (r.valid_to IS NULL OR r.valid_to > {at})"
+        if as_of is not None:
+            valid += " AND r.created_at <= %(as_of)s"
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"""
@@ -216,6 +229,7 @@ class GraphSource(PoolSource):
                     "tenant": tenant,
                     "hops": hops,
                     "max_edges": cfg.graph.max_edges,
+                    "as_of": as_of,
                 },
             )
             edges = list(await cur.fetchall())

@@ -311,6 +311,31 @@ def _v9(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v10(dim: int) -> list[sql.Composable]:
+    """Supersession: a memory's ``mem_key`` (a label such as ``user.home_city``)
+    and its lifecycle. Writing a memory with a key retires the key's current
+    memory (``superseded_at``, the new one's ``created_at``; ``superseded_by``,
+    its id). A recall returns current memories only, or with ``as_of`` the
+    ones current then. ``superseded_by`` has no foreign key: deleting the
+    memory that retired others leaves them retired (unless the delete asks to
+    restore the newest).
+
+    Every existing memory gets an outbox row, so the outbox worker rewrites
+    its Typesense document with the lifecycle fields the source filters on
+    (a document without them is not found until then)."""
+    return [
+        sql.SQL("ALTER TABLE memories ADD COLUMN mem_key text"),
+        sql.SQL("ALTER TABLE memories ADD COLUMN superseded_at timestamptz"),
+        sql.SQL("ALTER TABLE memories ADD COLUMN superseded_by text"),
+        # A key's versions newest first, and its current one, in one index.
+        sql.SQL(
+            "CREATE INDEX memories_tenant_key ON memories (tenant, mem_key, created_at DESC, id DESC)"
+            " WHERE mem_key IS NOT NULL"
+        ),
+        sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories"),
+    ]
+
+
 def _v11(dim: int) -> list[sql.Composable]:
     """Forgetting and the result cache.
 
@@ -343,8 +368,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     7: _v7,
     8: _v8,
     9: _v9,
-    # 10 is issue 15's supersession (another branch); versions apply in order
-    # and need not be contiguous.
+    10: _v10,
     11: _v11,
 }
 

@@ -103,6 +103,10 @@ class SourceSpec:
     #: What it matches a query by; a strategy that allows none of them
     #: leaves it out (``semantic``: vector only, ``keyword``: keyword only).
     matches: frozenset[Match] = BOTH
+    #: It searches a copy of Postgres that may lag it (Typesense, fed by the
+    #: outbox): the engine checks its memory hits against Postgres (one round
+    #: trip) and drops any that is not current, or not current at ``as_of``.
+    derived: bool = False
 
 
 #: Modules whose import registers the built-in sources, in report order.

@@ -50,11 +50,13 @@ from .schemas import (
     JobOut,
     JobStartedOut,
     MemoriesIn,
+    MemoryOut,
     RecallIn,
     RecallOut,
     ReindexIn,
     RelationsDeletedOut,
     ReloadOut,
+    VersionsOut,
 )
 from .validate import InputError, memory_writes, recall_options
 
@@ -133,17 +135,45 @@ async def write_memories(
     data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> IdsOut:
     writes = memory_writes(data, engine.config.current)
-    return IdsOut(ids=await engine.write_memories(principal.tenant, writes))
+    written = await engine.write_memories(principal.tenant, writes)
+    return IdsOut(ids=written.ids, superseded=written.superseded)
 
 
 @v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503)
 async def delete_memory(
-    memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+    memory_id: FromPath[str],
+    principal: NamedDependency[Principal],
+    engine: NamedDependency[Engine],
+    restore_previous: FromQuery[bool] = False,
 ) -> DeletedOut:
     mid = validate.memory_id(memory_id)
-    if not await engine.delete_memory(principal.tenant, mid):
+    deleted = await engine.delete_memory(principal.tenant, mid, restore_previous=restore_previous)
+    if deleted is None:
         raise NotFoundException(f"no memory {mid!r}")
-    return DeletedOut(deleted=mid)
+    return DeletedOut(deleted=deleted.deleted, restored=deleted.restored)
+
+
+@v1(get, "/v1/memories/{memory_id:path}", "One memory with its lifecycle", 400, 401, 404, 429, 503)
+async def get_memory(
+    memory_id: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+) -> MemoryOut:
+    mid = validate.memory_id(memory_id)
+    record = await engine.memory(principal.tenant, mid)
+    if record is None:
+        raise NotFoundException(f"no memory {mid!r}")
+    return MemoryOut.of(record)
+
+
+@v1(get, "/v1/memories", "The versions of one mem_key, newest first", 400, 401, 429, 503)
+async def list_versions(
+    principal: NamedDependency[Principal],
+    engine: NamedDependency[Engine],
+    mem_key: FromQuery[str | None] = None,
+    limit: FromQuery[int] = 100,
+) -> VersionsOut:
+    key = validate.mem_key(mem_key)
+    records = await engine.versions(principal.tenant, key, validate.versions_limit(limit))
+    return VersionsOut(mem_key=key, memories=[MemoryOut.of(r) for r in records])
 
 
 @v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
@@ -313,6 +343,8 @@ def create_app(settings: AppSettings) -> Litestar:
         route_handlers=[
             write_memories,
             delete_memory,
+            get_memory,
+            list_versions,
             write_graph,
             delete_relations,
             delete_entity,

@@ -18,6 +18,7 @@ from litestar.openapi.spec import OpenAPIType, Reference, Schema
 from litestar.typing import FieldDefinition
 from msgspec import Meta
 
+from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
 from indexers.cache import CacheStats
 from indexers.results import RecallResult
@@ -44,7 +45,12 @@ __all__ = [
     "JobOut",
     "JobStartedOut",
     "MemoriesIn",
+    "MAX_MEM_KEY",
+    "MEM_KEY_PATTERN",
+    "MemKey",
     "MemoryIn",
+    "MemoryOut",
+    "VersionsOut",
     "RecallIn",
     "RecallOut",
     "ReindexIn",
@@ -69,6 +75,12 @@ OptionalUnit = Annotated[float, Meta(ge=0.0, le=1.0, extra_json_schema={"extra":
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
 Vector = list[float]
 Stamp = Annotated[datetime, Meta(tz=True)]
+#: A memory's ``mem_key``: the fact it states, e.g. ``user.home_city``;
+#: 1-200 characters, none of them a control character (service.validate
+#: also refuses one that is only spaces).
+MEM_KEY_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+MAX_MEM_KEY = 200
+MemKey = Annotated[str, Meta(min_length=1, max_length=MAX_MEM_KEY, pattern=MEM_KEY_PATTERN)]
 
 
 class _In(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -135,6 +147,9 @@ class MemoryIn(_In, frozen=True):
     metadata: dict[str, Any] = {}
     entities: Annotated[list[Name], Meta(max_length=64)] = []
     embedding: Vector | None = None
+    #: The fact it states (e.g. ``user.home_city``): writing it retires the
+    #: key's current memory, or it is retired at once if that one is newer.
+    mem_key: MemKey | None = None
     #: When the memory expires (RFC 3339; may be past): from then on no recall
     #: returns it and the sweeper removes it. Not with ``ttl_seconds``.
     expires_at: Stamp | None = None
@@ -149,10 +164,77 @@ class MemoriesIn(_In, frozen=True):
 
 class IdsOut(msgspec.Struct):
     ids: list[str]
+    #: The memories this write retired: the current ones of its ``mem_key`` s.
+    superseded: list[str] = []
 
 
-class DeletedOut(msgspec.Struct):
+class DeletedOut(msgspec.Struct, omit_defaults=True):
     deleted: str
+    #: With ``restore_previous``: the retired version of the deleted memory's
+    #: key made current again; absent when none was (there was none, or the
+    #: deleted memory was not its key's current one).
+    restored: str | None = None
+
+
+class MemoryOut(msgspec.Struct):
+    """One stored memory with its lifecycle."""
+
+    id: str
+    content: str
+    kind: str
+    tier: str
+    created_at: datetime
+    confidence: float
+    importance: float | None
+    speaker: str | None
+    session_id: str | None
+    tags: list[str]
+    context: str | None
+    metadata: dict[str, Any]
+    #: The model its embedding was made by (``client``: the writer gave it).
+    model: str | None
+    #: When it expires (the write's ``expires_at`` or ``ttl_seconds``);
+    #: ``null``: never by itself (a tier's retention or the activation floor
+    #: may still end it). Once past, no recall returns it and the sweeper
+    #: removes it, whether current or not.
+    expires_at: datetime | None
+    mem_key: str | None
+    #: When a newer version of its key retired it; ``null`` while current.
+    superseded_at: datetime | None
+    #: The id of the version that retired it.
+    superseded_by: str | None
+    #: Whether no newer version of its key retired it: a recall (without
+    #: ``as_of``) may return it unless it has expired.
+    current: bool
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> MemoryOut:
+        return cls(
+            id=record.id,
+            content=record.content,
+            kind=record.kind,
+            tier=record.tier,
+            created_at=record.created_at,
+            confidence=record.confidence,
+            importance=record.importance,
+            speaker=record.speaker,
+            session_id=record.session_id,
+            tags=list(record.tags),
+            context=record.context,
+            metadata=record.metadata,
+            model=record.model,
+            expires_at=record.expires_at,
+            mem_key=record.mem_key,
+            superseded_at=record.superseded_at,
+            superseded_by=record.superseded_by,
+            current=record.superseded_at is None,
+        )
+
+
+class VersionsOut(msgspec.Struct):
+    mem_key: str
+    #: The key's versions, newest first (by ``created_at``, then id).
+    memories: list[MemoryOut]
 
 
 class GraphEntityIn(_In, frozen=True):
@@ -225,6 +307,10 @@ class RecallIn(_In, frozen=True):
     metadata: dict[str, Any] | None = None
     #: Only memories with an importance of at least this (one without does not match).
     min_importance: OptionalUnit = None
+    #: Time travel (RFC 3339): the answer as it was then: memories created by
+    #: then and not yet superseded then, relations valid then; also "now" for
+    #: the time-based factors unless ``reference_time`` is given.
+    as_of: Stamp | None = None
 
 
 #: The recall answer is the engine's result, as is.

@@ -19,17 +19,20 @@ from indexers.results import RecallOptions
 from indexers.typesense.metadata import filter_tokens, unsupported_path
 
 from .decode import MAX_METADATA_DEPTH
-from .schemas import GraphIn, Id, MemoriesIn, Name, RecallIn, ReindexIn, RelationName
+from .schemas import MAX_MEM_KEY, GraphIn, Id, MemKey, MemoriesIn, Name, RecallIn, ReindexIn, RelationName
 
 __all__ = [
     "InputError",
     "entity_name",
     "graph_write",
+    "MAX_VERSIONS",
+    "mem_key",
     "memory_id",
     "memory_writes",
     "recall_options",
     "reindex",
     "relation_key",
+    "versions_limit",
 ]
 
 
@@ -162,10 +165,41 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 metadata=_metadata(m.metadata, f"{where}.metadata"),
                 entities=tuple(m.entities),
                 embedding=_vector(m.embedding, cfg.embedding.dim, f"{where}.embedding"),
+                mem_key=None if m.mem_key is None else _blank_key(m.mem_key, f"{where}.mem_key"),
                 expires_at=expires_at,
             )
         )
     return out
+
+
+_MEM_KEY_RULE = f"1-{MAX_MEM_KEY} characters, not all spaces, no control characters"
+
+
+def _blank_key(value: str, where: str) -> str:
+    if not value.strip():
+        raise InputError(f"{where} must not be blank ({_MEM_KEY_RULE})")
+    return value
+
+
+def mem_key(value: str | None) -> str:
+    """The ``mem_key`` query parameter of a versions list, by the rule of a written one."""
+    if value is None:
+        raise InputError("mem_key is required: GET /v1/memories?mem_key=<key> lists that key's versions")
+    try:
+        key = msgspec.convert(value, MemKey)
+    except msgspec.ValidationError:
+        raise InputError(f"mem_key {value!r} is not a valid key ({_MEM_KEY_RULE})") from None
+    return _blank_key(key, "mem_key")
+
+
+#: Most versions one list returns.
+MAX_VERSIONS = 1000
+
+
+def versions_limit(value: int) -> int:
+    if not 1 <= value <= MAX_VERSIONS:
+        raise InputError(f"limit must be between 1 and {MAX_VERSIONS}, got {value}")
+    return value
 
 
 def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
@@ -209,6 +243,7 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
             created_before=before,
             metadata=_metadata_filter(body.metadata),
             min_importance=body.min_importance,
+            as_of=None if body.as_of is None else _utc(body.as_of, "as_of"),
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),

@@ -15,6 +15,8 @@ One job a module:
 * :mod:`.store`: :class:`PostgresStore`, every memory write in one
   transaction with its outbox rows, and the reads derived indexes need.
 * :mod:`.graph_writes`: the store's entity and relation edits.
+* :mod:`.lifecycle`: supersession by ``mem_key`` inside a write's
+  transaction, the per-key locks, and the restore of a retired version.
 * :mod:`.generations`: the per-tenant write generation every change bumps
   (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
 """
@@ -22,6 +24,7 @@ One job a module:
 from __future__ import annotations
 
 from .generations import bump_generations, read_generation
+from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
 from .names import name_candidates, normalize_name
 from .pool import (
@@ -37,6 +40,7 @@ from .sql import (
     RECORD_COLUMNS,
     filter_clause,
     hit_from_row,
+    lifecycle_clause,
     record_from_row,
 )
 from .store import PostgresStore
@@ -46,14 +50,17 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "PING_TIMEOUT_S",
     "RECORD_COLUMNS",
+    "Deleted",
     "EntityInput",
     "MemoryInput",
     "PoolSource",
     "PostgresStore",
     "RelationInput",
+    "Written",
     "bump_generations",
     "filter_clause",
     "hit_from_row",
+    "lifecycle_clause",
     "name_candidates",
     "normalize_name",
     "open_pool",

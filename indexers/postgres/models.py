@@ -32,6 +32,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     entities: tuple[str, ...] = ()
     embedding: tuple[float, ...] | None = None
     model: str | None = None
+    #: The fact it states; writing it retires the key's current memory.
+    mem_key: str | None = None
     #: When the memory expires (UTC); ``None``: never by itself.
     expires_at: datetime | None = None
 

@@ -4,7 +4,7 @@ records, vectors as parameters, and the SQL conditions of a search's filters."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ __all__ = [
     "HIT_COLUMNS",
     "RECORD_COLUMNS",
     "filter_clause",
+    "lifecycle_clause",
     "hit_from_row",
     "record_from_row",
     "vector_param",
@@ -52,6 +53,7 @@ def _embedding(value: Any) -> tuple[float, ...] | None:
 #: How a column's value becomes the field's; other columns are taken as read.
 _READ: dict[str, Callable[[Any], Any]] = {
     "created_at": lambda v: v.astimezone(UTC),
+    "superseded_at": lambda v: None if v is None else v.astimezone(UTC),
     "expires_at": lambda v: None if v is None else v.astimezone(UTC),
     "confidence": float,
     "importance": lambda v: None if v is None else float(v),
@@ -75,6 +77,17 @@ def record_from_row(row: dict[str, Any]) -> MemoryRecord:
     return MemoryRecord(**_fields(row, RECORD_FIELDS))
 
 
+def lifecycle_clause(as_of: datetime | None, alias: str = "m") -> tuple[str, dict[str, Any]]:
+    """The SQL condition that a memory is current: never superseded, or with
+    ``as_of``, created by then and not yet superseded then."""
+    if as_of is None:
+        return f"{alias}.superseded_at IS NULL", {}
+    cond = (
+        f"{alias}.created_at <= %(f_as_of)s AND ({alias}.superseded_at IS NULL OR {alias}.superseded_at > %(f_as_of)s)"
+    )
+    return cond, {"f_as_of": as_of}
+
+
 def filter_clause(
     filters: Filters,
     *,
@@ -86,9 +99,10 @@ def filter_clause(
 ) -> tuple[str, dict[str, Any]]:
     """SQL conditions (joined by AND, never empty) and their named parameters.
 
-    Expired memories are always left out (:meth:`Forgetting.sql`); only the
-    ``expires_at`` of each memory counts unless ``forgetting`` brings the
-    config's retentions and activation floor.
+    Only current memories pass (:func:`lifecycle_clause`; with ``as_of``,
+    the ones current then), and expired memories are always left out
+    (:meth:`Forgetting.sql`); only the ``expires_at`` of each memory counts
+    unless ``forgetting`` brings the config's retentions and activation floor.
 
     Only values travel as parameters; the SQL text is fixed, so no filter
     value can change the query's shape. The tenant condition is the caller's.
@@ -99,6 +113,9 @@ def filter_clause(
     a = alias
     conds = [f"{a}.confidence >= %(f_min_conf)s"]
     params: dict[str, Any] = {"f_min_conf": min_confidence}
+    lifecycle, when = lifecycle_clause(filters.as_of, a)
+    conds.append(lifecycle)
+    params.update(when)
     if tier is not None:
         if not is_safe_name(tier):
             raise ValueError(f"invalid tier name {tier!r}")

@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 
 import anyio
 import numpy as np
@@ -25,10 +26,19 @@ from ..lifecycle import Forgetting
 from .fold import folds_for_write
 from .generations import bump_generations
 from .graph_writes import GraphWrites, upsert_entities
+from .lifecycle import Deleted, Written, lock_keys, lock_memory, restore_newest, supersede
 from .models import EntityInput, MemoryInput
 from .names import name_candidates, normalize_name
 from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, tenant_transaction
-from .sql import HIT_COLUMNS, RECORD_COLUMNS, filter_clause, hit_from_row, record_from_row, vector_param
+from .sql import (
+    HIT_COLUMNS,
+    RECORD_COLUMNS,
+    filter_clause,
+    hit_from_row,
+    lifecycle_clause,
+    record_from_row,
+    vector_param,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -112,16 +122,21 @@ class PostgresStore(GraphWrites):
         tenant: str,
         memories: Sequence[MemoryInput],
         new_entities: Sequence[EntityInput] = (),
-    ) -> list[str]:
+    ) -> Written:
         """Upsert memories, their mentions and outbox rows in one transaction.
 
         ``new_entities`` are entities named by the memories that do not exist
-        yet, with their embeddings computed by the caller.
+        yet, with their embeddings computed by the caller. A memory with a
+        ``mem_key`` retires its key's current memory, or is retired at once
+        if that one is newer (:func:`.lifecycle.supersede`); every memory
+        whose lifecycle changed gets an outbox row too.
         """
         if any(m.embedding is None or m.model is None for m in memories):
             raise ValueError("every memory must carry its embedding and model")
         ids = [m.id or str(uuid.uuid4()) for m in memories]
         async with tenant_transaction(self.pool, tenant) as conn:
+            # Each key's lock first, in one order: writers of a key queue here.
+            await lock_keys(conn, tenant, [m.mem_key for m in memories if m.mem_key is not None])
             if new_entities:
                 await upsert_entities(conn, tenant, new_entities, overwrite=False)
             # A decayed tier's folded vector, with its tier's newest epoch (.fold).
@@ -131,8 +146,9 @@ class PostgresStore(GraphWrites):
                     """
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
                         importance, confidence, speaker, context, metadata, created_at,
-                        embedding, model, folded, fold_epoch, expires_at)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                        embedding, model, folded, fold_epoch, mem_key, superseded_at, superseded_by,
+                        expires_at)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -141,6 +157,7 @@ class PostgresStore(GraphWrites):
                         metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
                         folded = EXCLUDED.folded, fold_epoch = EXCLUDED.fold_epoch,
+                        mem_key = EXCLUDED.mem_key, superseded_at = NULL, superseded_by = NULL,
                         expires_at = EXCLUDED.expires_at,
                         updated_at = clock_timestamp()
                     """,
@@ -163,6 +180,7 @@ class PostgresStore(GraphWrites):
                             m.model,
                             folded,
                             fold_epoch,
+                            m.mem_key,
                             m.expires_at,
                         )
                         for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
@@ -207,27 +225,32 @@ class PostgresStore(GraphWrites):
                     )
                     delta.update(eid for (eid,) in await cur.fetchall())
                 await _count_mentions(conn, delta)
+                superseded, touched = await supersede(conn, tenant, ids, memories)
                 await cur.execute(
                     """
                     INSERT INTO outbox (tenant, memory_id, op)
                     SELECT %s, unnest(%s::text[]), 'upsert'
                     """,
-                    (tenant, ids),
+                    (tenant, list(dict.fromkeys([*ids, *touched]))),
                 )
                 await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            # Supersessions included: a cached answer never outlives a retirement.
             await bump_generations(conn, [tenant])
-        return ids
+        return Written(ids=ids, superseded=superseded)
 
-    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+    async def delete_memory(self, tenant: str, memory_id: str, *, restore_previous: bool = False) -> Deleted | None:
+        """Delete a memory for good; ``None`` if the tenant has none of that id.
+
+        The memories it retired stay retired, unless ``restore_previous`` and
+        it was its key's current memory: then the newest retired version of
+        the key becomes current again (and reaches Typesense by the outbox).
+        """
         async with tenant_transaction(self.pool, tenant) as conn:
-            # Lock the memory first: a concurrent write of it then either
-            # finished (its mentions are seen below) or waits for us.
-            cur = await conn.execute(
-                "SELECT 1 FROM memories WHERE tenant = %s AND id = %s FOR UPDATE",
-                (tenant, memory_id),
-            )
-            if await cur.fetchone() is None:
-                return False
+            # The key's lock before the row's, as a write takes them.
+            row = await lock_memory(conn, tenant, memory_id)
+            if row is None:
+                return None
+            mem_key, current = row
             cur = await conn.execute(
                 "DELETE FROM mentions WHERE tenant = %s AND memory_id = %s RETURNING entity_id",
                 (tenant, memory_id),
@@ -236,13 +259,56 @@ class PostgresStore(GraphWrites):
             delta.subtract(eid for (eid,) in await cur.fetchall())
             await _count_mentions(conn, delta)
             await conn.execute("DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id))
+            restored = None
+            if restore_previous and current and mem_key is not None:
+                restored = await restore_newest(conn, tenant, mem_key)
             await conn.execute(
                 "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'delete')",
                 (tenant, memory_id),
             )
+            if restored is not None:
+                await conn.execute(
+                    "INSERT INTO outbox (tenant, memory_id, op) VALUES (%s, %s, 'upsert')",
+                    (tenant, restored),
+                )
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+            # A restored version included: a cached answer never outlives it.
             await bump_generations(conn, [tenant])
-        return True
+        return Deleted(deleted=memory_id, restored=restored)
+
+    async def memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        """The tenant's memory ``memory_id`` as stored, or ``None``."""
+        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.id = %s", (tenant, memory_id)
+            )
+            row = await cur.fetchone()
+        return None if row is None else record_from_row(row)
+
+    async def versions(self, tenant: str, mem_key: str, limit: int) -> list[MemoryRecord]:
+        """The tenant's memories of ``mem_key``, newest first (by ``created_at``,
+        then id), at most ``limit``: one scan of ``memories_tenant_key``."""
+        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.mem_key = %s"
+                " ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
+                (tenant, mem_key, limit),
+            )
+            rows = await cur.fetchall()
+        return [record_from_row(r) for r in rows]
+
+    async def live(self, tenant: str, ids: Sequence[str], as_of: datetime | None) -> set[str]:
+        """Those of ``ids`` the tenant has that are current (or with ``as_of``,
+        were then: :func:`.sql.lifecycle_clause`), in one round trip."""
+        if not ids:
+            return set()
+        cond, params = lifecycle_clause(as_of)
+        async with tenant_transaction(self.pool, tenant) as conn:
+            cur = await conn.execute(
+                f"SELECT m.id FROM memories m WHERE m.tenant = %(tenant)s AND m.id = ANY(%(ids)s) AND {cond}",
+                {"tenant": tenant, "ids": list(ids), **params},
+            )
+            return {row[0] for row in await cur.fetchall()}
 
     async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
         """Those of ``tiers`` that hold at least one memory, of any tenant."""

@@ -30,6 +30,8 @@ __all__ = [
     "build_filter",
     "collection_schema",
     "document_id",
+    "lifecycle_filter",
+    "NEVER",
     "narrow_filter",
     "quoted",
     "quoted_list",
@@ -66,6 +68,31 @@ def _epoch(dt: datetime) -> int:
     return math.floor(dt.timestamp())
 
 
+#: ``superseded_at`` of a current memory's document: after every instant a
+#: memory can hold (years 1-9999), so "current at t" is ``superseded_at:>t``
+#: for every t, and "current" is ``superseded_at:=NEVER``.
+NEVER = 253_402_300_800_000_000
+
+
+def _micros(dt: datetime) -> int:
+    """Epoch microseconds, exact (Postgres keeps microseconds): ``superseded_at``
+    compares with ``as_of`` to the microsecond."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def lifecycle_filter(as_of: datetime | None) -> str:
+    """The ``filter_by`` clauses of a memory's lifecycle: current (never
+    superseded), or with ``as_of`` created by then and not superseded then
+    (``created_at`` holds whole seconds: a memory of ``as_of``'s own second
+    but later passes, and the engine's check against Postgres drops it)."""
+    if as_of is None:
+        return f"superseded_at:={NEVER}"
+    return f"created_at:<={_epoch(as_of)} && superseded_at:>{_micros(as_of)}"
+
+
 def vector_literal(values: Iterable[float]) -> str:
     """A query vector as ``vector_query`` takes it: components too small for a
     normal float32 are written as 0."""
@@ -91,8 +118,13 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         "created_at": _epoch(record.created_at),
         "confidence": float(record.confidence),
         "tags": list(record.tags),
+        "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
         "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
+    if record.mem_key is not None:
+        doc["mem_key"] = record.mem_key
+    if record.superseded_by is not None:
+        doc["superseded_by"] = record.superseded_by
     if record.session_id is not None:
         doc["session_id"] = record.session_id
     if record.speaker is not None:
@@ -153,6 +185,12 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             {"name": "expires_at", "type": "int64", "optional": True},
             {"name": "model", "type": "string", "optional": True},
             {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
+            # Stored, not indexed: shown with the hit.
+            {"name": "mem_key", "type": "string", "index": False, "optional": True},
+            # Epoch microseconds, NEVER while current (lifecycle_filter). Optional only
+            # so that an older collection can gain it; every document written has it.
+            {"name": "superseded_at", "type": "int64", "optional": True},
+            {"name": "superseded_by", "type": "string", "index": False, "optional": True},
             # Metadata containment tokens (indexers.typesense.metadata).
             {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
         ],
@@ -180,7 +218,7 @@ def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = N
     selective one; the source leaves out such clauses and checks them on the
     hits instead.
     """
-    parts = [f"tenant:={quoted(tenant)}"]
+    parts = [f"tenant:={quoted(tenant)}", lifecycle_filter(filters.as_of)]
     if tiers is not None:
         parts.append(f"tier:={quoted_list(tiers)}")
     if filters.kinds:

@@ -184,5 +184,6 @@ register(
         build=lambda deps: TypesenseSource(deps.typesense, deps.get_config().typesense.collection, deps.get_config),
         defaults=source_defaults()[SOURCE],
         store="typesense",
+        derived=True,
     )
 )

@@ -105,6 +105,49 @@ async def test_an_answer_ends_when_a_memory_in_it_expires(cached: Braid) -> None
     assert late["cached"] is False and late["items"] == []
 
 
+async def test_a_supersession_and_a_restore_end_a_cached_answer(cached: Braid) -> None:
+    """A write retiring a key's current memory (and a delete restoring it)
+    bumps the tenant's generation: the cached answer naming the old version
+    is never served after it."""
+    braid = cached
+
+    def version(mid: str, city: str, day: int) -> dict[str, Any]:
+        return {
+            "id": mid,
+            "content": f"Sam lives in {city}",
+            "entities": ["Sam"],
+            "mem_key": "user.home_city",
+            "created_at": f"2026-0{day}-01T09:00:00Z",
+        }
+
+    async def recall() -> tuple[bool, set[str]]:
+        out = await braid.recall("Where does Sam live")
+        assert out["degraded"] == [], out["sources"]
+        return out["cached"], {i["id"] for i in out["items"]}
+
+    await braid.remember(version("v1", "Lisbon", 3))
+    await braid.synced()
+    assert await recall() == (False, {"v1"})
+    assert await recall() == (True, {"v1"})
+
+    r = await braid.post("/v1/memories", {"memories": [version("v2", "Porto", 6)]})
+    assert r.status_code == 201 and r.json()["superseded"] == ["v1"], r.text
+    # Not even before Typesense hears of it.
+    assert await recall() == (False, {"v2"})
+    await braid.synced()
+    assert await recall() == (False, {"v2"})
+    assert await recall() == (True, {"v2"})
+
+    r = await braid.client.delete(
+        "/v1/memories/v2", params={"restore_previous": "true"}, headers=braid.headers(conftest.AGENT_A)
+    )
+    assert r.json() == {"deleted": "v2", "restored": "v1"}
+    assert await recall() == (False, {"v1"})
+    await braid.synced()
+    assert await recall() == (False, {"v1"})
+    assert await recall() == (True, {"v1"})
+
+
 @pytest.fixture
 def replicas(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense) -> Any:
     """Two ``python -m service`` processes on one database and one Typesense alias."""

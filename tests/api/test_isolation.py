@@ -119,6 +119,61 @@ async def test_no_recall_of_any_source_shows_another_tenants_rows(braid: Braid, 
     assert leaks == [], f"seed {seed}: {leaks[:5]}"
 
 
+async def test_the_lifecycle_of_one_tenant_never_touches_another(braid: Braid) -> None:
+    """Supersession, versions, GET of one memory, restore_previous and as_of,
+    with the same ids and mem_key in two tenants: each tenant sees and
+    changes its own rows only."""
+    from .conftest import AGENT_A, AGENT_B
+
+    def memory(mid: str, city: str, day: int) -> dict[str, Any]:
+        return {
+            "id": mid,
+            "content": f"Home city is {city}",
+            "mem_key": "user.city",
+            "entities": ["home city"],
+            "created_at": f"2026-0{day}-01T00:00:00Z",
+        }
+
+    async def write(key: str, m: dict[str, Any]) -> Any:
+        r = await braid.post("/v1/memories", {"memories": [m]}, key)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    assert (await write(AGENT_A, memory("k1", "Lisbon", 1)))["superseded"] == []
+    # B's newer version of the same key (and id) retires nothing of A's.
+    assert (await write(AGENT_B, memory("k1", "Oslo", 2)))["superseded"] == []
+    assert (await write(AGENT_B, memory("k2", "Bergen", 3)))["superseded"] == ["k1"]
+    await braid.synced()
+
+    async def get(key: str, path: str, **params: str) -> Any:
+        return await braid.client.get(path, params=params, headers=braid.headers(key))
+
+    a = (await get(AGENT_A, "/v1/memories/k1")).json()
+    assert (a["content"], a["current"], a["superseded_by"]) == ("Home city is Lisbon", True, None)
+    assert (await get(AGENT_A, "/v1/memories/k2")).status_code == 404
+    versions = (await get(AGENT_A, "/v1/memories", mem_key="user.city")).json()["memories"]
+    assert [m["content"] for m in versions] == ["Home city is Lisbon"]
+    versions = (await get(AGENT_B, "/v1/memories", mem_key="user.city")).json()["memories"]
+    assert [(m["id"], m["content"]) for m in versions] == [("k2", "Home city is Bergen"), ("k1", "Home city is Oslo")]
+
+    for sources in SOURCES:
+        fields: dict[str, Any] = {"sources": sources} if sources else {}
+        out = await braid.recall("home city", key=AGENT_A, **fields)
+        assert [(i["id"], i["content"]) for i in out["items"]] == [("k1", "Home city is Lisbon")], sources
+        out = await braid.recall("home city", key=AGENT_A, as_of="2026-02-15T00:00:00Z", **fields)
+        assert [(i["id"], i["content"]) for i in out["items"]] == [("k1", "Home city is Lisbon")], sources
+
+    # B's delete with restore brings back B's own k1; A's k1 is as it was.
+    r = await braid.client.delete(
+        "/v1/memories/k2", params={"restore_previous": "true"}, headers=braid.headers(AGENT_B)
+    )
+    assert r.json() == {"deleted": "k2", "restored": "k1"}
+    assert (await get(AGENT_B, "/v1/memories/k1")).json()["content"] == "Home city is Oslo"
+    assert (await get(AGENT_A, "/v1/memories/k1")).json()["superseded_at"] is None
+    r = await braid.client.delete("/v1/memories/k2", headers=braid.headers(AGENT_A))
+    assert r.status_code == 404
+
+
 async def test_expiry_sweeps_and_cached_answers_stay_within_a_tenant(
     postgres: Any, typesense: Any, embedder: Any
 ) -> None:

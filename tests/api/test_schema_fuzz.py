@@ -60,6 +60,8 @@ CONFIG = schemathesis.Config.from_dict(
 OPERATIONS = {
     "POST /v1/memories",
     "DELETE /v1/memories/{memory_id}",
+    "GET /v1/memories/{memory_id}",
+    "GET /v1/memories",
     "POST /v1/graph",
     "DELETE /v1/graph/relations",
     "DELETE /v1/graph/entities/{name}",
@@ -71,7 +73,7 @@ OPERATIONS = {
 }
 #: No body and a free string path (or nothing at all): nothing to make invalid.
 NOTHING_TO_NEGATE = {
-    "DELETE /v1/memories/{memory_id}",
+    "GET /v1/memories/{memory_id}",
     "DELETE /v1/graph/entities/{name}",
     "GET /admin/reindex/{job_id}",
     "POST /admin/config/reload",

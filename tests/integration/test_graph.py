@@ -461,7 +461,8 @@ async def test_a_hub_over_the_cap_hands_its_share_to_its_newest_memories_only(
     pool: AsyncConnectionPool, embedder: Any
 ) -> None:
     """The share still divides by the entity's full count (5 here), but only
-    ``mentionsPerEntity`` of its memories, the newest, are read."""
+    ``mentionsPerEntity`` of its memories, the newest (of those matching the
+    request's filters, if it has any), are read."""
     w = Writer(PostgresStore(pool), embedder)
     await w.graph("gh", ["tea", "mug"], [])
     await w.memories(
@@ -488,6 +489,10 @@ async def test_a_hub_over_the_cap_hands_its_share_to_its_newest_memories_only(
         ("gh-t2", pytest.approx(0.5 / 5)),
         ("gh-t3", pytest.approx(0.5 / 5)),
     ]
-    # A filter applies after the cap: the older tea memories it keeps are not read.
+    # A request filter applies inside the cap: the newest *matching* tea
+    # memories are read (gh-t1, gh-t0; gh-both is older), each still 1/5.
     hits = await search(pool, capped, "gh", "tea", filters=Filters(created_before=T0 + timedelta(days=1)))
-    assert hits == []
+    assert [(h.id, h.score) for h in hits] == [
+        ("gh-t0", pytest.approx(1 / 5)),
+        ("gh-t1", pytest.approx(1 / 5)),
+    ]

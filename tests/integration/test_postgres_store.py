@@ -16,6 +16,7 @@ import pytest
 from deploy.embedded import EmbeddedPostgres
 from indexers.migrations import MIGRATIONS, SchemaMismatch, migrate
 from indexers.postgres import (
+    Deleted,
     EntityInput,
     MemoryInput,
     PostgresStore,
@@ -138,6 +139,47 @@ async def test_one_active_reindex_migration_ends_jobs_an_older_braid_left(
                 await conn.execute("INSERT INTO reindex_jobs (id, target, status) VALUES (%s, 'all', 'queued')", (job,))
 
 
+async def test_migration_10_sends_every_existing_memory_to_typesense_again(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older database's memories get the lifecycle columns (current, no key)
+    and an outbox row each, so their Typesense documents gain the lifecycle."""
+    from indexers import migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 10})
+        await migrate(conn, dim=DIM)
+        await conn.execute(
+            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+            " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
+            " FROM generate_series(1, 3) n",
+            (str(list(vector(1))),),
+        )
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        # A database at 9 goes through supersession (10) and forgetting (11).
+        assert await migrate(conn, dim=DIM) == [10, 11]
+        cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
+        assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
+        cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by, expires_at FROM memories")
+        assert await cur.fetchall() == [(None, None, None, None)]
+        cur = await conn.execute("SELECT count(*) FROM tenant_generations")
+        assert await cur.fetchall() == [(0,)]
+
+
+async def test_a_database_with_11_but_not_10_gets_10(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database migrated by a Braid without supersession (1-9 and 11) gains
+    migration 10 alone: versions apply in order and need not be contiguous."""
+    from indexers import migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v != 10})
+        assert 11 in await migrate(conn, dim=DIM)
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [10]
+        cur = await conn.execute("SELECT version FROM braid_migrations ORDER BY version")
+        assert [v for (v,) in await cur.fetchall()] == sorted(MIGRATIONS)
+
+
 async def test_concurrent_migrations_apply_once(dsn: str) -> None:
     results: list[list[int]] = []
 
@@ -170,7 +212,7 @@ async def test_dimension_mismatch_is_refused(dsn: str) -> None:
 
 
 async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) -> None:
-    assert await store.write_memories("t", [memory("m1", "first version", tags=("a",))]) == ["m1"]
+    assert (await store.write_memories("t", [memory("m1", "first version", tags=("a",))])).ids == ["m1"]
     later = T0 + timedelta(days=1)
     await store.write_memories(
         "t", [memory("m1", "second version", kind="preference", created_at=later, confidence=0.7)]
@@ -190,7 +232,9 @@ async def test_upsert_by_id_keeps_one_row_and_replaces_it(store: PostgresStore) 
 async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(store: PostgresStore, dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
         await listener.execute("LISTEN braid_outbox")
-        ids = await store.write_memories("t", [memory(None, "one"), memory(None, "two"), memory("three", "three")])
+        ids = (
+            await store.write_memories("t", [memory(None, "one"), memory(None, "two"), memory("three", "three")])
+        ).ids
         with anyio.fail_after(5):
             notes = [n async for n in listener.notifies(timeout=5, stop_after=1)]
         assert [n.channel for n in notes] == ["braid_outbox"]
@@ -276,15 +320,15 @@ async def test_delete_removes_the_memory_and_its_mentions(store: PostgresStore) 
     await store.write_memories("t", [memory("m1", "TypeScript notes"), memory("m2", "TypeScript too")])
     assert await mentions(store, "t", "m1") == ["typescript"]
 
-    assert await store.delete_memory("t", "m1") is True
+    assert await store.delete_memory("t", "m1") == Deleted(deleted="m1")
     assert await rows(store, "SELECT id FROM memories") == [("m2",)]
     assert await mentions(store, "t", "m1") == []
     assert await mentions(store, "t", "m2") == ["typescript"]
     assert await rows(store, "SELECT count(*) FROM entities") == [(1,)]
     assert await outbox(store, "t") == [("m1", "upsert"), ("m2", "upsert"), ("m1", "delete")]
 
-    assert await store.delete_memory("t", "m1") is False
-    assert await store.delete_memory("other", "m2") is False
+    assert await store.delete_memory("t", "m1") is None
+    assert await store.delete_memory("other", "m2") is None
     assert await rows(store, "SELECT id FROM memories") == [("m2",)]
     assert len(await outbox(store, "t")) == 3
 
@@ -382,8 +426,8 @@ async def test_mention_counts_follow_writes_rewrites_and_deletes(store: Postgres
         ("u", "rust", 1),
     ]
 
-    assert await store.delete_memory("t", "m2") is True
-    assert await store.delete_memory("t", "m2") is False
+    assert await store.delete_memory("t", "m2") == Deleted(deleted="m2")
+    assert await store.delete_memory("t", "m2") is None
     kept, real = await counts(store)
     assert kept == real == {"alex": 1, "go": 1, "zig": 1, "rust": 1}  # u's rust
     assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't' AND name_norm = 'rust'") == [(0,)]

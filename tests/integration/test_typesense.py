@@ -537,6 +537,10 @@ async def test_all_nodes_5xx_is_source_unavailable() -> None:
 # Pure helpers (no server)
 
 
+#: The lifecycle clause of a recall without as_of: current documents only.
+CURRENT = "superseded_at:=253402300800000000"
+
+
 def test_build_filter() -> None:
     filters = Filters(
         session_id="s1",
@@ -547,12 +551,12 @@ def test_build_filter() -> None:
         created_before=datetime(2024, 1, 2),  # naive: UTC
     )
     assert build_filter("t1", filters, 0.5, ["rag"]) == (
-        "tenant:=`t1` && tier:=[`rag`] && kind:=[`fact`] && tags:=[`a b`,`c,d`] && "
+        f"tenant:=`t1` && {CURRENT} && tier:=[`rag`] && kind:=[`fact`] && tags:=[`a b`,`c,d`] && "
         "session_id:=`s1` && created_at:>=1704067200 && created_at:<=1704153600 && "
         "confidence:>=0.5"
     )
     assert build_filter("t1", Filters(tags=()), 0, ["rag", "session"]) == (
-        "tenant:=`t1` && tier:=[`rag`,`session`] && confidence:>=0.0"
+        f"tenant:=`t1` && {CURRENT} && tier:=[`rag`,`session`] && confidence:>=0.0"
     )
 
 
@@ -609,8 +613,17 @@ async def test_term_hits_and_max_terms_bound_the_keyword_searches(
 
 def test_narrow_filter_leaves_out_the_confidence_floor() -> None:
     filters = Filters(session_id="s1", kinds=("fact",))
-    assert narrow_filter("t1", filters) == "tenant:=`t1` && kind:=[`fact`] && session_id:=`s1`"
-    assert narrow_filter("t1", Filters(), ["rag"]) == "tenant:=`t1` && tier:=[`rag`]"
+    assert narrow_filter("t1", filters) == f"tenant:=`t1` && {CURRENT} && kind:=[`fact`] && session_id:=`s1`"
+    assert narrow_filter("t1", Filters(), ["rag"]) == f"tenant:=`t1` && {CURRENT} && tier:=[`rag`]"
+
+
+def test_the_lifecycle_filter_is_current_or_as_of() -> None:
+    """Current: never superseded (the NEVER sentinel). As of an instant:
+    created by its second, superseded (epoch microseconds) after it."""
+    as_of = datetime(2024, 1, 1, 0, 0, 1, 500, tzinfo=UTC)
+    assert narrow_filter("t1", Filters(as_of=as_of)) == (
+        "tenant:=`t1` && created_at:<=1704067201 && superseded_at:>1704067201000500"
+    )
 
 
 def with_typesense(config: ConfigHolder, **changes: object) -> None:

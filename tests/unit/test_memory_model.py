@@ -39,7 +39,8 @@ def test_the_typesense_schema_has_a_field_for_every_stored_field() -> None:
 
 def test_writes_carry_every_stored_field() -> None:
     written = set(names(MemoryInput))
-    # The tenant comes from the key; everything else is written.
-    assert set(RECORD_FIELDS) - {"tenant"} <= written
+    # The tenant comes from the key, the lifecycle from the write's mem_key
+    # (indexers.postgres.lifecycle); everything else is written.
+    assert set(RECORD_FIELDS) - {"tenant", "superseded_at", "superseded_by"} <= written
     # The API accepts every written field except what the engine fills in.
     assert written - {"model"} <= set(names(MemoryIn))

@@ -384,7 +384,8 @@ def expected_shape(filters: Filters, tiers: Sequence[str] | None) -> str:
     def many(n: int) -> str:
         return "[" + ",".join(["V"] * n) + "]"
 
-    parts = ["tenant:=V"]
+    # A recall without as_of: current documents only (documents.NEVER).
+    parts = ["tenant:=V", "superseded_at:=253402300800000000"]
     if tiers is not None:
         parts.append(f"tier:={many(len(tiers))}")
     if filters.kinds:
@@ -612,6 +613,9 @@ def test_known_hostile_values_stay_inside_their_backticks() -> None:
         filters = Filters(tags=(value, "ok"), session_id=value)
         filter_by = build_filter("tenant-a", filters, 0.25, ["session"])
         shape, values = scan(filter_by)
-        assert shape == "tenant:=V && tier:=[V] && tags:=[V,V] && session_id:=V && confidence:>=0.25"
+        assert shape == (
+            "tenant:=V && superseded_at:=253402300800000000 && tier:=[V] && tags:=[V,V] && session_id:=V"
+            " && confidence:>=0.25"
+        )
         assert values == ["tenant-a", "session", value, "ok", value]
         assert filter_by.startswith("tenant:=`tenant-a` && ")
