@@ -478,28 +478,29 @@ class Engine:
         }
 
     async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
-        """The recall counts of ``ids``, read under ``query.speakerLookupMs``;
-        none (the factor is left out) when Postgres is slow or down."""
+        """The recall counts of ``ids``; none (the usage factor is left out)
+        when Postgres is slow or down."""
         if not ids or self.bookkeeper is None:
             return {}
-        try:
-            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
-                return await self.bookkeeper.counts(tenant, ids)
-        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            log.warning("usage counts unavailable, this recall ranks without them: %s", exc)
-            return {}
+        return await self._ranking_read(self.bookkeeper.counts(tenant, ids), "usage counts", {})
 
     async def _vectors(self, tenant: str, ids: list[str]) -> dict[str, np.ndarray]:
-        """The stored embeddings of ``ids``, read under ``query.speakerLookupMs``;
-        none (the restatement factor is left out) when Postgres is slow or down."""
+        """The stored embeddings of ``ids``; none (the restatement factor is
+        left out) when Postgres is slow or down."""
         if not ids:
             return {}
+        return await self._ranking_read(self.store.embeddings(tenant, ids), "embeddings", {})
+
+    async def _ranking_read(self, step: Awaitable[T], what: str, missing: T) -> T:
+        """``step``, a read a ranking factor needs, awaited for at most
+        ``query.speakerLookupMs``; ``missing`` (the recall ranks without that
+        factor, logged) when Postgres is slow or down."""
         try:
             with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
-                return await self.store.embeddings(tenant, ids)
+                return await step
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            log.warning("embeddings unavailable, this recall ranks without the restatement factor: %s", exc)
-            return {}
+            log.warning("%s unavailable, this recall ranks without them: %s", what, exc)
+            return missing
 
 
 def factor_weights(cfg: BraidConfig) -> FactorWeights:
