@@ -152,3 +152,19 @@ async def configured(
     app, dsn, alias = make_app(postgres, typesense, embedder, load_config(path), str(path))
     async with serve(app) as client:
         yield FileConfigured(Braid(client=client, app=app, dsn=dsn, alias=alias), path)
+
+
+def record_searches(braid: Braid) -> list[list[str]]:
+    """From now on, each Typesense ``multi_search`` the service sends is
+    appended to the returned list as the kinds of its searches (``"vector"``
+    or ``"keyword"``); the searches still run."""
+    sent: list[list[str]] = []
+    client = braid.runtime.typesense
+    inner = client.multi_search
+
+    async def recording(searches: Any) -> Any:
+        sent.append(["vector" if "vector_query" in s else "keyword" for s in searches])
+        return await inner(searches)
+
+    client.multi_search = recording  # type: ignore[method-assign]
+    return sent

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from fusion import get_encoding
 
-from .conftest import Braid
+from .conftest import Braid, record_searches
 
 pytestmark = pytest.mark.anyio
 
@@ -177,15 +175,7 @@ async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(b
     await braid.synced()
     holder = braid.runtime.engine.config
     holder.current = holder.current.with_source("typesense", vector_search="alone")
-    sent: list[list[str]] = []
-    client = braid.runtime.typesense
-    inner = client.multi_search
-
-    async def recording(searches: Any) -> Any:
-        sent.append(["vector" if "vector_query" in s else "keyword" for s in searches])
-        return await inner(searches)
-
-    client.multi_search = recording  # type: ignore[method-assign]
+    sent = record_searches(braid)
     fused = await braid.recall("what car does this person have")
     assert "vector" not in sent[-1] and fused["sources"]["pgvector"]["status"] == "ok"
     assert fused["items"][0]["content"] == "User drives a Honda Civic"

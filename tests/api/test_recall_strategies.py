@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from .conftest import AGENT_B, Braid
+from .conftest import AGENT_B, Braid, record_searches
 from .test_recall import UNRELATED
 
 pytestmark = pytest.mark.anyio
@@ -135,15 +135,7 @@ async def test_keyword_computes_no_query_embedding(braid: Braid, monkeypatch: py
 async def test_semantic_searches_the_vector_lists_only(braid: Braid) -> None:
     await braid.remember({"content": "User drives a Honda Civic"}, *({"content": c} for c in UNRELATED))
     await braid.synced()
-    sent: list[list[str]] = []
-    client = braid.runtime.typesense
-    inner = client.multi_search
-
-    async def recording(searches: Any) -> Any:
-        sent.append(["vector" if "vector_query" in s else "keyword" for s in searches])
-        return await inner(searches)
-
-    client.multi_search = recording  # type: ignore[method-assign]
+    sent = record_searches(braid)
     out = await braid.recall("what car does this person have", strategy="semantic")
     assert sent == [["vector"]]
     assert out["strategy"] == "semantic" and out["embedding_status"] == "ok"
