@@ -30,6 +30,17 @@ async def wait_job(braid: Braid, job_id: str, timeout: float = 120) -> dict[str,
             await anyio.sleep(0.05)
 
 
+async def reindex_typesense(braid: Braid) -> None:
+    """Rebuild the tenant's Typesense collection from Postgres through the
+    admin endpoint and wait until the job is done and the alias moved."""
+    old = await braid.runtime.index.current_collection()
+    r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+    assert r.status_code == 202, r.text
+    job = await wait_job(braid, r.json()["job_id"])
+    assert job["status"] == "done", job
+    assert await braid.runtime.index.current_collection() != old
+
+
 async def test_reindex_all_while_recalling(braid: Braid) -> None:
     await braid.remember(
         *(

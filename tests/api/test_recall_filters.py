@@ -148,18 +148,12 @@ async def test_filters_never_show_another_tenants_memories(zeta_braid: Braid) ->
 async def test_a_typesense_reindex_keeps_metadata_filtering(braid: Braid) -> None:
     """The rebuilt collection's documents carry their metadata tokens too
     (reindex reads every stored field, metadata included)."""
-    from .conftest import ADMIN_A
-    from .test_admin import wait_job
+    from .test_admin import reindex_typesense
 
     await braid.remember(
         *({"id": f"d{i}", "content": f"Harbour inspection note {i}", "metadata": m} for i, m in enumerate(DOCUMENTS))
     )
     await braid.synced()
-    old = await braid.runtime.index.current_collection()
-    r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
-    assert r.status_code == 202, r.text
-    job = await wait_job(braid, r.json()["job_id"])
-    assert job["status"] == "done", job
-    assert await braid.runtime.index.current_collection() != old
+    await reindex_typesense(braid)
     out = await braid.recall("Harbour inspection note", sources=["typesense"], metadata={"tags": [3]})
     assert {i["id"] for i in out["items"]} == {"d1", "d4"}

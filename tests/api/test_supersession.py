@@ -17,7 +17,7 @@ import pytest
 from indexers.base import BackendError, Filters, MemoryRecord, SearchQuery
 from indexers.typesense.documents import NEVER
 
-from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid
+from .conftest import AGENT_A, AGENT_B, Braid
 
 pytestmark = pytest.mark.anyio
 
@@ -301,14 +301,9 @@ async def test_restore_previous_of_a_retired_memory_changes_nothing_else(two_ver
 
 
 async def test_a_typesense_reindex_keeps_the_lifecycle(two_versions: Braid) -> None:
-    from .test_admin import wait_job
+    from .test_admin import reindex_typesense
 
-    old = await two_versions.runtime.index.current_collection()
-    r = await two_versions.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
-    assert r.status_code == 202, r.text
-    job = await wait_job(two_versions, r.json()["job_id"])
-    assert job["status"] == "done", job
-    assert await two_versions.runtime.index.current_collection() != old
+    await reindex_typesense(two_versions)
     assert await typesense_alone(two_versions) == {"v2"}
     assert await typesense_alone(two_versions, as_of=T1 + timedelta(days=1)) == {"v1"}
     assert await ids(two_versions, ["typesense"]) == {"v2"}
