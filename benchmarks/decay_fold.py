@@ -265,7 +265,14 @@ async def source_p50(dsn: str, cfg: BraidConfig, c: Corpus, reference: datetime)
         for i, q in enumerate(c.queries):
             began = time.perf_counter()
             hits = await source.search(
-                SearchQuery(tenant=TENANT, text="", vector=tuple(map(float, q)), limit=K, reference_time=reference)
+                SearchQuery(
+                    tenant=TENANT,
+                    text="",
+                    vector=tuple(map(float, q)),
+                    limit=K,
+                    reference_time=reference,
+                    model="synthetic",
+                )
             )
             if i >= _WARMUP:
                 times.append(time.perf_counter() - began)

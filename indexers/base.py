@@ -86,6 +86,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: What the source may match by in this recall (its strategy): the
     #: query's words (``keyword``), its vector (``vector``), or both.
     matches: frozenset[Literal["keyword", "vector"]] = frozenset(("keyword", "vector"))
+    #: The model ``vector`` was made by: a vector search compares it only with
+    #: memories (and entities) whose stored embedding that model made.
+    model: str = ""
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):

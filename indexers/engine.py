@@ -42,6 +42,7 @@ from .postgres import (
     PostgresStore,
     RelationInput,
     Written,
+    entity_text,
     normalize_name,
     read_generation,
 )
@@ -191,7 +192,7 @@ class Engine:
         inputs = [
             msgspec.structs.replace(m, embedding=next(vectors), model=model)
             if m.embedding is None
-            else msgspec.structs.replace(m, model="client")
+            else msgspec.structs.replace(m, model=m.model or model)
             for m in memories
         ]
         named = sorted({" ".join(n.split()) for m in memories for n in m.entities})
@@ -209,7 +210,7 @@ class Engine:
     async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
         model = self.embedder.model
         given = {normalize_name(e.name) for e in graph.entities}
-        texts = [_entity_text(e.name, e.summary) for e in graph.entities]
+        texts = [entity_text(e.name, e.summary) for e in graph.entities]
         vectors = await self.embedder.embed(texts)
         entities = [
             msgspec.structs.replace(e, embedding=v, model=model) for e, v in zip(graph.entities, vectors, strict=True)
@@ -379,6 +380,7 @@ class Engine:
                 vectors_covered=bool(covering - {name}),
                 reference_time=now,
                 matches=self._matches[name] & allowed,
+                model=(opts.embedding_model if opts.embedding is not None else None) or self.embedder.model,
             )
             for name in wanted
         }
@@ -489,7 +491,7 @@ class Engine:
         left out) when Postgres is slow or down."""
         if not ids:
             return {}
-        return await self._ranking_read(self.store.embeddings(tenant, ids), "embeddings", {})
+        return await self._ranking_read(self.store.embeddings(tenant, ids, self.embedder.model), "embeddings", {})
 
     async def _ranking_read(self, step: Awaitable[T], what: str, missing: T) -> T:
         """``step``, a read a ranking factor needs, awaited for at most
@@ -562,7 +564,3 @@ def _result(
         query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates), current=plan.current),
         strategy=strategy,
     )
-
-
-def _entity_text(name: str, summary: str | None) -> str:
-    return f"{name}: {summary}" if summary else name

@@ -62,7 +62,8 @@ from .postgres import (
 from .registry import register
 
 #: The tenant's entities nearest to the query vector (seeds of the walk).
-_SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s", "e.embedding")
+#: Only entities whose name the query vector's model embedded are compared with it.
+_SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
 
@@ -169,6 +170,7 @@ class GraphSource(PoolSource):
                     {
                         "vec": np.asarray(query.vector, dtype=np.float32),
                         "tenant": query.tenant,
+                        "model": query.model,
                         "limit": cfg.graph.seed_limit,
                         "exact_below": tier.exact_below,
                     },

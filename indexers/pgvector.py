@@ -481,14 +481,24 @@ class PgvectorSource(PoolSource):
                     forgetting=Forgetting.from_config(cfg),
                 )
                 t = cfg.tiers[tier]
-                params.update({"tenant": query.tenant, "vec": vec, "limit": limit, "exact_below": t.exact_below})
+                params.update(
+                    {
+                        "tenant": query.tenant,
+                        "vec": vec,
+                        "model": query.model,
+                        "limit": limit,
+                        "exact_below": t.exact_below,
+                    }
+                )
                 ahead = None
                 if query.filters.created_before is not None:
                     params["walk_ahead"] = WALK_AHEAD
                     ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
                 # relaxed_order may return the index's rows slightly out of
                 # order; the statement sorts them again.
-                for plan in search_plans(f"m.tenant = %(tenant)s AND {where}", folds.get(tier, []), reference, ahead):
+                # Only vectors of the query's model are compared with it.
+                where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
+                for plan in search_plans(where, folds.get(tier, []), reference, ahead):
                     await set_search_params(conn, t.ef_search)
                     cur = conn.cursor(row_factory=dict_row)
                     await cur.execute(plan.statement, params)

@@ -146,7 +146,13 @@ class MemoryIn(_In, frozen=True):
     context: str | None = None
     metadata: dict[str, Any] = {}
     entities: Annotated[list[Name], Meta(max_length=64)] = []
+    #: The memory's embedding, if the writer makes its own (unit length is not
+    #: required: it is normalised); omitted, the service embeds ``content``.
     embedding: Vector | None = None
+    #: The model that made ``embedding`` (only with it); omitted, the
+    #: service's ``embedding.model``. Vector search compares a memory only
+    #: with query vectors of its model.
+    embedding_model: FreeLabel | None = None
     #: The fact it states (e.g. ``user.home_city``): writing it retires the
     #: key's current memory, or it is retired at once if that one is newer.
     mem_key: MemKey | None = None
@@ -191,7 +197,9 @@ class MemoryOut(msgspec.Struct):
     tags: list[str]
     context: str | None
     metadata: dict[str, Any]
-    #: The model its embedding was made by (``client``: the writer gave it).
+    #: The model its embedding was made by (the service's ``embedding.model``,
+    #: or the writer's ``embedding_model``). Only memories of the service's
+    #: model take part in a recall's vector search by query text.
     model: str | None
     #: When it expires (the write's ``expires_at`` or ``ttl_seconds``);
     #: ``null``: never by itself (a tier's retention or the activation floor
@@ -295,7 +303,13 @@ class RecallIn(_In, frozen=True):
     created_before: Stamp | None = None
     #: Search only these sources (names as in the answer's ``sources``); default all enabled.
     sources: Annotated[list[Label], Meta(min_length=1, max_length=16)] | None = None
+    #: The query's embedding, if the caller makes its own; omitted, the
+    #: service embeds ``query``.
     embedding: Vector | None = None
+    #: The model that made ``embedding`` (only with it); omitted, the
+    #: service's ``embedding.model``. Vector search compares it only with
+    #: memories whose embedding that model made.
+    embedding_model: FreeLabel | None = None
     #: Relation hops the graph walk may go (default graph.maxHops, at most limits.maxHops).
     hops: int | None = None
     #: "Now" for the time-based ranking factors (RFC 3339; default the server's clock).
@@ -318,7 +332,12 @@ RecallOut = RecallResult
 
 
 class ReindexIn(_In, frozen=True):
-    target: Literal["typesense", "pgvector", "all"]
+    #: ``typesense``: the collection rebuilt from Postgres; ``pgvector``: the
+    #: HNSW indexes (of ``tier``, or every tier); ``all``: both;
+    #: ``embeddings``: every memory and entity whose embedding another model
+    #: made, embedded again by the service's ``embedding.model``.
+    target: Literal["typesense", "pgvector", "all", "embeddings"]
+    #: Only with ``pgvector`` or ``all``: the one tier whose index is rebuilt.
     tier: Label | None = None
 
 

@@ -165,11 +165,20 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 metadata=_metadata(m.metadata, f"{where}.metadata"),
                 entities=tuple(m.entities),
                 embedding=_vector(m.embedding, cfg.embedding.dim, f"{where}.embedding"),
+                model=_embedding_model(m.embedding, m.embedding_model, where),
                 mem_key=None if m.mem_key is None else _blank_key(m.mem_key, f"{where}.mem_key"),
                 expires_at=expires_at,
             )
         )
     return out
+
+
+def _embedding_model(embedding: list[float] | None, model: str | None, where: str) -> str | None:
+    """The model a given ``embedding`` names; ``None``: the service's."""
+    if model is not None and embedding is None:
+        prefix = f"{where}." if where else ""
+        raise InputError(f"{prefix}embedding_model names the model of {prefix}embedding: give both or neither")
+    return model
 
 
 _MEM_KEY_RULE = f"1-{MAX_MEM_KEY} characters, not all spaces, no control characters"
@@ -247,6 +256,7 @@ def recall_options(body: RecallIn, cfg: BraidConfig) -> RecallOptions:
         ),
         sources=None if body.sources is None else tuple(body.sources),
         embedding=_vector(body.embedding, cfg.embedding.dim, "embedding"),
+        embedding_model=_embedding_model(body.embedding, body.embedding_model, ""),
         hops=body.hops,
         reference_time=None if body.reference_time is None else _utc(body.reference_time, "reference_time"),
         track=body.track,
@@ -327,3 +337,5 @@ def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
         raise InputError(f"tier: unknown tier {body.tier!r}; tiers are {list(cfg.tiers)}")
     if body.tier is not None and body.target == "typesense":
         raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
+    if body.tier is not None and body.target == "embeddings":
+        raise InputError("tier applies to pgvector indexes; an embeddings job re-embeds every tier")

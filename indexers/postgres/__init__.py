@@ -26,7 +26,7 @@ from __future__ import annotations
 from .generations import bump_generations, read_generation
 from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
-from .names import name_candidates, normalize_name
+from .names import entity_text, name_candidates, normalize_name
 from .pool import (
     NOTIFY_CHANNEL,
     PING_TIMEOUT_S,
@@ -61,6 +61,7 @@ __all__ = [
     "filter_clause",
     "hit_from_row",
     "lifecycle_clause",
+    "entity_text",
     "name_candidates",
     "normalize_name",
     "open_pool",

@@ -31,6 +31,8 @@ class MemoryInput(msgspec.Struct, frozen=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     entities: tuple[str, ...] = ()
     embedding: tuple[float, ...] | None = None
+    #: The model that made ``embedding``; a given embedding without one is
+    #: taken to be the service's model's.
     model: str | None = None
     #: The fact it states; writing it retires the key's current memory.
     mem_key: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["name_candidates", "normalize_name"]
+__all__ = ["entity_text", "name_candidates", "normalize_name"]
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 #: Stripped from the ends of a whitespace token ("Node.js," -> "Node.js"); not `+` or `#`.
@@ -31,3 +31,8 @@ def name_candidates(text: str, *, max_words: int = 4) -> list[str]:
     ):
         grams.update(" ".join(words[i : i + n]) for n in range(1, max_words + 1) for i in range(len(words) - n + 1))
     return sorted(grams)
+
+
+def entity_text(name: str, summary: str | None) -> str:
+    """The text an entity's embedding is made of: its name, and its summary if it has one."""
+    return f"{name}: {summary}" if summary else name

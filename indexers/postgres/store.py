@@ -328,15 +328,17 @@ class PostgresStore(GraphWrites):
             cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
             return [row[0] for row in await cur.fetchall()]
 
-    async def embeddings(self, tenant: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """The stored (unit) embeddings of ``ids`` that the tenant has, in one
-        round trip; a memory stored without one is absent."""
+    async def embeddings(self, tenant: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
+        """The stored (unit) embeddings of ``ids`` that the tenant has and
+        ``model`` made, in one round trip; a memory stored without one, or with
+        another model's, is absent."""
         if not ids:
             return {}
         async with tenant_transaction(self.pool, tenant) as conn:
             cur = await conn.execute(
-                "SELECT id, embedding FROM memories WHERE tenant = %s AND id = ANY(%s) AND embedding IS NOT NULL",
-                (tenant, list(ids)),
+                "SELECT id, embedding FROM memories"
+                " WHERE tenant = %s AND id = ANY(%s) AND model = %s AND embedding IS NOT NULL",
+                (tenant, list(ids), model),
             )
             rows = await cur.fetchall()
         # pgvector's loader gives a Vector; its to_numpy() is float32 already.

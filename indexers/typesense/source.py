@@ -126,7 +126,12 @@ class TypesenseSource:
                 self._totals.put(filter_by, total)
             rankings["keyword"] = idf_ranking([results[f"term:{t}"] for t in terms], total)[:candidates]
         if "vector" in results:
-            rankings["vector"] = _ids(results["vector"])
+            # Only vectors of the query's model count: a document whose
+            # embedding another model made is dropped from this list (checked
+            # on the hits, as the tiers are: the clause would match nearly
+            # every document), never compared. Its keyword matches stand.
+            same_model = [h for h in results["vector"]["hits"] if h["document"].get("model") == query.model]
+            rankings["vector"] = [h["document"]["memory_id"] for h in same_model]
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
@@ -172,6 +177,8 @@ def _searches(
                     "q": "*",
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,
+                    # The model that made each document's embedding, checked on the hits.
+                    "include_fields": f"{_HIT_FIELDS},model",
                 },
             )
         )

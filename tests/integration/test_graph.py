@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, Hit, SearchQuery
+from indexers.embedding import MiniLMEmbedder
 from indexers.graph import GraphSource, fact_sentence, personalized_pagerank
 from indexers.pgvector import ensure_indexes
 from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
@@ -229,6 +230,7 @@ async def search(
     limit: int = 20,
     **kw: Any,
 ) -> list[Hit]:
+    kw.setdefault("model", MiniLMEmbedder.model)
     q = SearchQuery(tenant=tenant, text=text, vector=vector, limit=limit, **kw)
     return await GraphSource(pool, lambda: cfg).search(q)
 

@@ -71,6 +71,7 @@ def memory(mid: str, vec: np.ndarray, **fields: Any) -> MemoryInput:
 
 
 def query(tenant: str, vec: np.ndarray, limit: int = 10, **kw: Any) -> SearchQuery:
+    kw.setdefault("model", "synthetic")
     return SearchQuery(tenant=tenant, text="", vector=tuple(float(x) for x in vec), limit=limit, **kw)
 
 

@@ -141,7 +141,7 @@ async def test_sources_and_store_reads_run_under_the_policy(pool: AsyncConnectio
     filter would fall back on."""
     store = PostgresStore(pool)
     sources = [PgvectorSource(pool, lambda: cfg), GraphSource(pool, lambda: cfg)]
-    q = SearchQuery(tenant="acme", text="Blue Safe", vector=vec(1), limit=10)
+    q = SearchQuery(tenant="acme", text="Blue Safe", vector=vec(1), limit=10, model="synthetic")
 
     async def seen() -> list[int]:
         counts = [len(await s.search(q)) for s in sources]

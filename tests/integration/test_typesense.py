@@ -177,7 +177,13 @@ def q(
     min_confidence: float = 0.0,
 ) -> SearchQuery:
     return SearchQuery(
-        tenant=tenant, text=text, vector=vector, limit=limit, filters=filters, min_confidence=min_confidence
+        tenant=tenant,
+        text=text,
+        vector=vector,
+        limit=limit,
+        filters=filters,
+        min_confidence=min_confidence,
+        model="synthetic-8d",
     )
 
 
