@@ -357,6 +357,28 @@ def _v11(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v12(dim: int) -> list[sql.Composable]:
+    """Embedding versions: vector search compares a query vector only with
+    rows its model made. A memory written with its own embedding was recorded
+    as made by ``client``; such vectors were taken to be the service's
+    model's (they were compared with its query vectors), and now say so: they
+    get the model recorded in ``braid_meta`` (none on a new database), with
+    an outbox row each so that their Typesense documents say so too."""
+    return [
+        sql.SQL(
+            """
+            WITH moved AS (
+                UPDATE memories SET model = meta.value
+                  FROM braid_meta AS meta
+                 WHERE meta.key = 'embedding_model' AND memories.model = 'client'
+                RETURNING memories.tenant, memories.id
+            )
+            INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM moved
+            """
+        ),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -370,6 +392,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     9: _v9,
     10: _v10,
     11: _v11,
+    12: _v12,
 }
 
 

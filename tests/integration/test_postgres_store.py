@@ -156,14 +156,47 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
             (str(list(vector(1))),),
         )
         monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
-        # A database at 9 goes through supersession (10) and forgetting (11).
-        assert await migrate(conn, dim=DIM) == [10, 11]
+        # A database at 9 goes through supersession (10), forgetting (11) and
+        # embedding versions (12, which finds no `client` vectors here).
+        assert await migrate(conn, dim=DIM) == [10, 11, 12]
         cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
         assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
         cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by, expires_at FROM memories")
         assert await cur.fetchall() == [(None, None, None, None)]
         cur = await conn.execute("SELECT count(*) FROM tenant_generations")
         assert await cur.fetchall() == [(0,)]
+
+
+async def test_migration_12_records_the_model_of_vectors_writers_gave(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Vectors a writer gave were recorded as ``client`` and compared with the
+    service's query vectors: they now carry the model the database records,
+    with an outbox row each; other models' rows are left as they are."""
+    from indexers import migrations
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 12})
+        await migrate(conn, dim=DIM)
+        await conn.execute("INSERT INTO braid_meta (key, value) VALUES ('embedding_model', 'the-model')")
+        await conn.execute(
+            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+            " SELECT 't', 'm' || n, 'a memory', 'note', 'session', now(), %s::vector,"
+            " CASE WHEN n < 3 THEN 'client' ELSE 'other-model' END"
+            " FROM generate_series(1, 4) n",
+            (str(list(vector(1))),),
+        )
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [12]
+        cur = await conn.execute("SELECT id, model FROM memories ORDER BY id")
+        assert await cur.fetchall() == [
+            ("m1", "the-model"),
+            ("m2", "the-model"),
+            ("m3", "other-model"),
+            ("m4", "other-model"),
+        ]
+        cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
+        assert await cur.fetchall() == [("m1", "upsert"), ("m2", "upsert")]
 
 
 async def test_a_database_with_11_but_not_10_gets_10(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
