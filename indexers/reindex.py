@@ -9,6 +9,13 @@ them. While a job runs, recalls keep using the old index:
   current row, the alias is switched to the new collection, the replay is
   repeated for writes that raced the switch, and the old collection is
   dropped.
+* **embeddings**: every memory and entity whose embedding another model
+  made (vector search leaves them out) is embedded again by the service's
+  model, ``EMBED_BATCH`` at a time on the embedder's write lane (a recall's
+  query embedding never waits behind it), and each batch is written in one
+  transaction with its outbox rows (:mod:`indexers.postgres.reembed`).
+  Progress counts both kinds; a row re-written or deleted meanwhile is left
+  as its writer left it.
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in. A decayed tier whose
   fold needs a new epoch (a new half-life, re-centring, a tier folded for the
@@ -45,9 +52,17 @@ from psycopg.types.json import Jsonb
 from config import BraidError, ConfigHolder
 
 from .base import BackendError, postgres_errors
+from .embedding import Embedder
 from .pgvector import rebuild_index
-from .postgres import RECORD_COLUMNS, PostgresStore, record_from_row
+from .postgres import RECORD_COLUMNS, PostgresStore, entity_text, record_from_row
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
+from .postgres.reembed import (
+    replace_entities,
+    replace_memories,
+    stale_counts,
+    stale_entities,
+    stale_memories,
+)
 from .sync import OutboxSync
 from .typesense import TypesenseIndex
 
@@ -56,6 +71,8 @@ __all__ = ["ReindexBusy", "ReindexJobs"]
 log = logging.getLogger("braid.reindex")
 
 BATCH = 500
+#: Memories (or entities) re-embedded and written per step of an embeddings job.
+EMBED_BATCH = 64
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
@@ -84,12 +101,15 @@ class ReindexJobs:
         index: TypesenseIndex,
         sync: OutboxSync,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        embedder: Embedder | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._index = index
         self._sync = sync
         self._spawn = spawn
+        #: The service's model: what an ``embeddings`` job embeds with.
+        self._embedder = embedder
 
     async def mark_interrupted(self) -> int:
         """At start-up: a job left queued or running whose lock is free died
@@ -266,6 +286,8 @@ class ReindexJobs:
                 await self._pgvector(tier, report)
             if target in ("typesense", "all"):
                 await self._typesense(report)
+            if target == "embeddings":
+                await self._embeddings(report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
@@ -284,6 +306,42 @@ class ReindexJobs:
             await report({"pgvector": {"tier": name, "done": i, "total": len(tiers)}})
             await rebuild_index(self._store.pool, cfg, name)
         await report({"pgvector": {"done": len(tiers), "total": len(tiers)}})
+
+    async def _embeddings(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        if self._embedder is None:
+            raise RuntimeError("this service has no embedder to re-embed with")
+        embedder, pool = self._embedder, self._store.pool
+        model = embedder.model
+        memories, entities = await stale_counts(pool, model)
+        done = {"memories": 0, "entities": 0}
+
+        async def step(kind: str, total: int, replaced: int, read: int) -> None:
+            done[kind] += read
+            progress = {"model": model, kind: {"done": done[kind], "total": total}}
+            await report({"embeddings": progress})
+            log.info("re-embedding %s: %d/%d read, %d replaced in this batch", kind, done[kind], total, replaced)
+
+        await report(
+            {
+                "embeddings": {
+                    "model": model,
+                    "memories": {"done": 0, "total": memories},
+                    "entities": {"done": 0, "total": entities},
+                }
+            }
+        )
+        after: tuple[str, str] | None = None
+        while rows := await stale_memories(pool, model, after, EMBED_BATCH):
+            vectors = await embedder.embed([r.content for r in rows])
+            replaced = await replace_memories(pool, rows, vectors, model)
+            after = (rows[-1].tenant, rows[-1].id)
+            await step("memories", memories, replaced, len(rows))
+        last: int | None = None
+        while entity_rows := await stale_entities(pool, model, last, EMBED_BATCH):
+            texts = [entity_text(e.name, e.summary) for e in entity_rows]
+            replaced = await replace_entities(pool, entity_rows, await embedder.embed(texts), model)
+            last = entity_rows[-1].id
+            await step("entities", entities, replaced, len(entity_rows))
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()

@@ -161,7 +161,7 @@ async def _open_runtime(
             def spawn(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(job)
 
-            jobs = ReindexJobs(config, store, index, sync, spawn)
+            jobs = ReindexJobs(config, store, index, sync, spawn, embedder)
             await jobs.mark_interrupted()
             tg.start_soon(sync.run)
             # Decayed tiers' folds re-centred before their float range ends.
