@@ -31,8 +31,10 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError, ConfigHolder
+from indexers.base import postgres_errors
 from indexers.engine import Engine
-from indexers.postgres import PING_TIMEOUT_S
+from indexers.lifecycle import Forgetting
+from indexers.postgres import PING_TIMEOUT_S, tenant_counts
 from indexers.runtime import Backends, Runtime, open_runtime
 
 from . import validate
@@ -56,6 +58,7 @@ from .schemas import (
     ReindexIn,
     RelationsDeletedOut,
     ReloadOut,
+    StatsOut,
     VersionsOut,
 )
 from .validate import InputError, memory_writes, recall_options
@@ -284,6 +287,19 @@ async def reload_config(engine: NamedDependency[Engine]) -> ReloadOut:
 
 
 @get(
+    "/admin/stats",
+    guards=ADMIN,
+    summary="Per tenant: memories by tier and embedding model, superseded, expired, outbox pending",
+    responses=problem_responses(400, 401, 403, 429, 503),
+)
+async def stats(engine: NamedDependency[Engine], tenant: FromQuery[str | None] = None) -> StatsOut:
+    name = validate.tenant(tenant)
+    with postgres_errors("read"):
+        counts = await tenant_counts(engine.store.pool, Forgetting.from_config(engine.config.current), name)
+    return StatsOut.of(engine.embedder.model, counts)
+
+
+@get(
     "/health",
     summary="Each backend's status: 200 when all are up, 503 otherwise",
     # No key needed: an empty requirement lifts the schema-wide bearer requirement.
@@ -352,6 +368,7 @@ def create_app(settings: AppSettings) -> Litestar:
             start_reindex,
             reindex_status,
             reload_config,
+            stats,
             health,
         ],
         dependencies={

@@ -7,6 +7,7 @@ batch size, tiers, embedding dimension) are checked in :mod:`service.validate`.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -21,6 +22,7 @@ from msgspec import Meta
 from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
 from indexers.cache import CacheStats
+from indexers.postgres import TenantCounts
 from indexers.results import RecallResult
 from indexers.sweep import SweepStats
 
@@ -56,6 +58,9 @@ __all__ = [
     "ReindexIn",
     "ReloadOut",
     "RelationIn",
+    "StatsCountsOut",
+    "StatsOut",
+    "TenantStatsOut",
 ]
 
 # msgspec matches a pattern with re.search, where `$` also matches before a
@@ -375,3 +380,90 @@ class HealthOut(msgspec.Struct):
     lifecycle: SweepStats
     #: This process's recall result cache (``cache.ttlMs``).
     cache: CacheStats
+
+
+class StatsCountsOut(msgspec.Struct):
+    """Stored rows, counted. Every memory count is of the rows stored now:
+    ``superseded`` and ``expired`` are among ``memories``, not beside them."""
+
+    #: Memories stored: current, superseded and expired (not yet swept) alike.
+    memories: int
+    #: Tier -> memories.
+    by_tier: dict[str, int]
+    #: Embedding model -> memories whose stored vector it made (a writer's own
+    #: vector counts under its ``embedding_model``).
+    by_model: dict[str, int]
+    #: Memories whose stored vector the service's model (``embedding_model``)
+    #: did not make: the ones ``by_model`` counts under another model. The
+    #: service's query vectors are never compared with theirs; the reindex
+    #: target ``embeddings`` embeds them with its model.
+    stale_embeddings: int
+    #: Embedding model -> entities whose stored vector it made.
+    entities_by_model: dict[str, int]
+    #: Memories a newer version of their ``mem_key`` retired.
+    superseded: int
+    #: Memories expired now by the running config (``expires_at``, a tier's
+    #: ``retentionDays``, ``lifecycle.forgetBelow``) that no sweep removed
+    #: yet: exactly the ones the sweeper's next run removes.
+    expired: int
+    #: Outbox rows not yet applied to Typesense.
+    outbox_pending: int
+
+    @classmethod
+    def total(cls, tenants: list[TenantStatsOut]) -> StatsCountsOut:
+        """The sums over ``tenants``."""
+        by_tier: Counter[str] = Counter()
+        by_model: Counter[str] = Counter()
+        entities: Counter[str] = Counter()
+        for t in tenants:
+            by_tier.update(t.by_tier)
+            by_model.update(t.by_model)
+            entities.update(t.entities_by_model)
+        return cls(
+            memories=sum(t.memories for t in tenants),
+            by_tier=dict(sorted(by_tier.items())),
+            by_model=dict(sorted(by_model.items())),
+            stale_embeddings=sum(t.stale_embeddings for t in tenants),
+            entities_by_model=dict(sorted(entities.items())),
+            superseded=sum(t.superseded for t in tenants),
+            expired=sum(t.expired for t in tenants),
+            outbox_pending=sum(t.outbox_pending for t in tenants),
+        )
+
+
+class TenantStatsOut(StatsCountsOut):
+    """One tenant's stored rows, counted."""
+
+    tenant: str
+
+    @classmethod
+    def of(cls, counts: TenantCounts, embedding_model: str) -> TenantStatsOut:
+        return cls(tenant=counts.tenant, **_counts(counts, embedding_model))
+
+
+def _counts(counts: TenantCounts, embedding_model: str) -> dict[str, Any]:
+    return {
+        "memories": sum(counts.by_tier.values()),
+        "by_tier": counts.by_tier,
+        "by_model": counts.by_model,
+        "stale_embeddings": sum(n for model, n in counts.by_model.items() if model != embedding_model),
+        "entities_by_model": counts.entities_by_model,
+        "superseded": counts.superseded,
+        "expired": counts.expired,
+        "outbox_pending": counts.outbox_pending,
+    }
+
+
+class StatsOut(msgspec.Struct):
+    #: The model the service embeds memories, entities and queries with.
+    embedding_model: str
+    #: Every tenant with a stored memory, entity or pending outbox row, by
+    #: name; with ``?tenant=``, that tenant alone (zero counts if it has nothing).
+    tenants: list[TenantStatsOut]
+    #: The sums over ``tenants``.
+    totals: StatsCountsOut
+
+    @classmethod
+    def of(cls, embedding_model: str, counts: list[TenantCounts]) -> StatsOut:
+        tenants = [TenantStatsOut.of(c, embedding_model) for c in counts]
+        return cls(embedding_model=embedding_model, tenants=tenants, totals=StatsCountsOut.total(tenants))

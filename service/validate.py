@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from config import BraidConfig, BraidError, source_defaults
+from config import BraidConfig, BraidError, is_safe_name, source_defaults
 from indexers.base import Filters
 from indexers.engine import GraphWrite, MemoryWrite
 from indexers.postgres import EntityInput, RelationInput
@@ -32,6 +32,7 @@ __all__ = [
     "recall_options",
     "reindex",
     "relation_key",
+    "tenant",
     "versions_limit",
 ]
 
@@ -339,3 +340,13 @@ def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
         raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
     if body.tier is not None and body.target == "embeddings":
         raise InputError("tier applies to pgvector indexes; an embeddings job re-embeds every tier")
+
+
+def tenant(value: str | None) -> str | None:
+    """A tenant name from the query, by the rule of the tenants keys name
+    (``config.NAME_PATTERN``); ``None``: every tenant."""
+    if value is not None and not is_safe_name(value):
+        raise InputError(
+            f"tenant {value!r} is not a valid tenant name (1-63 letters, digits, _ and -, not starting with -)"
+        )
+    return value

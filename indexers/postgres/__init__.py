@@ -19,6 +19,7 @@ One job a module:
   transaction, the per-key locks, and the restore of a retired version.
 * :mod:`.generations`: the per-tenant write generation every change bumps
   (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
+* :mod:`.stats`: what is stored, counted per tenant (:func:`tenant_counts`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .sql import (
     lifecycle_clause,
     record_from_row,
 )
+from .stats import TenantCounts, tenant_counts
 from .store import PostgresStore
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "PoolSource",
     "PostgresStore",
     "RelationInput",
+    "TenantCounts",
     "Written",
     "bump_generations",
     "filter_clause",
@@ -68,5 +71,6 @@ __all__ = [
     "read_generation",
     "record_from_row",
     "scope_to_tenant",
+    "tenant_counts",
     "tenant_transaction",
 ]

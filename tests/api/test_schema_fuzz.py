@@ -69,6 +69,7 @@ OPERATIONS = {
     "POST /admin/reindex",
     "GET /admin/reindex/{job_id}",
     "POST /admin/config/reload",
+    "GET /admin/stats",
     "GET /health",
 }
 #: No body and a free string path (or nothing at all): nothing to make invalid.
@@ -79,7 +80,12 @@ NOTHING_TO_NEGATE = {
     "POST /admin/config/reload",
     "GET /health",
 }
-ADMIN_OPERATIONS = {"POST /admin/reindex", "GET /admin/reindex/{job_id}", "POST /admin/config/reload"}
+ADMIN_OPERATIONS = {
+    "POST /admin/reindex",
+    "GET /admin/reindex/{job_id}",
+    "POST /admin/config/reload",
+    "GET /admin/stats",
+}
 
 
 @dataclass
@@ -271,3 +277,4 @@ def test_every_endpoint_documented_and_no_500(served: Served, ledger: Ledger, wh
     else:
         assert tally.answers[("POST /admin/reindex", 202)] > 0
         assert tally.answers[("POST /admin/config/reload", 200)] > 0
+        assert tally.answers[("GET /admin/stats", 200)] > 0
