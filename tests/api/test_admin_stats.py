@@ -76,8 +76,13 @@ async def write_known_memories(braid: Braid) -> None:
         {"id": "b1", "content": "Beta one"},
         {"id": "b2", "content": "Beta two", "tier": "rag"},
         {"id": "b3", "content": "Beta three", "tier": "rag", "entities": ["Zorblax"]},
-        {"id": "b4", "content": "Beta four", "tier": "rag", "embedding": [1.0] + [0.0] * 383,
-         "embedding_model": "writer-model"},
+        {
+            "id": "b4",
+            "content": "Beta four",
+            "tier": "rag",
+            "embedding": [1.0] + [0.0] * 383,
+            "embedding_model": "writer-model",
+        },
         key=AGENT_B,
     )
     await braid.synced()
