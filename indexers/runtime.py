@@ -59,7 +59,9 @@ class Runtime(msgspec.Struct):
 
 
 async def _check_model(store: PostgresStore, model: str) -> None:
-    """Every stored vector records its model; warn when the service's model changed."""
+    """Every stored vector records its model; warn when the service's model
+    changed (vector search then leaves the older model's memories out until
+    ``POST /admin/reindex {"target": "embeddings"}`` embeds them again)."""
     async with store.pool.connection() as conn:
         await conn.execute(
             "INSERT INTO braid_meta (key, value) VALUES ('embedding_model', %s) ON CONFLICT (key) DO NOTHING",
@@ -69,8 +71,9 @@ async def _check_model(store: PostgresStore, model: str) -> None:
         row = await cur.fetchone()
     if row is not None and row[0] != model:
         log.warning(
-            "stored vectors were made by %s but the service now embeds with %s: "
-            "query and stored vectors are not comparable until memories are re-written",
+            "the database was created with %s but the service now embeds with %s: vector search "
+            "leaves out memories of other models until they are embedded again "
+            '(POST /admin/reindex {"target": "embeddings"}; GET /admin/stats counts them)',
             row[0],
             model,
         )
