@@ -53,6 +53,12 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: frequencies (the most common query terms are left out of the filter
     #: beyond it); also the candidate search's page size.
     bm25_candidates: Annotated[int, Meta(ge=1, le=250)] = 250
+    #: ``bm25``: query terms scored (the first ones, stopwords out). More than
+    #: ``max_terms``: a term costs a count, not a search.
+    bm25_max_terms: Annotated[int, Meta(ge=1, le=32)] = 16
+    #: ``bm25``: what an occurrence in the context (and a term of its length)
+    #: counts against one in the content (BM25F's field weight).
+    bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.3
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.

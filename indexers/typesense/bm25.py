@@ -3,15 +3,17 @@
 Typesense 0.24.1 has no idf, term frequency or length normalisation, and a
 multi-word search cannot find a document that matches only a middle word.
 So every document carries its distinct terms (``terms``, a ``string[]``) and
-its length (``length``; :func:`~.documents.document_terms`), and a recall:
+the lengths of its content and context (``length``, ``context_length``;
+:func:`~.documents.document_terms`), and a recall:
 
 1. filters the documents holding any of the query's chosen terms
    (``filter_by: <narrow> && terms:=[t1,t2,...]``, no text search at all);
-2. scores those candidates in Braid by BM25 over *every* query term: tf
-   counted in the candidate's own content and context (fetched with it), its
-   stored length, idf from each term's document frequency behind the
-   recall's filter, the mean length from a facet over ``length`` behind the
-   same filter (Typesense's facet stats give the exact mean);
+2. scores those candidates in Braid by BM25 over *every* query term, the
+   context counting ``bm25ContextWeight`` of the content (BM25F with two
+   fields): tf counted in the candidate's own content and context (fetched
+   with it), its stored lengths, idf from each term's document frequency
+   behind the recall's filter, the mean lengths from a facet over them
+   behind the same filter (Typesense's facet stats give exact means);
 3. returns them best first.
 
 Document frequencies, the filter's document count and the mean length are
@@ -48,11 +50,13 @@ CANDIDATES = "bm25"
 @dataclass(frozen=True)
 class CorpusStats:
     """What idf and length normalisation need of the documents behind a
-    filter: how many (``N``) and their mean ``length`` (``None``: no
-    document has one, written before the field existed)."""
+    filter: how many (``N``) and their mean ``length`` and
+    ``context_length`` (``None``: no document has one, written before the
+    fields existed)."""
 
     total: int
     avgdl: float | None
+    avg_context: float | None = None
 
 
 def select_terms(terms: Sequence[str], dfs: Mapping[str, int], budget: int) -> list[str]:
@@ -72,8 +76,8 @@ def select_terms(terms: Sequence[str], dfs: Mapping[str, int], budget: int) -> l
 
 def bm25_score(
     terms: Sequence[str],
-    tf: Mapping[str, int],
-    length: int,
+    tf: Mapping[str, float],
+    length: float,
     idfs: Mapping[str, float],
     avgdl: float,
     k1: float = BM25_K1,
@@ -90,6 +94,12 @@ def bm25_score(
     return score
 
 
+def _mean(facet: Mapping[str, Any]) -> float | None:
+    """The mean of a numeric facet's values, ``None`` if it has none."""
+    stats = facet.get("stats", {})
+    return float(stats["avg"]) if stats.get("total_values") and "avg" in stats else None
+
+
 def _filter(narrow: str, terms: Sequence[str]) -> str:
     return f"{narrow} && terms:={quoted_list(terms)}"
 
@@ -102,6 +112,7 @@ class Bm25Plan:
     filter_by: str
     terms: tuple[str, ...]
     budget: int
+    context_weight: float
     include_fields: str
     stats: CorpusStats | None
     dfs: dict[str, int]
@@ -131,7 +142,8 @@ class Bm25Plan:
         frequency is known, else for all of them)."""
         searches: list[tuple[str, dict[str, Any]]] = []
         if self.stats is None:
-            searches.append((STATS, {"q": "*", "per_page": 0, "facet_by": "length", "max_facet_values": 1}))
+            facets = {"facet_by": "length,context_length", "max_facet_values": 1}
+            searches.append((STATS, {"q": "*", "per_page": 0, **facets}))
         missing = [t for t in self.terms if t not in self.dfs]
         searches += [(DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, [t])}) for t in missing]
         chosen = select_terms(self.terms, self.dfs, self.budget) if not missing else self.terms
@@ -144,9 +156,8 @@ class Bm25Plan:
         overflowed its page and fewer terms would not."""
         answer = results.get(STATS)
         if answer is not None:
-            stats = (answer.get("facet_counts") or [{}])[0].get("stats", {})
-            avg = stats.get("avg") if stats.get("total_values") else None
-            self.stats = CorpusStats(int(answer.get("found", 0)), None if avg is None else float(avg))
+            means = {f["field_name"]: _mean(f) for f in answer.get("facet_counts", [])}
+            self.stats = CorpusStats(int(answer.get("found", 0)), means.get("length"), means.get("context_length"))
             if self._cache is not None:
                 self._cache.stats.put(self.filter_by, self.stats)
         for term in self.terms:
@@ -167,18 +178,31 @@ class Bm25Plan:
         first (ties keep Typesense's order: shorter first)."""
         if not docs:
             return []
-        texts = [normalised_text(f"{d.get('content', '')} {d.get('context', '')}") for d in docs]
-        # The stored length, counted as text_terms counts (one written before it: counted here).
-        lengths = [d["length"] if "length" in d else len(text.split()) for d, text in zip(docs, texts, strict=True)]
+        w = self.context_weight
         total = self.stats.total if self.stats is not None else len(docs)
         idfs = {t: idf(self.dfs.get(t, 0), total) for t in self.terms}
-        avgdl = self.stats.avgdl if self.stats is not None else None
-        if not avgdl:  # no document behind the filter had a length: the candidates' mean
-            avgdl = max(1.0, sum(lengths) / len(lengths))
-        scores = [
-            bm25_score(self.terms, {t: term_count(text, t) for t in self.terms}, length, idfs, avgdl)
-            for text, length in zip(texts, lengths, strict=True)
-        ]
+        tfs: list[dict[str, float]] = []
+        lengths: list[float] = []
+        for doc in docs:
+            content = normalised_text(doc.get("content", ""))
+            context = normalised_text(doc.get("context") or "") if w else ""
+            tf: dict[str, float] = {t: term_count(content, t) for t in self.terms}
+            if context:
+                for t in self.terms:
+                    tf[t] += w * term_count(context, t)
+            tfs.append(tf)
+            # The stored lengths, counted as text_terms counts (counted here for a
+            # document written before they existed).
+            own = doc["length"] if "length" in doc else len(content.split())
+            around = doc["context_length"] if "context_length" in doc else len(context.split())
+            lengths.append(own + w * around)
+        stats = self.stats
+        if stats is not None and stats.avgdl is not None:
+            avgdl = stats.avgdl + w * (stats.avg_context or 0.0)
+        else:  # no document behind the filter had lengths: the candidates' mean
+            avgdl = sum(lengths) / len(lengths)
+        avgdl = avgdl or 1.0
+        scores = [bm25_score(self.terms, tf, length, idfs, avgdl) for tf, length in zip(tfs, lengths, strict=True)]
         order = sorted(range(len(docs)), key=lambda i: -scores[i])
         return [docs[i]["memory_id"] for i in order]
 
@@ -191,7 +215,10 @@ class Bm25Keywords:
         self.stats: TtlCache[str, CorpusStats] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self.dfs: TtlCache[tuple[str, str], int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
 
-    def plan(self, filter_by: str, terms: Sequence[str], budget: int, include_fields: str) -> Bm25Plan:
+    def plan(
+        self, filter_by: str, terms: Sequence[str], budget: int, context_weight: float, include_fields: str
+    ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by``."""
         dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
-        return Bm25Plan(filter_by, tuple(terms), budget, include_fields, self.stats.get(filter_by), dfs, _cache=self)
+        stats = self.stats.get(filter_by)
+        return Bm25Plan(filter_by, tuple(terms), budget, context_weight, include_fields, stats, dfs, _cache=self)

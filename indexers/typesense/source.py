@@ -32,8 +32,8 @@ MAX_PER_PAGE = 250
 #: The fields a search hit needs; the embedding is never sent back.
 _HIT_FIELDS = ",".join(document_field(name) for name in SHOWN_FIELDS)
 
-#: A bm25 candidate's: the hit's, the context (its terms are counted too) and the length.
-_BM25_FIELDS = f"{_HIT_FIELDS},context,length"
+#: A bm25 candidate's: the hit's, the context (its terms are counted too) and the lengths.
+_BM25_FIELDS = f"{_HIT_FIELDS},context,length,context_length"
 
 
 def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:
@@ -106,11 +106,12 @@ class TypesenseSource:
         assert isinstance(ts, TypesenseSourceConfig)
         candidates = min(ts.candidates, MAX_PER_PAGE)
         # A semantic recall (vector only) searches no terms.
-        terms = keyword_terms(query.text, ts.max_terms) if "keyword" in query.matches else []
+        cap = ts.bm25_max_terms if ts.keyword_mode == "bm25" else ts.max_terms
+        terms = keyword_terms(query.text, cap) if "keyword" in query.matches else []
         total = self._totals.get(filter_by) if terms and ts.keyword_mode == "terms" else None
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
-            bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, _BM25_FIELDS)
+            bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
         searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25)
         if not searches:
             return []

@@ -43,9 +43,9 @@ def test_term_count_skips_a_term_inside_a_word() -> None:
     assert term_count(text, "cats") == 1
 
 
-def test_document_terms_are_distinct_without_stopwords_and_length_counts_all() -> None:
-    assert document_terms("The cat saw the Cat.", "a dog's bone") == (["cat", "saw", "dogs", "bone"], 8)
-    assert document_terms("Is it?", None) == ([], 2)
+def test_document_terms_are_distinct_without_stopwords_and_lengths_count_all() -> None:
+    assert document_terms("The cat saw the Cat.", "a dog's bone") == (["cat", "saw", "dogs", "bone"], 5, 3)
+    assert document_terms("Is it?", None) == ([], 2, 0)
 
 
 def test_record_document_carries_terms_and_length() -> None:
@@ -60,7 +60,8 @@ def test_record_document_carries_terms_and_length() -> None:
         confidence=1.0,
     )
     doc = record_document(rec)
-    assert (doc["terms"], doc["length"]) == (["blue", "password"], 5)  # "the", "before": stopwords
+    # "the", "before": stopwords, counted in the context's length.
+    assert (doc["terms"], doc["length"], doc["context_length"]) == (["blue", "password"], 2, 3)
 
 
 def test_idf_is_lucenes_and_never_negative() -> None:
@@ -104,8 +105,10 @@ def test_bm25_score_is_rank_bm25s_to_the_bit(query: list[str]) -> None:
         assert bm25_score(query, tf, len(words), idfs, avgdl) == expected[row]
 
 
-def _plan(terms: list[str], dfs: dict[str, int], budget: int = 250, stats: CorpusStats | None = None) -> Bm25Plan:
-    return Bm25Plan("tenant:=`a`", tuple(terms), budget, "content", stats, dict(dfs))
+def _plan(
+    terms: list[str], dfs: dict[str, int], budget: int = 250, stats: CorpusStats | None = None, weight: float = 1.0
+) -> Bm25Plan:
+    return Bm25Plan("tenant:=`a`", tuple(terms), budget, weight, "content", stats, dict(dfs))
 
 
 def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
@@ -130,13 +133,19 @@ def test_a_cold_plan_counts_and_searches_every_term_then_retries_if_it_overflowe
     assert roles == ["bm25:stats", "bm25:df:rare", "bm25"]
     assert plan.sent == ["common", "rare"]
     answers = {
-        "bm25:stats": {"found": 1000, "facet_counts": [{"stats": {"avg": 12.5, "total_values": 990}}]},
+        "bm25:stats": {
+            "found": 1000,
+            "facet_counts": [
+                {"field_name": "length", "stats": {"avg": 12.5, "total_values": 990}},
+                {"field_name": "context_length", "stats": {"total_values": 0}},
+            ],
+        },
         "bm25:df:rare": {"found": 2},
         "bm25": {"found": 301},
     }
     again = plan.learn(answers)
     assert again is not None and again[1]["filter_by"] == "tenant:=`a` && terms:=[`rare`]"
-    assert plan.stats == CorpusStats(1000, 12.5) and plan.dfs == {"common": 300, "rare": 2}
+    assert plan.stats == CorpusStats(1000, 12.5, None) and plan.dfs == {"common": 300, "rare": 2}
     # A page that held every match is enough.
     plan = _plan(["common", "rare"], {}, budget=10)
     plan.searches()
@@ -150,7 +159,7 @@ def test_plan_ranking_is_bm25_over_every_query_term() -> None:
     plan = _plan(["rare", "common"], {"rare": 2, "common": 10}, stats=stats)
     docs = [
         {"memory_id": "common-only", "content": "common common here", "length": 3},
-        {"memory_id": "rare-long", "content": "rare and many other words in it", "context": "more", "length": 8},
+        {"memory_id": "rare-long", "content": "rare and many other words in it", "length": 7, "context": "more"},
         {"memory_id": "rare-short", "content": "rare", "length": 1},
         {"memory_id": "both", "content": "rare common", "length": 2},
     ]
@@ -160,3 +169,29 @@ def test_plan_ranking_is_bm25_over_every_query_term() -> None:
     idfs = {"rare": idf(2, 100), "common": idf(10, 100)}
     by_hand = idfs["common"] * 2 * 2.5 / (2 + 1.5 * (0.25 + 0.75 * 3 / 4))
     assert bm25_score(["rare", "common"], {"common": 2}, 3, idfs, 4.0) == pytest.approx(by_hand, rel=1e-15)
+
+
+def test_the_context_counts_its_weight_in_tf_and_length() -> None:
+    """BM25F with two fields: tf = tf(content) + w·tf(context), the same for
+    the length and its mean."""
+    stats = CorpusStats(50, 3.0, 9.0)
+    docs = [
+        {"memory_id": "said", "content": "the heron flew", "length": 3, "context": "x y z", "context_length": 3},
+        {
+            "memory_id": "around",
+            "content": "it flew",
+            "length": 2,
+            "context": "a heron heron there",
+            "context_length": 4,
+        },
+    ]
+    idfs = {"heron": idf(5, 50)}
+    for weight in (0.0, 0.3, 1.0):
+        plan = _plan(["heron"], {"heron": 5}, stats=stats, weight=weight)
+        avgdl = 3.0 + weight * 9.0
+        said = bm25_score(["heron"], {"heron": 1}, 3 + weight * 3, idfs, avgdl)
+        around = bm25_score(["heron"], {"heron": 2 * weight}, 2 + weight * 4, idfs, avgdl)
+        assert plan.ranking(docs) == (["said", "around"] if said >= around else ["around", "said"])
+    # Full weight: twice in a short context beats once in the content.
+    assert _plan(["heron"], {"heron": 5}, stats=stats, weight=1.0).ranking(docs) == ["around", "said"]
+    assert _plan(["heron"], {"heron": 5}, stats=stats, weight=0.3).ranking(docs) == ["said", "around"]
