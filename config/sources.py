@@ -58,7 +58,7 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     bm25_max_terms: Annotated[int, Meta(ge=1, le=32)] = 16
     #: ``bm25``: what an occurrence in the context (and a term of its length)
     #: counts against one in the content (BM25F's field weight).
-    bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.3
+    bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.
