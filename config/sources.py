@@ -46,7 +46,19 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: ``terms``: each query term is searched on its own and the hits ranked
     #: by summed idf (better ranking, one search per term). ``single``: one
     #: search for all the terms, ranked by Typesense (how many terms match).
-    keyword_mode: Literal["terms", "single"] = "terms"
+    #: ``bm25``: one filter for the documents holding the terms, ranked by
+    #: Okapi BM25 in Braid (indexers/typesense/bm25.py).
+    keyword_mode: Literal["terms", "single", "bm25"] = "terms"
+    #: ``bm25``: the most candidates scored, as a budget of summed document
+    #: frequencies (the most common query terms are left out of the filter
+    #: beyond it); also the candidate search's page size.
+    bm25_candidates: Annotated[int, Meta(ge=1, le=250)] = 250
+    #: ``bm25``: query terms scored (the first ones, stopwords out). More than
+    #: ``max_terms``: a term costs a count, not a search.
+    bm25_max_terms: Annotated[int, Meta(ge=1, le=32)] = 16
+    #: ``bm25``: what an occurrence in the context (and a term of its length)
+    #: counts against one in the content (BM25F's field weight).
+    bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.

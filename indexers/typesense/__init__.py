@@ -9,6 +9,8 @@ One job a module, each usable alone:
 * :mod:`.index`: :class:`TypesenseIndex`, the write/admin side used by the
   outbox and reindex (versioned collections behind an alias).
 * :mod:`.keywords`: the keyword terms of a query and their idf ranking.
+* :mod:`.bm25`: the ``bm25`` keyword mode (one filtered search, Okapi BM25
+  computed here over its candidates).
 * :mod:`.source`: :class:`TypesenseSource`, the search side (the
   :class:`~indexers.base.Source` protocol); importing this package registers
   it as the ``typesense`` source.

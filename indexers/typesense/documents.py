@@ -22,10 +22,13 @@ from config import is_safe_name
 
 from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
 from . import metadata
+from .keywords import STOPWORDS, text_terms
 
 __all__ = [
     "NO_EXPIRY",
+    "TERM_FIELDS",
     "document_field",
+    "document_terms",
     "hit_from_document",
     "build_filter",
     "collection_schema",
@@ -106,6 +109,22 @@ def document_id(tenant: str, memory_id: str) -> str:
     return f"{tenant}:{memory_id}"
 
 
+#: Fields derived from the content and context for the ``bm25`` keyword mode
+#: (:func:`document_terms`), not memory fields.
+TERM_FIELDS = ("terms", "length", "context_length")
+
+
+def document_terms(content: str, context: str | None) -> tuple[list[str], int, int]:
+    """The ``terms``, ``length`` and ``context_length`` of a document: the
+    distinct terms of the content and context (:func:`~.keywords.text_terms`,
+    the normalisation of query terms) without stopwords, in order of first
+    appearance; and how many terms the content and the context have,
+    stopwords and repeats included (BM25's document length)."""
+    own = text_terms(content)
+    around = text_terms(context) if context else []
+    return [t for t in dict.fromkeys(own + around) if t not in STOPWORDS], len(own), len(around)
+
+
 def record_document(record: MemoryRecord) -> dict[str, Any]:
     """The Typesense document of a memory: epoch seconds, no ``None`` fields."""
     doc: dict[str, Any] = {
@@ -121,6 +140,7 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
         "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
+    doc["terms"], doc["length"], doc["context_length"] = document_terms(record.content, record.context)
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
     if record.superseded_by is not None:
@@ -193,6 +213,12 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             {"name": "superseded_by", "type": "string", "index": False, "optional": True},
             # Metadata containment tokens (indexers.typesense.metadata).
             {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
+            # The bm25 keyword mode's (document_terms): filtered on by exact term,
+            # and the lengths' means taken by a facet. Optional only so that an
+            # older collection can gain them; every document written has them.
+            {"name": "terms", "type": "string[]", "optional": True},
+            {"name": "length", "type": "int32", "facet": True, "optional": True},
+            {"name": "context_length", "type": "int32", "facet": True, "optional": True},
         ],
     }
 

@@ -18,6 +18,8 @@ from fusion.rrf import rrf
 from ..base import SHOWN_FIELDS, Hit, SearchQuery
 from ..lifecycle import Forgetting
 from ..registry import SourceSpec, register
+from .bm25 import CANDIDATES as BM25_CANDIDATES
+from .bm25 import Bm25Keywords, Bm25Plan
 from .client import SOURCE, TypesenseClient
 from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
@@ -29,6 +31,9 @@ MAX_PER_PAGE = 250
 
 #: The fields a search hit needs; the embedding is never sent back.
 _HIT_FIELDS = ",".join(document_field(name) for name in SHOWN_FIELDS)
+
+#: A bm25 candidate's: the hit's, the context (its terms are counted too) and the lengths.
+_BM25_FIELDS = f"{_HIT_FIELDS},context,length,context_length"
 
 
 def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:
@@ -66,7 +71,8 @@ class TypesenseSource:
         self.client = client
         self.alias = alias
         self._get_config = get_config
-        self._totals = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+        self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+        self._bm25 = Bm25Keywords()
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         config = self._get_config()
@@ -100,18 +106,27 @@ class TypesenseSource:
         assert isinstance(ts, TypesenseSourceConfig)
         candidates = min(ts.candidates, MAX_PER_PAGE)
         # A semantic recall (vector only) searches no terms.
-        terms = keyword_terms(query.text, ts.max_terms) if "keyword" in query.matches else []
-        total = self._totals.get(filter_by) if terms and ts.keyword_mode != "single" else None
-        searches = _searches(query, ts, terms, candidates, count=total is None)
+        cap = ts.bm25_max_terms if ts.keyword_mode == "bm25" else ts.max_terms
+        terms = keyword_terms(query.text, cap) if "keyword" in query.matches else []
+        total = self._totals.get(filter_by) if terms and ts.keyword_mode == "terms" else None
+        bm25: Bm25Plan | None = None
+        if terms and ts.keyword_mode == "bm25":
+            bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
+        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25)
         if not searches:
             return []
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
         answers = await self.client.multi_search([{**common, **search} for _, search in searches])
+        answered = dict(zip((role for role, _ in searches), answers, strict=True))
+        if bm25 is not None and (again := bm25.learn(answered)) is not None:
+            # A cold cache's candidate search overflowed: once more, for the
+            # terms the counts that came back choose.
+            answered[again[0]] = (await self.client.multi_search([{**common, **again[1]}]))[0]
 
         # Hits outside the allowed tiers or under the confidence floor go first.
         results: dict[str, dict[str, Any]] = {
             role: {**answer, "hits": [h for h in answer.get("hits", []) if allowed_doc(h["document"])]}
-            for (role, _), answer in zip(searches, answers, strict=True)
+            for role, answer in answered.items()
         }
         docs: dict[str, dict[str, Any]] = {}
         for result in results.values():
@@ -120,6 +135,9 @@ class TypesenseSource:
         rankings: dict[str, list[str]] = {}
         if "single" in results:
             rankings["keyword"] = _ids(results["single"])
+        elif bm25 is not None:
+            found = [h["document"] for h in results[BM25_CANDIDATES]["hits"]]
+            rankings["keyword"] = bm25.ranking(found)[:candidates]
         elif terms:
             if total is None:
                 total = int(results["count"].get("found", 0))
@@ -147,6 +165,7 @@ def _searches(
     candidates: int,
     *,
     count: bool,
+    bm25: Bm25Plan | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The searches of one multi_search, in the order sent, each with its role.
 
@@ -154,7 +173,9 @@ def _searches(
     the summed idf of the terms that found it (:func:`idf_ranking`), and, if
     ``count``, a ``count`` search for the number of documents the filter
     allows (the idf's N); or, in the ``single`` keyword mode, one ``single``
-    search for every term. Vector: one ``vector`` (k-NN) search, unless the
+    search for every term; or, in the ``bm25`` mode, ``bm25``'s searches
+    (:meth:`Bm25Plan.searches`: the counts not cached and one candidate
+    search). Vector: one ``vector`` (k-NN) search, unless the
     config leaves it to a source that covers the vectors, or the recall's
     strategy allows keyword matching only (``query.matches``; a semantic one
     comes with no ``terms``).
@@ -163,6 +184,9 @@ def _searches(
     if ts.keyword_mode == "single":
         if terms:
             searches.append(("single", _keyword_search(" ".join(terms), candidates, drop_tokens=candidates)))
+    elif ts.keyword_mode == "bm25":
+        if bm25 is not None:
+            searches += bm25.searches()
     else:
         searches += [(f"term:{term}", _keyword_search(term, ts.term_hits)) for term in terms]
         if terms and count:

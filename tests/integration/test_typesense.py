@@ -33,6 +33,7 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
+from indexers.typesense.documents import record_document
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -804,3 +805,170 @@ async def test_fresh_upsert_into_a_new_collection_is_one_request(typesense_url: 
         await counting.aclose()
     assert counting.imports == [5]
     assert str(info.value) == "fresh needs the collection named: the live one has had deletes"
+
+
+# The bm25 keyword mode (indexers/typesense/bm25.py)
+
+
+@pytest.fixture
+def bm25(config: ConfigHolder) -> ConfigHolder:
+    with_typesense(config, keyword_mode="bm25")
+    return config
+
+
+def keyword_searches(call: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [s for s in call if "vector_query" not in s]
+
+
+@pytest.mark.anyio
+async def test_bm25_finds_a_document_matching_only_a_middle_term(
+    index: TypesenseIndex, source: TypesenseSource, bm25: ConfigHolder
+) -> None:
+    await index.upsert(
+        [
+            record("first", "alpaca grazing", i=0),
+            record("middle", "a lone bison", i=1),
+            record("last", "the camel walks", i=2),
+            record("none", "nothing here", i=3),
+        ]
+    )
+    found = await ids(source, q("alpaca bison camel"))
+    assert set(found) == {"first", "middle", "last"}
+    assert await ids(source, q("where did I see the bison walking?")) == ["middle"]
+
+
+@pytest.mark.anyio
+async def test_bm25_ranks_a_rare_term_above_a_common_one(
+    index: TypesenseIndex, source: TypesenseSource, bm25: ConfigHolder
+) -> None:
+    # Longer than the others: without idf it would rank last, being the longest.
+    await index.upsert(
+        [record("rare", "quokka seen near the river bank", i=0)]
+        + [record(f"c{i}", f"river number {i}", i=i) for i in range(1, 7)]
+    )
+    found = await ids(source, q("river quokka"))
+    assert found[0] == "rare" and len(found) == 7
+
+
+@pytest.mark.anyio
+async def test_bm25_counts_repeats_and_normalises_length(
+    index: TypesenseIndex, source: TypesenseSource, bm25: ConfigHolder
+) -> None:
+    filler = " ".join(f"word{i}" for i in range(30))
+    await index.upsert(
+        [
+            # Twice in a long document: length normalisation puts the short one first.
+            record("long", f"gecko {filler} gecko", i=0),
+            record("short", "gecko facts", i=1),
+            # Equal lengths: the repeated term wins (written first, so it is
+            # not Typesense's own order that puts it first).
+            record("twice", "newt newt pond", i=2),
+            record("once", "newt small pond", i=3),
+        ]
+    )
+    assert await ids(source, q("gecko")) == ["short", "long"]
+    assert await ids(source, q("newt")) == ["twice", "once"]
+
+
+@pytest.mark.anyio
+async def test_bm25_sends_one_keyword_search_once_the_counts_are_cached(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, bm25: ConfigHolder
+) -> None:
+    await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel pond", i=3)])
+    sent = SentSearches(client)
+    cold = await ids(source, q("otter eel", vector=VECTORS[3]))
+    warm = await ids(source, q("otter eel", vector=VECTORS[3]))
+    assert cold == warm and set(cold) == {"o0", "o1", "o2", "e"}
+    # Cold: the filter's stats, one count per term, the candidates, the vector search.
+    assert len(sent.calls[0]) == 5 and len(keyword_searches(sent.calls[0])) == 4
+    assert len(sent.calls) == 2 and len(sent.calls[1]) == 2
+    (search,) = keyword_searches(sent.calls[1])
+    assert search["filter_by"] == f"tenant:=`a` && {CURRENT} && terms:=[`eel`,`otter`]"
+    # Another query sharing a term counts only the new one.
+    await ids(source, q("otter heron"))
+    assert [s["filter_by"] for s in sent.calls[2]][0].endswith("terms:=[`heron`]")
+    assert len(sent.calls[2]) == 2
+
+
+@pytest.mark.anyio
+async def test_bm25_leaves_common_terms_out_of_a_full_page(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, bm25: ConfigHolder
+) -> None:
+    with_typesense(bm25, keyword_mode="bm25", bm25_candidates=4)
+    await index.upsert(
+        [record(f"c{i}", f"crow number {i}", i=i) for i in range(6)]
+        # Both terms, 3 words: above the wren alone in 4 (BM25 by hand: 1.49 against 1.14).
+        + [record("both", "crow and wren", i=6), record("wren", "a wren sings here", i=7)]
+    )
+    sent = SentSearches(client)
+    # Cold: the page of every term overflows (8 > 4), so once more for `wren` (df 2).
+    assert await ids(source, q("crow wren")) == ["both", "wren"]
+    assert len(sent.calls) == 2 and sent.calls[1][0]["filter_by"].endswith("terms:=[`wren`]")  # type: ignore[union-attr]
+    # Warm: that one search only.
+    assert await ids(source, q("crow wren")) == ["both", "wren"]
+    assert len(sent.calls) == 3 and len(sent.calls[2]) == 1
+    # A budget that holds both terms finds the crows too.
+    with_typesense(bm25, keyword_mode="bm25", bm25_candidates=250)
+    assert len(await ids(source, q("crow wren"))) == 8
+
+
+@pytest.mark.anyio
+async def test_bm25_does_not_find_documents_written_before_the_terms_field(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, bm25: ConfigHolder
+) -> None:
+    rec = record("old", "a badger sett", i=0)
+    doc = record_document(rec)
+    del doc["terms"], doc["length"], doc["context_length"]
+    await client.import_documents(await index.ensure(), [doc], vector_field=None, concurrency=1)
+    assert await ids(source, q("badger")) == []
+    with_typesense(bm25, keyword_mode="terms")
+    assert await ids(source, q("badger")) == ["old"]
+    # Written again (a sync or a reindex), it has them.
+    await index.upsert([rec])
+    with_typesense(bm25, keyword_mode="bm25")
+    assert await ids(source, q("badger")) == ["old"]
+
+
+@pytest.mark.anyio
+async def test_an_older_collection_gains_the_bm25_fields(client: TypesenseClient) -> None:
+    index = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    old = index.schema(f"{index.alias}_old")
+    old["fields"] = [f for f in old["fields"] if f["name"] not in ("terms", "length", "context_length")]
+    await client.create_collection(old)
+    await client.upsert_alias(index.alias, old["name"])
+    try:
+        await index.ensure()
+        fields = {f["name"]: f for f in (await client.get_collection(old["name"]) or {})["fields"]}
+        assert [(fields[n]["type"], fields[n]["facet"]) for n in ("terms", "length", "context_length")] == [
+            ("string[]", False),
+            ("int32", True),
+            ("int32", True),
+        ]
+    finally:
+        await client.delete_collection(old["name"])
+
+
+@pytest.mark.anyio
+async def test_bm25_keeps_every_filter(index: TypesenseIndex, source: TypesenseSource, bm25: ConfigHolder) -> None:
+    await index.upsert(
+        [
+            record("mine", "lynx in session one", i=0, session_id="s1", metadata={"topic": "cats"}),
+            record("other-session", "lynx in session two", i=1, session_id="s2"),
+            record("other-tenant", "lynx elsewhere", i=2, tenant="b"),
+            record(
+                "replaced",
+                "lynx as it was",
+                i=3,
+                superseded_at=T0 + timedelta(days=1),
+                superseded_by="mine",
+            ),
+        ]
+    )
+    assert set(await ids(source, q("lynx"))) == {"mine", "other-session"}
+    assert await ids(source, q("lynx", tenant="b")) == ["other-tenant"]
+    assert await ids(source, q("lynx", filters=Filters(session_id="s1"))) == ["mine"]
+    assert await ids(source, q("lynx", filters=Filters(metadata={"topic": "cats"}))) == ["mine"]
+    assert await ids(source, q("lynx", filters=Filters(metadata={"topic": "dogs"}))) == []
+    as_of = Filters(as_of=T0 + timedelta(hours=1))
+    assert set(await ids(source, q("lynx", filters=as_of))) == {"mine", "other-session", "replaced"}
+    assert await ids(source, q("lynx", min_confidence=0.95)) == []

@@ -10,7 +10,7 @@ from indexers.base import RECORD_FIELDS, SHOWN_FIELDS, Hit, MemoryRecord, Shown
 from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput
 from indexers.results import RecallItem
 from indexers.typesense import metadata
-from indexers.typesense.documents import collection_schema, document_field
+from indexers.typesense.documents import TERM_FIELDS, collection_schema, document_field
 from service.schemas import MemoryIn
 
 
@@ -32,8 +32,9 @@ def test_sql_columns_are_the_model_fields() -> None:
 def test_the_typesense_schema_has_a_field_for_every_stored_field() -> None:
     fields = {f["name"] for f in collection_schema("c", 4)["fields"]}
     # The document's own id is tenant-qualified; the memory's id is `memory_id`;
-    # metadata is held as the containment filter's tokens (indexers/typesense/metadata.py).
-    assert fields == {document_field(n) for n in RECORD_FIELDS} | {"id"}
+    # metadata is held as the containment filter's tokens (indexers/typesense/metadata.py);
+    # the bm25 keyword mode's terms and length are derived from content and context.
+    assert fields == {document_field(n) for n in RECORD_FIELDS} | {"id", *TERM_FIELDS}
     assert document_field("metadata") == metadata.FIELD
 
 

@@ -1,0 +1,224 @@
+"""The ``bm25`` keyword mode: Okapi BM25 over candidates Typesense filters out.
+
+Typesense 0.24.1 has no idf, term frequency or length normalisation, and a
+multi-word search cannot find a document that matches only a middle word.
+So every document carries its distinct terms (``terms``, a ``string[]``) and
+the lengths of its content and context (``length``, ``context_length``;
+:func:`~.documents.document_terms`), and a recall:
+
+1. filters the documents holding any of the query's chosen terms
+   (``filter_by: <narrow> && terms:=[t1,t2,...]``, no text search at all);
+2. scores those candidates in Braid by BM25 over *every* query term, the
+   context counting ``bm25ContextWeight`` of the content (BM25F with two
+   fields): tf counted in the candidate's own content and context (fetched
+   with it), its stored lengths, idf from each term's document frequency
+   behind the recall's filter, the mean lengths from a facet over them
+   behind the same filter (Typesense's facet stats give exact means);
+3. returns them best first.
+
+Document frequencies, the filter's document count and the mean length are
+counts, cached per filter for :data:`~.keywords.COUNT_TTL_S` seconds, so with
+warm caches a recall sends one keyword search. When the OR of all the terms
+would match more documents than a page holds, the most common terms are left
+out of the filter (rarest first, while their summed frequencies stay within
+``sources.typesense.bm25Candidates``): a document matching only common terms
+scores low anyway. A cold cache sends the counts with a first candidate
+search for every term, and a second search only if that one overflowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .documents import quoted_list
+from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf, normalised_text, term_count
+
+__all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
+
+#: Okapi BM25's parameters (as rank_bm25 and the benchmarks' reference).
+BM25_K1 = 1.5
+BM25_B = 0.75
+
+#: The roles of the mode's searches in a multi_search.
+STATS = "bm25:stats"
+DF = "bm25:df:"
+CANDIDATES = "bm25"
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """What idf and length normalisation need of the documents behind a
+    filter: how many (``N``) and their mean ``length`` and
+    ``context_length`` (``None``: no document has one, written before the
+    fields existed)."""
+
+    total: int
+    avgdl: float | None
+    avg_context: float | None = None
+
+
+def select_terms(terms: Sequence[str], dfs: Mapping[str, int], budget: int) -> list[str]:
+    """The terms a candidate search filters on: rarest first (ties in query
+    order), while their summed document frequencies stay within ``budget``;
+    the rarest one always. A term no document had is kept (it costs nothing,
+    and a memory written since the count was cached is then found)."""
+    chosen: list[str] = []
+    summed = 0
+    for term in sorted(terms, key=lambda t: dfs[t]):
+        if summed and summed + dfs[term] > budget:
+            break
+        chosen.append(term)
+        summed += dfs[term]
+    return chosen
+
+
+def bm25_score(
+    terms: Sequence[str],
+    tf: Mapping[str, float],
+    length: float,
+    idfs: Mapping[str, float],
+    avgdl: float,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> float:
+    """Okapi BM25 of one document: the sum over ``terms`` of
+    ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))``,
+    in rank_bm25's order of operations."""
+    norm = k1 * (1 - b + b * length / avgdl)
+    score = 0.0
+    for term in terms:
+        f = tf.get(term, 0)
+        score += idfs[term] * (f * (k1 + 1) / (f + norm))
+    return score
+
+
+def _mean(facet: Mapping[str, Any]) -> float | None:
+    """The mean of a numeric facet's values, ``None`` if it has none."""
+    stats = facet.get("stats", {})
+    return float(stats["avg"]) if stats.get("total_values") and "avg" in stats else None
+
+
+def _filter(narrow: str, terms: Sequence[str]) -> str:
+    return f"{narrow} && terms:={quoted_list(terms)}"
+
+
+@dataclass
+class Bm25Plan:
+    """One recall's keyword searches: what the caches already knew, what was
+    sent, and what the answers taught."""
+
+    filter_by: str
+    terms: tuple[str, ...]
+    budget: int
+    context_weight: float
+    include_fields: str
+    stats: CorpusStats | None
+    dfs: dict[str, int]
+    #: The terms of the candidate search sent last (``None``: none sent).
+    sent: list[str] | None = None
+    found: int = 0
+    _cache: Bm25Keywords | None = field(default=None, repr=False)
+
+    def _candidates(self, terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
+        self.sent = list(terms)
+        return (
+            CANDIDATES,
+            {
+                "q": "*",
+                "filter_by": _filter(self.filter_by, terms),
+                "per_page": self.budget,
+                # Should the page overflow, the shortest documents (BM25's best
+                # for one occurrence) come first.
+                "sort_by": "length:asc",
+                "include_fields": self.include_fields,
+            },
+        )
+
+    def searches(self) -> list[tuple[str, dict[str, Any]]]:
+        """The first multi_search's keyword searches: the counts the caches
+        lack and a candidate search (for the chosen terms when every document
+        frequency is known, else for all of them)."""
+        searches: list[tuple[str, dict[str, Any]]] = []
+        if self.stats is None:
+            facets = {"facet_by": "length,context_length", "max_facet_values": 1}
+            searches.append((STATS, {"q": "*", "per_page": 0, **facets}))
+        missing = [t for t in self.terms if t not in self.dfs]
+        searches += [(DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, [t])}) for t in missing]
+        chosen = select_terms(self.terms, self.dfs, self.budget) if not missing else self.terms
+        searches.append(self._candidates(chosen))
+        return searches
+
+    def learn(self, results: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+        """Read the counts from ``results`` (by role) into the plan and the
+        caches; returns the candidate search to send again if the first one
+        overflowed its page and fewer terms would not."""
+        answer = results.get(STATS)
+        if answer is not None:
+            means = {f["field_name"]: _mean(f) for f in answer.get("facet_counts", [])}
+            self.stats = CorpusStats(int(answer.get("found", 0)), means.get("length"), means.get("context_length"))
+            if self._cache is not None:
+                self._cache.stats.put(self.filter_by, self.stats)
+        for term in self.terms:
+            answer = results.get(DF + term)
+            if answer is not None:
+                self.dfs[term] = int(answer.get("found", 0))
+                if self._cache is not None:
+                    self._cache.dfs.put((self.filter_by, term), self.dfs[term])
+        answer = results.get(CANDIDATES)
+        self.found = 0 if answer is None else int(answer.get("found", 0))
+        if self.sent is None or self.found <= self.budget:
+            return None
+        chosen = select_terms(self.terms, self.dfs, self.budget)
+        return None if chosen == self.sent else self._candidates(chosen)
+
+    def ranking(self, docs: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The candidates' memory ids by BM25 over every query term, best
+        first (ties keep Typesense's order: shorter first)."""
+        if not docs:
+            return []
+        w = self.context_weight
+        total = self.stats.total if self.stats is not None else len(docs)
+        idfs = {t: idf(self.dfs.get(t, 0), total) for t in self.terms}
+        tfs: list[dict[str, float]] = []
+        lengths: list[float] = []
+        for doc in docs:
+            content = normalised_text(doc.get("content", ""))
+            context = normalised_text(doc.get("context") or "") if w else ""
+            tf: dict[str, float] = {t: term_count(content, t) for t in self.terms}
+            if context:
+                for t in self.terms:
+                    tf[t] += w * term_count(context, t)
+            tfs.append(tf)
+            # The stored lengths, counted as text_terms counts (counted here for a
+            # document written before they existed).
+            own = doc["length"] if "length" in doc else len(content.split())
+            around = doc["context_length"] if "context_length" in doc else len(context.split())
+            lengths.append(own + w * around)
+        stats = self.stats
+        if stats is not None and stats.avgdl is not None:
+            avgdl = stats.avgdl + w * (stats.avg_context or 0.0)
+        else:  # no document behind the filter had lengths: the candidates' mean
+            avgdl = sum(lengths) / len(lengths)
+        avgdl = avgdl or 1.0
+        scores = [bm25_score(self.terms, tf, length, idfs, avgdl) for tf, length in zip(tfs, lengths, strict=True)]
+        order = sorted(range(len(docs)), key=lambda i: -scores[i])
+        return [docs[i]["memory_id"] for i in order]
+
+
+class Bm25Keywords:
+    """The mode's caches (per filter: the corpus stats; per filter and term:
+    the document frequency), shared by the recalls of one source."""
+
+    def __init__(self) -> None:
+        self.stats: TtlCache[str, CorpusStats] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+        self.dfs: TtlCache[tuple[str, str], int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+
+    def plan(
+        self, filter_by: str, terms: Sequence[str], budget: int, context_weight: float, include_fields: str
+    ) -> Bm25Plan:
+        """A recall's plan, with what the caches know of ``filter_by``."""
+        dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
+        stats = self.stats.get(filter_by)
+        return Bm25Plan(filter_by, tuple(terms), budget, context_weight, include_fields, stats, dfs, _cache=self)

@@ -1,0 +1,197 @@
+"""The bm25 keyword mode's pure parts: terms, their selection, the scores."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from benchmarks.quality.bm25 import OkapiBM25
+from indexers.base import MemoryRecord
+from indexers.typesense.bm25 import Bm25Plan, CorpusStats, bm25_score, select_terms
+from indexers.typesense.documents import document_terms, record_document
+from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
+
+TRICKY = [
+    "Don't stop—the e-mail's at 10:30, café İstanbul ΟΔΟΣ snake_case x² ½",
+    "tab\there\nnew  line \u00a0nbsp hy\u00adphen (Blue) [password]!",
+    "plain ascii words, with punctuation; and 42 numbers.",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_text_terms_are_query_terms_word_by_word(text: str) -> None:
+    """Documents and queries normalise words the same way (the filter is exact)."""
+    by_word = ["".join(c for c in w if c.isalnum()).lower() for w in text.split()]
+    assert text_terms(text) == [w for w in by_word if w]
+    for word in text.split():
+        assert keyword_terms(word) == text_terms(word)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_term_count_counts_whole_words(text: str) -> None:
+    normalised = normalised_text(text)
+    for term in {*text_terms(text), "a", "is", "stop", "ab"}:
+        assert term_count(normalised, term) == normalised.split().count(term)
+
+
+def test_term_count_skips_a_term_inside_a_word() -> None:
+    text = normalised_text("Cat, cats and a bobcat: CAT! concat cat")
+    assert term_count(text, "cat") == 3
+    assert term_count(text, "cats") == 1
+
+
+def test_document_terms_are_distinct_without_stopwords_and_lengths_count_all() -> None:
+    assert document_terms("The cat saw the Cat.", "a dog's bone") == (["cat", "saw", "dogs", "bone"], 5, 3)
+    assert document_terms("Is it?", None) == ([], 2, 0)
+
+
+def test_record_document_carries_terms_and_length() -> None:
+    rec = MemoryRecord(
+        id="m",
+        tenant="t",
+        content="Blue password",
+        context="the password before",
+        kind="fact",
+        tier="rag",
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        confidence=1.0,
+    )
+    doc = record_document(rec)
+    # "the", "before": stopwords, counted in the context's length.
+    assert (doc["terms"], doc["length"], doc["context_length"]) == (["blue", "password"], 2, 3)
+
+
+def test_idf_is_lucenes_and_never_negative() -> None:
+    assert idf(2, 100) == math.log(1 + 98.5 / 2.5)
+    assert idf(100, 100) == math.log(1 + 0.5 / 100.5)
+    # A cached N older than a df: N is taken to be at least df.
+    assert idf(7, 5) == idf(7, 7)
+
+
+def test_select_terms_takes_the_rarest_within_the_budget() -> None:
+    dfs = {"common": 200, "rare": 3, "middle": 40, "gone": 0, "other": 40}
+    terms = ["common", "rare", "middle", "gone", "other"]
+    assert select_terms(terms, dfs, 250) == ["gone", "rare", "middle", "other"]  # 83; +200 is over
+    assert select_terms(terms, dfs, 83) == ["gone", "rare", "middle", "other"]  # within, inclusive
+    assert select_terms(terms, dfs, 82) == ["gone", "rare", "middle"]  # ties in query order
+    assert select_terms(terms, dfs, 2) == ["gone", "rare"]  # the first with documents always
+    assert select_terms(["common"], dfs, 10) == ["common"]
+    assert select_terms([], dfs, 10) == []
+
+
+DOCS = [
+    "the cat sat on the mat",
+    "a dog and a cat and a cat",
+    "birds sing in the morning light over the quiet village green",
+    "dog",
+    "cat dog bird fish mouse horse sheep cow goat pig hen duck",
+    "nothing relevant here at all",
+]
+
+
+@pytest.mark.parametrize("query", [["cat"], ["dog", "cat"], ["morning", "cat", "zebra"], ["dog"]])
+def test_bm25_score_is_rank_bm25s_to_the_bit(query: list[str]) -> None:
+    """Given OkapiBM25's idf and mean length, every document's score is its score."""
+    tokens = [text_terms(d) for d in DOCS]
+    okapi = OkapiBM25(tokens)
+    avgdl = sum(len(t) for t in tokens) / len(tokens)
+    idfs = {t: okapi.idf.get(t, 0.0) for t in query}
+    expected = okapi.scores(query)
+    for row, words in enumerate(tokens):
+        tf = {t: words.count(t) for t in query}
+        assert bm25_score(query, tf, len(words), idfs, avgdl) == expected[row]
+
+
+def _plan(
+    terms: list[str], dfs: dict[str, int], budget: int = 250, stats: CorpusStats | None = None, weight: float = 1.0
+) -> Bm25Plan:
+    return Bm25Plan("tenant:=`a`", tuple(terms), budget, weight, "content", stats, dict(dfs))
+
+
+def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
+    plan = _plan(["common", "rare"], {"common": 300, "rare": 2}, stats=CorpusStats(1000, 10.0))
+    assert plan.searches() == [
+        (
+            "bm25",
+            {
+                "q": "*",
+                "filter_by": "tenant:=`a` && terms:=[`rare`]",
+                "per_page": 250,
+                "sort_by": "length:asc",
+                "include_fields": "content",
+            },
+        )
+    ]
+
+
+def test_a_cold_plan_counts_and_searches_every_term_then_retries_if_it_overflowed() -> None:
+    plan = _plan(["common", "rare"], {"common": 300}, budget=10)
+    roles = [role for role, _ in plan.searches()]
+    assert roles == ["bm25:stats", "bm25:df:rare", "bm25"]
+    assert plan.sent == ["common", "rare"]
+    answers = {
+        "bm25:stats": {
+            "found": 1000,
+            "facet_counts": [
+                {"field_name": "length", "stats": {"avg": 12.5, "total_values": 990}},
+                {"field_name": "context_length", "stats": {"total_values": 0}},
+            ],
+        },
+        "bm25:df:rare": {"found": 2},
+        "bm25": {"found": 301},
+    }
+    again = plan.learn(answers)
+    assert again is not None and again[1]["filter_by"] == "tenant:=`a` && terms:=[`rare`]"
+    assert plan.stats == CorpusStats(1000, 12.5, None) and plan.dfs == {"common": 300, "rare": 2}
+    # A page that held every match is enough.
+    plan = _plan(["common", "rare"], {}, budget=10)
+    plan.searches()
+    assert plan.learn({**answers, "bm25:df:common": {"found": 8}, "bm25": {"found": 10}}) is None
+
+
+def test_plan_ranking_is_bm25_over_every_query_term() -> None:
+    """A document matching a left-out common term still gets its share; rare
+    terms, repeats and short documents count as BM25 says."""
+    stats = CorpusStats(100, 4.0)
+    plan = _plan(["rare", "common"], {"rare": 2, "common": 10}, stats=stats)
+    docs = [
+        {"memory_id": "common-only", "content": "common common here", "length": 3},
+        {"memory_id": "rare-long", "content": "rare and many other words in it", "length": 7, "context": "more"},
+        {"memory_id": "rare-short", "content": "rare", "length": 1},
+        {"memory_id": "both", "content": "rare common", "length": 2},
+    ]
+    # By hand: idf rare 3.70, common 2.26; both 7.69, rare-short 5.59,
+    # common-only (twice in 3 terms) 3.52, rare-long (once in 8) 2.55.
+    assert plan.ranking(docs) == ["both", "rare-short", "common-only", "rare-long"]
+    idfs = {"rare": idf(2, 100), "common": idf(10, 100)}
+    by_hand = idfs["common"] * 2 * 2.5 / (2 + 1.5 * (0.25 + 0.75 * 3 / 4))
+    assert bm25_score(["rare", "common"], {"common": 2}, 3, idfs, 4.0) == pytest.approx(by_hand, rel=1e-15)
+
+
+def test_the_context_counts_its_weight_in_tf_and_length() -> None:
+    """BM25F with two fields: tf = tf(content) + w·tf(context), the same for
+    the length and its mean."""
+    stats = CorpusStats(50, 3.0, 9.0)
+    docs = [
+        {"memory_id": "said", "content": "the heron flew", "length": 3, "context": "x y z", "context_length": 3},
+        {
+            "memory_id": "around",
+            "content": "it flew",
+            "length": 2,
+            "context": "a heron heron there",
+            "context_length": 4,
+        },
+    ]
+    idfs = {"heron": idf(5, 50)}
+    for weight in (0.0, 0.3, 1.0):
+        plan = _plan(["heron"], {"heron": 5}, stats=stats, weight=weight)
+        avgdl = 3.0 + weight * 9.0
+        said = bm25_score(["heron"], {"heron": 1}, 3 + weight * 3, idfs, avgdl)
+        around = bm25_score(["heron"], {"heron": 2 * weight}, 2 + weight * 4, idfs, avgdl)
+        assert plan.ranking(docs) == (["said", "around"] if said >= around else ["around", "said"])
+    # Full weight: twice in a short context beats once in the content.
+    assert _plan(["heron"], {"heron": 5}, stats=stats, weight=1.0).ranking(docs) == ["around", "said"]
+    assert _plan(["heron"], {"heron": 5}, stats=stats, weight=0.3).ranking(docs) == ["said", "around"]
