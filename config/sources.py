@@ -48,7 +48,7 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: search for all the terms, ranked by Typesense (how many terms match).
     #: ``bm25``: one filter for the documents holding the terms, ranked by
     #: Okapi BM25 in Braid (indexers/typesense/bm25.py).
-    keyword_mode: Literal["terms", "single", "bm25"] = "terms"
+    keyword_mode: Literal["terms", "single", "bm25"] = "bm25"
     #: ``bm25``: the most candidates scored, as a budget of summed document
     #: frequencies (the most common query terms are left out of the filter
     #: beyond it); also the candidate search's page size.

@@ -379,6 +379,14 @@ def _v12(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v13(dim: int) -> list[sql.Composable]:
+    """The Typesense documents' ``terms``, ``length`` and ``context_length``
+    (the ``bm25`` keyword mode, the default): every existing memory gets an
+    outbox row, so the outbox worker rewrites its document with them (a
+    document without them is not found by ``bm25`` until then)."""
+    return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -393,6 +401,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     10: _v10,
     11: _v11,
     12: _v12,
+    13: _v13,
 }
 
 

@@ -155,10 +155,16 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
             " FROM generate_series(1, 3) n",
             (str(list(vector(1))),),
         )
-        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 13})
         # A database at 9 goes through supersession (10), forgetting (11) and
         # embedding versions (12, which finds no `client` vectors here).
         assert await migrate(conn, dim=DIM) == [10, 11, 12]
+        cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
+        assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
+        # The bm25 fields (13): each memory's document is rewritten once more.
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        await conn.execute("UPDATE outbox SET processed_at = now()")
+        assert await migrate(conn, dim=DIM) == [13]
         cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
         assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
         cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by, expires_at FROM memories")
@@ -186,7 +192,7 @@ async def test_migration_12_records_the_model_of_vectors_writers_gave(
             " FROM generate_series(1, 4) n",
             (str(list(vector(1))),),
         )
-        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 13})
         assert await migrate(conn, dim=DIM) == [12]
         cur = await conn.execute("SELECT id, model FROM memories ORDER BY id")
         assert await cur.fetchall() == [
