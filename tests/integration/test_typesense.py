@@ -613,7 +613,8 @@ async def test_term_hits_and_max_terms_bound_the_keyword_searches(
         [record(f"p{i}", f"parrot number {i} talks", i=i) for i in range(5)] + [record("z", "zebra crossing", i=5)]
     )
     assert len(await ids(source, q("parrot"))) == 5
-    config.config = config.config.with_source("typesense", term_hits=2, max_terms=1)
+    # The terms mode's bounds (bm25, the default, has its own tests).
+    config.config = config.config.with_source("typesense", keyword_mode="terms", term_hits=2, max_terms=1)
     assert len(await ids(source, q("parrot"))) == 2
     assert "z" not in await ids(source, q("parrot zebra"))  # only the first term is searched
 
@@ -672,8 +673,13 @@ async def test_confidence_floor_and_tiers_are_checked_on_the_hits(
 
 @pytest.mark.anyio
 async def test_the_idf_count_is_reused_until_it_expires(
-    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, monkeypatch: pytest.MonkeyPatch
+    index: TypesenseIndex,
+    source: TypesenseSource,
+    client: TypesenseClient,
+    config: ConfigHolder,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    with_typesense(config, keyword_mode="terms")  # bm25's counts have their own tests
     await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel", i=3)])
     sent = SentSearches(client)
 
@@ -712,7 +718,7 @@ async def test_a_vector_left_to_another_source_adds_no_vector_ranking(
     index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, config: ConfigHolder
 ) -> None:
     await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel", i=3)])
-    with_typesense(config, vector_search="alone")
+    with_typesense(config, vector_search="alone", keyword_mode="terms")
     covered = msgspec.structs.replace(q("otter eel", vector=VECTORS[3]), vectors_covered=True)
     sent = SentSearches(client)
     # The first search also counts the documents; the second reuses the count,
