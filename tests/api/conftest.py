@@ -40,6 +40,16 @@ def test_config(alias: str, **changes: Any) -> BraidConfig:
     return msgspec.structs.replace(cfg, **changes) if changes else cfg
 
 
+def patient(cfg: BraidConfig) -> BraidConfig:
+    """``cfg`` with deadlines a loaded machine cannot miss (10 s for the query
+    embedding and every source), for tests of behaviour that a degraded
+    answer would blur, not of the machine's speed."""
+    cfg = msgspec.structs.replace(cfg, embedding=msgspec.structs.replace(cfg.embedding, query_deadline_ms=10_000))
+    for name in cfg.sources:
+        cfg = cfg.with_source(name, deadline_ms=10_000)
+    return cfg
+
+
 @dataclass
 class Braid:
     client: httpx.AsyncClient

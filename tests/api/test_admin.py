@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 import pytest
 
 from config import load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 
-from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid, FileConfigured, make_app, serve
+from .conftest import ADMIN_A, AGENT_A, AGENT_B, Braid, FileConfigured, make_app, patient, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -45,12 +44,7 @@ async def reindex_typesense(braid: Braid) -> None:
 async def test_reindex_all_while_recalling(braid: Braid) -> None:
     # What is tested is that a reindex never breaks a recall, not the machine's
     # speed: deadlines a loaded machine cannot miss.
-    holder = braid.runtime.engine.config
-    cfg = holder.current
-    cfg = msgspec.structs.replace(cfg, embedding=msgspec.structs.replace(cfg.embedding, query_deadline_ms=10_000))
-    for name in cfg.sources:
-        cfg = cfg.with_source(name, deadline_ms=10_000)
-    holder.current = cfg
+    braid.runtime.engine.config.current = patient(braid.runtime.engine.config.current)
     await braid.remember(
         *(
             {

@@ -33,9 +33,7 @@ async def cached(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embed
     cfg = msgspec.structs.replace(conftest.test_config("unused"), cache=CacheConfig(ttl_ms=60_000))
     # A degraded answer is never cached: deadlines a loaded machine cannot miss,
     # so that "served from the cache" depends on writes only.
-    cfg = msgspec.structs.replace(cfg, embedding=msgspec.structs.replace(cfg.embedding, query_deadline_ms=10_000))
-    for name in cfg.sources:
-        cfg = cfg.with_source(name, deadline_ms=10_000)
+    cfg = conftest.patient(cfg)
     app, dsn, alias = make_app(postgres, typesense, embedder, cfg)
     async with serve(app) as client:
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
