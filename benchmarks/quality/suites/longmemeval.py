@@ -137,6 +137,8 @@ def score_question(q: LmeQuestion, ranked: Sequence[str]) -> dict[str, float]:
         "turn any@10": recall_any(ranked, q.gold_turns, 10),
         "turn all@10": recall_all(ranked, q.gold_turns, 10),
         "turn ndcg@10": ndcg_any(ranked, q.gold_turns, 10),
+        "turn any@50": recall_any(ranked, q.gold_turns, 50),
+        "turn all@50": recall_all(ranked, q.gold_turns, 50),
         "session any@5": recall_any(sessions, q.answer_sessions, 5),
         "session any@10": recall_any(sessions, q.answer_sessions, 10),
     }
@@ -175,6 +177,11 @@ class LongMemEval:
             ("all", f"official turn {m}") for m in ("any@5", "any@10", "all@10", "ndcg@10")
         ]
         + [("all", f"official session {m}") for m in ("any@5", "any@10", "all@10", "ndcg@10")],
+        # What re-ordering a list could reach at best: every evidence turn within its top 50.
+        "depth (top 50: the most any re-ranking of the list could reach at 10)": [
+            ("all", "turn any@50"),
+            ("all", "turn all@50"),
+        ],
     }
     reference: dict[str, dict[Column, float]] = {}
 
