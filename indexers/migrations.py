@@ -387,6 +387,13 @@ def _v13(dim: int) -> list[sql.Composable]:
     return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
 
 
+def _v14(dim: int) -> list[sql.Composable]:
+    """The Typesense documents' ``term_counts`` (read by the ``bm25``
+    ranking instead of the texts): every existing memory gets an outbox
+    row, so the outbox worker rewrites its document with them."""
+    return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -402,6 +409,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     11: _v11,
     12: _v12,
     13: _v13,
+    14: _v14,
 }
 
 

@@ -10,8 +10,8 @@ the lengths of its content and context (``length``, ``context_length``;
    (``filter_by: <narrow> && terms:=[t1,t2,...]``, no text search at all);
 2. scores those candidates in Braid by BM25 over *every* query term, the
    context counting ``bm25ContextWeight`` of the content (BM25F with two
-   fields): tf counted in the candidate's own content and context (fetched
-   with it), its stored lengths, idf from each term's document frequency
+   fields): tf read from the candidate's stored ``term_counts`` (fetched
+   with it; the texts themselves are not), its stored lengths, idf from each term's document frequency
    behind the recall's filter, the mean lengths from a facet over them
    behind the same filter (Typesense's facet stats give exact means);
 3. returns them best first.
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .documents import quoted_list
+from .documents import counts_reader, quoted_list
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf, normalised_text, term_count
 
 __all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
@@ -183,18 +183,27 @@ class Bm25Plan:
         idfs = {t: idf(self.dfs.get(t, 0), total) for t in self.terms}
         tfs: list[dict[str, float]] = []
         lengths: list[float] = []
+        read = counts_reader(self.terms)
         for doc in docs:
-            content = normalised_text(doc.get("content", ""))
-            context = normalised_text(doc.get("context") or "") if w else ""
-            tf: dict[str, float] = {t: term_count(content, t) for t in self.terms}
-            if context:
-                for t in self.terms:
-                    tf[t] += w * term_count(context, t)
+            counts = doc.get("term_counts")
+            if counts is not None:
+                found = read(counts)
+                tf: dict[str, float] = {t: 0.0 for t in self.terms}
+                for t, (own_tf, around_tf) in found.items():
+                    tf[t] = own_tf + w * around_tf
+                own, around = doc["length"], doc["context_length"]
+            else:
+                # Written before documents had counts (migration 14 rewrites them):
+                # counted in the texts fetched with it.
+                content = normalised_text(doc.get("content", ""))
+                context = normalised_text(doc.get("context") or "") if w else ""
+                tf = {t: term_count(content, t) for t in self.terms}
+                if context:
+                    for t in self.terms:
+                        tf[t] += w * term_count(context, t)
+                own = doc["length"] if "length" in doc else len(content.split())
+                around = doc["context_length"] if "context_length" in doc else len(context.split())
             tfs.append(tf)
-            # The stored lengths, counted as text_terms counts (counted here for a
-            # document written before they existed).
-            own = doc["length"] if "length" in doc else len(content.split())
-            around = doc["context_length"] if "context_length" in doc else len(context.split())
             lengths.append(own + w * around)
         stats = self.stats
         if stats is not None and stats.avgdl is not None:

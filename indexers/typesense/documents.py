@@ -14,7 +14,9 @@ backticks).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +31,8 @@ __all__ = [
     "TERM_FIELDS",
     "document_field",
     "document_terms",
+    "term_counts",
+    "counts_reader",
     "hit_from_document",
     "build_filter",
     "collection_schema",
@@ -111,18 +115,46 @@ def document_id(tenant: str, memory_id: str) -> str:
 
 #: Fields derived from the content and context for the ``bm25`` keyword mode
 #: (:func:`document_terms`), not memory fields.
-TERM_FIELDS = ("terms", "length", "context_length")
+TERM_FIELDS = ("terms", "term_counts", "length", "context_length")
 
 
-def document_terms(content: str, context: str | None) -> tuple[list[str], int, int]:
-    """The ``terms``, ``length`` and ``context_length`` of a document: the
-    distinct terms of the content and context (:func:`~.keywords.text_terms`,
-    the normalisation of query terms) without stopwords, in order of first
-    appearance; and how many terms the content and the context have,
-    stopwords and repeats included (BM25's document length)."""
+def document_terms(content: str, context: str | None) -> tuple[list[str], str, int, int]:
+    """The ``terms``, ``term_counts``, ``length`` and ``context_length`` of a
+    document: the distinct terms of the content and context
+    (:func:`~.keywords.text_terms`, the normalisation of query terms) without
+    stopwords, in order of first appearance; how often each occurs in the
+    content and in the context (:func:`term_counts`); and how many terms the
+    content and the context have, stopwords and repeats included (BM25's
+    document length)."""
     own = text_terms(content)
     around = text_terms(context) if context else []
-    return [t for t in dict.fromkeys(own + around) if t not in STOPWORDS], len(own), len(around)
+    terms = [t for t in dict.fromkeys(own + around) if t not in STOPWORDS]
+    in_own, in_around = Counter(own), Counter(around)
+    counts = "".join(f";{t}:{in_own[t]}:{in_around[t]}" for t in terms)
+    return terms, f"{counts};" if counts else "", len(own), len(around)
+
+
+def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, int]]]:
+    """A reader of ``term_counts``: given a document's, the content and
+    context counts of those of ``terms`` it has (one pass over it; a term
+    it lacks is not in the answer)."""
+    if not terms:
+        return lambda counts: {}
+    pattern = re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
+    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in pattern.finditer(counts)}
+
+
+def term_counts(counts: str, term: str) -> tuple[int, int]:
+    """How often ``term`` occurs in a document's content and in its context,
+    read from its ``term_counts`` (``;<term>:<content>:<context>`` for each of
+    its ``terms``, then ``;``): ``(0, 0)`` for a term it does not have. Terms
+    are alphanumerics only, so ``;`` and ``:`` never occur in one."""
+    at = counts.find(f";{term}:")
+    if at < 0:
+        return 0, 0
+    start = at + len(term) + 2
+    own, _, around = counts[start : counts.index(";", start)].partition(":")
+    return int(own), int(around)
 
 
 def record_document(record: MemoryRecord) -> dict[str, Any]:
@@ -140,7 +172,9 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
         "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
-    doc["terms"], doc["length"], doc["context_length"] = document_terms(record.content, record.context)
+    doc["terms"], doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
+        record.content, record.context
+    )
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
     if record.superseded_by is not None:
@@ -217,6 +251,9 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             # and the lengths' means taken by a facet. Optional only so that an
             # older collection can gain them; every document written has them.
             {"name": "terms", "type": "string[]", "optional": True},
+            # Stored, not indexed: each term's count in the content and the context
+            # (document_terms), read by the bm25 ranking instead of the texts.
+            {"name": "term_counts", "type": "string", "index": False, "optional": True},
             {"name": "length", "type": "int32", "facet": True, "optional": True},
             {"name": "context_length", "type": "int32", "facet": True, "optional": True},
         ],

@@ -32,8 +32,10 @@ MAX_PER_PAGE = 250
 #: The fields a search hit needs; the embedding is never sent back.
 _HIT_FIELDS = ",".join(document_field(name) for name in SHOWN_FIELDS)
 
-#: A bm25 candidate's: the hit's, the context (its terms are counted too) and the lengths.
-_BM25_FIELDS = f"{_HIT_FIELDS},context,length,context_length"
+#: A bm25 candidate's: the hit's, each term's counts and the lengths (a document
+#: written before it had counts is counted in its content alone until migration 14
+#: has rewritten it).
+_BM25_FIELDS = f"{_HIT_FIELDS},term_counts,length,context_length"
 
 
 def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:

@@ -161,12 +161,15 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
         assert await migrate(conn, dim=DIM) == [10, 11, 12]
         cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
         assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
-        # The bm25 fields (13): each memory's document is rewritten once more.
+        # The bm25 fields (13) and their term counts (14): each memory's
+        # document is rewritten once more by each.
+        for version in (13, 14):
+            monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v <= version})
+            await conn.execute("UPDATE outbox SET processed_at = now()")
+            assert await migrate(conn, dim=DIM) == [version]
+            cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
+            assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
         monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
-        await conn.execute("UPDATE outbox SET processed_at = now()")
-        assert await migrate(conn, dim=DIM) == [13]
-        cur = await conn.execute("SELECT memory_id, op FROM outbox WHERE processed_at IS NULL ORDER BY memory_id")
-        assert await cur.fetchall() == [("old1", "upsert"), ("old2", "upsert"), ("old3", "upsert")]
         cur = await conn.execute("SELECT DISTINCT mem_key, superseded_at, superseded_by, expires_at FROM memories")
         assert await cur.fetchall() == [(None, None, None, None)]
         cur = await conn.execute("SELECT count(*) FROM tenant_generations")

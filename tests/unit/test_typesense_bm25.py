@@ -6,11 +6,13 @@ import math
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import Bm25Plan, CorpusStats, bm25_score, select_terms
-from indexers.typesense.documents import document_terms, record_document
+from indexers.typesense.documents import counts_reader, document_terms, record_document, term_counts
 from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
 
 TRICKY = [
@@ -44,8 +46,64 @@ def test_term_count_skips_a_term_inside_a_word() -> None:
 
 
 def test_document_terms_are_distinct_without_stopwords_and_lengths_count_all() -> None:
-    assert document_terms("The cat saw the Cat.", "a dog's bone") == (["cat", "saw", "dogs", "bone"], 5, 3)
-    assert document_terms("Is it?", None) == ([], 2, 0)
+    assert document_terms("The cat saw the Cat.", "a dog's bone") == (
+        ["cat", "saw", "dogs", "bone"],
+        ";cat:2:0;saw:1:0;dogs:0:1;bone:0:1;",
+        5,
+        3,
+    )
+    assert document_terms("Is it?", None) == ([], "", 2, 0)
+
+
+def test_term_counts_reads_a_terms_content_and_context_counts() -> None:
+    _, counts, _, _ = document_terms("cat 12 cat; cats", "12 12 x1 cat")
+    assert counts == ";cat:2:1;12:1:2;cats:1:0;x1:0:1;"
+    assert [term_counts(counts, t) for t in ("cat", "12", "cats", "x1", "1", "at", "dog")] == [
+        (2, 1),
+        (1, 2),
+        (1, 0),
+        (0, 1),
+        (0, 0),
+        (0, 0),
+        (0, 0),
+    ]
+    assert term_counts("", "cat") == (0, 0)
+    read = counts_reader(["cat", "12", "at", "x1", "dog"])
+    assert read(counts) == {"cat": (2, 1), "12": (1, 2), "x1": (0, 1)}
+    assert read("") == {}
+    assert counts_reader([])(counts) == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.text(alphabet="ab c,.Ça1", max_size=40),
+            st.none() | st.text(alphabet="ab c,.Ça1", max_size=40),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    # Not "a": a stopword, in no document's counts. A query's terms are stopwords
+    # only when all of them are, and then no document's ``terms`` has them.
+    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "a1", "ça"]), min_size=1, max_size=4, unique=True),
+    weight=st.sampled_from([0.0, 0.3, 1.0]),
+)
+def test_ranking_from_term_counts_is_ranking_from_the_texts(
+    texts: list[tuple[str, str | None]], query: list[str], weight: float
+) -> None:
+    """What a document's stored counts give is what counting its texts gives."""
+    stored, fetched = [], []
+    for i, (content, context) in enumerate(texts):
+        _, counts, length, context_length = document_terms(content, context)
+        lengths = {"length": length, "context_length": context_length}
+        stored.append({"memory_id": str(i), "term_counts": counts, **lengths})
+        fetched.append({"memory_id": str(i), "content": content, "context": context, **lengths})
+    stats = CorpusStats(20, 5.0, 4.0)
+    dfs = {t: 3 for t in query}
+    assert _plan(query, dfs, stats=stats, weight=weight).ranking(stored) == _plan(
+        query, dfs, stats=stats, weight=weight
+    ).ranking(fetched)
 
 
 def test_record_document_carries_terms_and_length() -> None:
@@ -61,7 +119,12 @@ def test_record_document_carries_terms_and_length() -> None:
     )
     doc = record_document(rec)
     # "the", "before": stopwords, counted in the context's length.
-    assert (doc["terms"], doc["length"], doc["context_length"]) == (["blue", "password"], 2, 3)
+    assert (doc["terms"], doc["term_counts"], doc["length"], doc["context_length"]) == (
+        ["blue", "password"],
+        ";blue:1:0;password:1:1;",
+        2,
+        3,
+    )
 
 
 def test_idf_is_lucenes_and_never_negative() -> None:
