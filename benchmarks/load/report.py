@@ -42,11 +42,74 @@ def _fused8(report: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _row(rows: list[dict[str, Any]], clients: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["clients"] == clients), None)
+
+
+def _sum(cpu: dict[str, float], kinds: tuple[str, ...]) -> float:
+    return sum(cpu.get(k, 0.0) for k in kinds)
+
+
+#: CPU counted for a fused recall (the load client is the agent runtime's side)...
+FUSED_KINDS = ("service", "postgres", "typesense")
+#: ...and for a direct query: the backend's and the process that sent it (it
+#: does what the service does for a recall: send the query, take the answer).
+DIRECT_KINDS = ("postgres", "typesense", "client")
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 16's ratios from one run (``None`` where a figure was not measured):
+    CPU per fused recall at 8 clients against one direct Typesense multi_search
+    plus one direct pgvector query at 8 clients; fused recalls/s at 8 clients
+    against the multi_search's; fused p50 at 1 client against its p50; the
+    service's CPU per fused recall; what a cold and a cached query embedding
+    add to it; Typesense freshness p99 at 50 writes/s; and CPU per written
+    memory (load + outbox drain) against raw import + raw COPY."""
+    direct = report.get("direct", {})
+    ts_rows, pg_rows = direct.get("typesense"), direct.get("pgvector")
+    if not isinstance(ts_rows, list) or not isinstance(pg_rows, list):
+        return {}
+    fused = {(r["clients"], r["embedding"]): r for r in report["recall"] if r["config"] == "fused"}
+    f8, f1 = fused.get((8, "supplied")), fused.get((1, "supplied"))
+    ts8, ts1, pg8 = _row(ts_rows, 8), _row(ts_rows, 1), _row(pg_rows, 8)
+    out: dict[str, Any] = {}
+    if f8 and ts8 and pg8:
+        direct_cpu = _sum(ts8["cpu_ms"], DIRECT_KINDS) + _sum(pg8["cpu_ms"], DIRECT_KINDS)
+        out["fused_cpu_ms"] = _sum(f8["cpu_ms"], FUSED_KINDS)
+        out["direct_cpu_ms"] = direct_cpu
+        out["cpu_ratio"] = out["fused_cpu_ms"] / direct_cpu
+        out["service_cpu_ms"] = f8["cpu_ms"].get("service", 0.0)
+        out["direct_qps"] = ts8["qps"]
+        out["qps_ratio"] = f8["qps"] / ts8["qps"]
+    if f1 and ts1:
+        out["p50_ratio"] = f1["p50"] / ts1["p50"]
+        cold, cached = fused.get((1, "text only, cold")), fused.get((1, "text only, cached"))
+        base = f1["cpu_ms"].get("service", 0.0)
+        if cold and cached:
+            out["cold_embedding_cpu_ms"] = cold["cpu_ms"].get("service", 0.0) - base
+            out["cached_embedding_cpu_ms"] = cached["cpu_ms"].get("service", 0.0) - base
+    fifty = report.get("freshness", {}).get("50")
+    if fifty:
+        out["freshness_p99_ms"] = fifty["typesense"]["p99"]
+    raw_ts, raw_pg = report.get("raw_typesense", {}), report.get("raw_postgres", {})
+    drained = report.get("drain", {}).get("cpu_ms_per_memory")
+    if drained and raw_ts.get("cpu_ms_per_doc") and raw_pg.get("cpu_ms_per_row"):
+        kinds = ("service", "postgres", "typesense", "client")
+        out["write_cpu_ms"] = _sum(drained, kinds)
+        out["raw_write_cpu_ms"] = _sum(raw_ts["cpu_ms_per_doc"], kinds) + _sum(raw_pg["cpu_ms_per_row"], kinds)
+        out["write_cpu_ratio"] = out["write_cpu_ms"] / out["raw_write_cpu_ms"]
+    return out
+
+
 def summary_line(report: dict[str, Any]) -> str:
     f = _fused8(report)
+    t = targets(report)
+    ratios = " ".join(
+        f"{k}={_f(t.get(k), 2 if 'ratio' in k else 0)}" for k in ("direct_qps", "qps_ratio", "p50_ratio", "cpu_ratio")
+    )
     return (
         f"load: size={report['size']} p50_ms={f['p50']:.1f} p99_ms={f['p99']:.1f} qps={f['qps']:.0f} "
-        f"overhead_ratio={f['ratio_p50']:.2f} hnsw_recall={hnsw_min_recall(report.get('hnsw')):.3f}"
+        f"{ratios} hnsw_recall={hnsw_min_recall(report.get('hnsw')):.3f}"
     )
 
 
@@ -87,6 +150,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| CPU ms per memory while loading (service / Postgres / Typesense / client) | {_cpu(w.get('cpu_ms_per_memory'))} |",
         f"| CPU ms per memory, load + outbox drain | {_cpu(d.get('cpu_ms_per_memory'))} |",
         f"| CPU ms per document, raw Typesense import | {_cpu(raw.get('cpu_ms_per_doc'))} |",
+        f"| CPU ms per row, raw Postgres `COPY` (binary, into a copy of `memories` with its indexes; {report.get('raw_postgres', {}).get('rows', '–')} rows) | {_cpu(report.get('raw_postgres', {}).get('cpu_ms_per_row'))} |",
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
         "",
@@ -177,15 +241,9 @@ def _markdown(report: dict[str, Any]) -> str:
                 + " / ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense"))
                 + " |"
             )
-    dp, dt = report["direct"]["pgvector"], report["direct"]["typesense"]
+    lines += _direct_table(report.get("direct", {}))
+    lines += _targets_table(targets(report))
     lines += [
-        "",
-        "## Direct baselines (1 client, same queries)",
-        "",
-        "| baseline | n | p50 ms | p95 ms | p99 ms |",
-        "|---|---|---|---|---|",
-        f"| pgvector via psycopg: `ORDER BY embedding <=> q LIMIT 10`, tier session, ef_search {dp['ef_search']}, iterative scan | {dp['n']} | {_f(dp['p50'], 2)} | {_f(dp['p95'], 2)} | {_f(dp['p99'], 2)} |",
-        f"| Typesense `POST /multi_search`: one keyword + one vector search, tenant filter | {dt['n']} | {_f(dt['p50'], 2)} | {_f(dt['p95'], 2)} | {_f(dt['p99'], 2)} |",
         "",
         "## HNSW recall (benchmarks/load/hnsw.py)",
         "",
@@ -193,6 +251,91 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += _hnsw_table(report.get("hnsw"))
     lines += ["", f"Health at the end: `{json.dumps(report['health_end'])}`"]
     return "\n".join(lines) + "\n"
+
+
+def _direct_table(direct: dict[str, Any]) -> list[str]:
+    dp, dt = direct.get("pgvector"), direct.get("typesense")
+    if not isinstance(dp, list) or not isinstance(dt, list):  # reports from before they were metered
+        return []
+    lines = [
+        "",
+        "## Direct baselines (the queries a user would run by hand, same queries, same meter)",
+        "",
+        f"pgvector: one prepared `SELECT id FROM memories WHERE tenant = $1 AND tier = 'session' ORDER BY embedding "
+        f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan), one connection per "
+        "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
+        "content and context) and a vector search, tenant filter, the source's `candidates` hits each, bodies "
+        "encoded beforehand. CPU: ms per query by process (`client` = the process sending them).",
+        "",
+        "| baseline | clients | n | p50 ms | p99 ms | queries/s | CPU ms per query (service / Postgres / Typesense / client) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, rows in (("pgvector HNSW query", dp), ("Typesense keyword + vector multi_search", dt)):
+        for r in rows:
+            lines.append(
+                f"| {label} | {r['clients']} | {r['n']} | {_f(r['p50'], 2)} | {_f(r['p99'], 2)} | {r['qps']:.0f} "
+                f"| {_cpu(r['cpu_ms'])} |"
+            )
+    return lines
+
+
+def _targets_table(t: dict[str, Any]) -> list[str]:
+    if not t:
+        return []
+
+    def row(name: str, value: str, target: str, ok: bool | None) -> str:
+        return f"| {name} | {value} | {target} | {'–' if ok is None else 'yes' if ok else 'no'} |"
+
+    def get(key: str) -> float | None:
+        v = t.get(key)
+        return None if v is None else float(v)
+
+    cpu, qps, p50, svc = get("cpu_ratio"), get("qps_ratio"), get("p50_ratio"), get("service_cpu_ms")
+    cold, cached = get("cold_embedding_cpu_ms"), get("cached_embedding_cpu_ms")
+    fresh, write = get("freshness_p99_ms"), get("write_cpu_ratio")
+    return [
+        "",
+        "## Issue 16's targets, from this run",
+        "",
+        "CPU counted: for a fused recall the service, Postgres and Typesense; for a direct query its backend and "
+        "the process that sent it (it does the service's part: send, take the answer).",
+        "",
+        "| measure | this run | target | met |",
+        "|---|---|---|---|",
+        row(
+            "CPU per fused recall / (direct multi_search + direct pgvector), 8 clients",
+            f"{_f(t.get('fused_cpu_ms'), 2)} / {_f(t.get('direct_cpu_ms'), 2)} ms = {_f(cpu, 2)}",
+            "≤ 1.5",
+            None if cpu is None else cpu <= 1.5,
+        ),
+        row(
+            "fused recalls/s / direct multi_search/s, 8 clients",
+            _f(qps, 2),
+            "≥ 0.7",
+            None if qps is None else qps >= 0.7,
+        ),
+        row("fused p50 / direct multi_search p50, 1 client", _f(p50, 2), "≤ 1.3", None if p50 is None else p50 <= 1.3),
+        row("service CPU per fused recall, 8 clients", f"{_f(svc, 2)} ms", "≤ 3 ms", None if svc is None else svc <= 3),
+        row("service CPU a cached query embedding adds, 1 client", f"{_f(cached, 2)} ms", "≈ 0", None),
+        row(
+            "service CPU a cold query embedding adds, 1 client",
+            f"{_f(cold, 2)} ms",
+            "≤ 4 ms",
+            None if cold is None else cold <= 4,
+        ),
+        row(
+            "Typesense freshness p99 at 50 writes/s",
+            f"{_f(fresh, 1)} ms",
+            "≤ 50 ms",
+            None if fresh is None else fresh <= 50,
+        ),
+        row(
+            "CPU per written memory (load + drain) / (raw import per doc + raw COPY per row)",
+            f"{_f(t.get('write_cpu_ms'), 2)} / {_f(t.get('raw_write_cpu_ms'), 2)} ms = {_f(write, 2)}",
+            "≤ 1.5",
+            None if write is None else write <= 1.5,
+        ),
+    ]
 
 
 def _hnsw_table(hnsw: dict[str, Any] | None) -> list[str]:

@@ -12,13 +12,14 @@ import itertools
 import secrets
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import msgspec
 import numpy as np
 import psycopg
+from pgvector.psycopg import register_vector_async
 
 from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
 from config.loader import parse_config
@@ -184,6 +185,36 @@ async def raw_typesense_import(
     elapsed = time.perf_counter() - start
     await ts.delete(f"/collections/{name}")
     return {"docs": len(docs), "seconds": elapsed, "per_s": len(docs) / elapsed, "failures": failures}
+
+
+async def raw_postgres_copy(dsn: str, corpus: Corpus, sample: int, batch: int) -> dict[str, Any]:
+    """The same rows (content, tier, time, vector) straight into a scratch copy
+    of ``memories`` with all its indexes (the tiers' partial HNSW indexes
+    included) by binary ``COPY``, ``batch`` rows per statement."""
+    rows = []
+    for t in corpus.tenants:
+        for m, v in zip(t.memories, t.vectors, strict=True):
+            rows.append((t.name, m["id"], m["content"], m["kind"], m["tier"], m.get("session_id"), v, "client"))
+            if len(rows) >= sample:
+                break
+        if len(rows) >= sample:
+            break
+    name = f"scratch_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await register_vector_async(conn)
+        await conn.execute(f"CREATE TABLE {name} (LIKE memories INCLUDING ALL)")
+        try:
+            columns = "tenant, id, content, kind, tier, session_id, embedding, model, created_at"
+            start = time.perf_counter()
+            for i in range(0, len(rows), batch):
+                async with conn.cursor() as cur:
+                    async with cur.copy(f"COPY {name} ({columns}) FROM STDIN") as copy:
+                        for row in rows[i : i + batch]:
+                            await copy.write_row((*row, "2023-11-14T22:13:20Z"))
+            elapsed = time.perf_counter() - start
+        finally:
+            await conn.execute(f"DROP TABLE {name}")
+    return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed}
 
 
 async def freshness(
@@ -438,53 +469,106 @@ async def result_cache(
     return rows
 
 
-def direct_pgvector(dsn: str, tier: str, ef_search: int, corpus: Corpus, n: int) -> dict[str, Any]:
-    lat = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for v in corpus.query_vectors[:n]:
-            lit = "[" + ",".join(f"{x:.7g}" for x in v) + "]"
+async def _closed_loop(
+    call: Callable[[int, int], Awaitable[None]],
+    n_items: int,
+    clients: int,
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
+) -> dict[str, Any]:
+    """``clients`` workers calling ``call(worker, item)`` over the items in
+    turn for ``seconds``: latency, calls/s and CPU per call by process."""
+    lat: list[float] = []
+    it = itertools.cycle(range(n_items))
+    deadline = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        for i in it:
+            if time.perf_counter() > deadline:
+                return
             t0 = time.perf_counter()
-            with conn.transaction():
-                conn.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                    (str(ef_search),),
-                )
-                conn.execute(
-                    "SELECT id FROM memories WHERE tenant = %s AND tier = %s ORDER BY embedding <=> %s::vector LIMIT 10",
-                    (BIG_TENANT, tier, lit),
-                ).fetchall()
+            await call(w, i)
             lat.append((time.perf_counter() - t0) * 1000)
-    return stats(lat)
+
+    before = cpu()
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(clients)))
+    elapsed = time.perf_counter() - start
+    return {
+        **stats(lat),
+        "qps": len(lat) / elapsed,
+        "clients": clients,
+        "cpu_ms": cpu_per_call(before, cpu(), len(lat)),
+    }
 
 
-async def direct_typesense(ts: httpx.AsyncClient, corpus: Corpus, n: int, candidates: int) -> dict[str, Any]:
-    lat = []
-    for q, v in list(zip(corpus.queries, corpus.query_vectors))[:n]:
+async def direct_pgvector(
+    dsn: str,
+    tier: str,
+    ef_search: int,
+    corpus: Corpus,
+    clients: tuple[int, ...],
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
+) -> list[dict[str, Any]]:
+    """What a user would run by hand: one prepared ``ORDER BY embedding <=> q
+    LIMIT 10`` per query on the big tenant's ``tier`` (its HNSW index, with
+    the tier's ef_search and pgvector's iterative scan set once per
+    connection), from ``clients`` connections at once."""
+    conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(max(clients))]
+    statement = "SELECT id FROM memories WHERE tenant = %s AND tier = %s ORDER BY embedding <=> %s LIMIT 10"
+    vectors = [np.asarray(v, dtype=np.float32) for v in corpus.query_vectors]
+    try:
+        for conn in conns:
+            await register_vector_async(conn)
+            await conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+            await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+
+        async def call(w: int, i: int) -> None:
+            cur = await conns[w].execute(statement, (BIG_TENANT, tier, vectors[i]), prepare=True)
+            await cur.fetchall()
+
+        for w in range(len(conns)):  # prepared and warm on every connection
+            for i in range(5):
+                await call(w, i)
+        return [await _closed_loop(call, len(vectors), c, seconds, cpu) for c in clients]
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def direct_typesense(
+    url: str,
+    api_key: str,
+    corpus: Corpus,
+    candidates: int,
+    clients: tuple[int, ...],
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
+) -> list[dict[str, Any]]:
+    """What a user would run by hand: one ``POST /multi_search`` per query
+    holding a keyword search (``q`` = the query text over content and
+    context) and a vector search, ``candidates`` hits each, behind the big
+    tenant's filter; bodies encoded beforehand, answers not parsed."""
+    bodies = []
+    for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
         common = {"collection": "braid_memories", "filter_by": f"tenant:=`{BIG_TENANT}`"}
         vector = ",".join(repr(float(x)) for x in v)
-        body = {
-            "searches": [
-                {
-                    **common,
-                    "q": q["text"],
-                    "query_by": "content,context",
-                    "per_page": candidates,
-                    "highlight_fields": "none",
-                },
-                {
-                    **common,
-                    "q": "*",
-                    "vector_query": f"embedding:([{vector}], k:{candidates})",
-                    "per_page": candidates,
-                    "exclude_fields": "embedding",
-                },
-            ]
-        }
-        t0 = time.perf_counter()
-        r = await ts.post("/multi_search", json=body)
-        lat.append((time.perf_counter() - t0) * 1000)
-        r.raise_for_status()
-    return stats(lat)
+        keyword = {"q": q["text"], "query_by": "content,context", "per_page": candidates, "highlight_fields": "none"}
+        nearest = {"q": "*", "vector_query": f"embedding:([{vector}], k:{candidates})", "per_page": candidates}
+        fields = {"exclude_fields": "embedding"}
+        bodies.append(_encode({"searches": [{**common, **keyword, **fields}, {**common, **nearest, **fields}]}))
+    headers = {"X-TYPESENSE-API-KEY": api_key, "content-type": "application/json"}
+    async with LeanClient(url, max_connections=64) as ts:
+
+        async def call(w: int, i: int) -> None:
+            status, body = await ts.post("/multi_search", bodies[i], headers)
+            if status != 200:
+                raise AssertionError(f"multi_search answered {status}: {body[:300]!r}")
+
+        for i in range(20):
+            await call(0, i)
+        return [await _closed_loop(call, len(bodies), c, seconds, cpu) for c in clients]
 
 
 async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
@@ -546,6 +630,10 @@ async def run(
             report["raw_typesense"]["braid_ratio_to_typesense"] = (
                 report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
             )
+            print("load: raw Postgres COPY", flush=True)
+            cpu_before = meter()
+            report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch)
+            report["raw_postgres"]["cpu_ms_per_row"] = cpu_per_call(cpu_before, meter(), report["raw_postgres"]["rows"])
             print("load: freshness", flush=True)
             async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
                 report["freshness"] = await freshness(
@@ -579,13 +667,15 @@ async def run(
             cfg_path.write_text(cfg_text)
             svc.proc.send_signal(signal.SIGHUP)
             print("load: direct baselines", flush=True)
+            direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)
+            ef_search = cfg.tiers["session"].ef_search
             report["direct"] = {
-                "pgvector": await asyncio.to_thread(
-                    direct_pgvector, dsn, "session", cfg.tiers["session"].ef_search, corpus, 500
+                "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, direct_clients, seconds, meter),
+                "typesense": await direct_typesense(
+                    ts_url, svc.ts_key, corpus, cfg.source("typesense").candidates, direct_clients, seconds, meter
                 ),
-                "typesense": await direct_typesense(ts, corpus, 500, cfg.source("typesense").candidates),
+                "ef_search": ef_search,
             }
-            report["direct"]["pgvector"]["ef_search"] = cfg.tiers["session"].ef_search
             health = (await client.get("/health")).json()
             report["health_end"] = health
             print("load: hnsw", flush=True)

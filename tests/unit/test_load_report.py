@@ -1,0 +1,77 @@
+"""The load report's issue-16 ratios, from a made-up run with round numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.load.report import summary_line, targets
+
+
+def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
+    cpu = {"service": service, "postgres": 10.0, "typesense": 20.0, "client": 0.5}
+    return {
+        "config": "fused",
+        "clients": clients,
+        "embedding": embedding,
+        "p50": p50,
+        "p99": 2 * p50,
+        "qps": qps,
+        "cpu_ms": cpu,
+    }
+
+
+def _report() -> dict[str, Any]:
+    return {
+        "size": 1000,
+        "recall": [
+            _recall(1, "supplied", 30.0, 33.0, 12.0),
+            _recall(8, "supplied", 200.0, 40.0, 10.0),
+            _recall(1, "text only, cold", 35.0, 28.0, 15.5),
+            _recall(1, "text only, cached", 30.0, 33.0, 12.0),
+        ],
+        "direct": {
+            "typesense": [
+                {"clients": 1, "p50": 20.0, "qps": 50.0, "cpu_ms": {"typesense": 12.0, "client": 0.5}},
+                {"clients": 8, "p50": 100.0, "qps": 80.0, "cpu_ms": {"typesense": 11.0, "client": 1.0, "service": 3.0}},
+            ],
+            "pgvector": [{"clients": 8, "p50": 5.0, "qps": 300.0, "cpu_ms": {"postgres": 4.0, "client": 1.0}}],
+        },
+        "freshness": {"50": {"typesense": {"p50": 10.0, "p99": 40.0}}},
+        "drain": {"cpu_ms_per_memory": {"service": 1.0, "postgres": 2.0, "typesense": 2.0, "client": 0.1}},
+        "raw_typesense": {"cpu_ms_per_doc": {"typesense": 1.5, "client": 0.1}},
+        "raw_postgres": {"cpu_ms_per_row": {"postgres": 1.0, "client": 0.5}},
+        "hnsw": {"tiers": {"session": {"recall@10": 0.97}}},
+    }
+
+
+def test_targets_are_the_issues_ratios_from_one_run() -> None:
+    t = targets(_report())
+    # Fused: service + Postgres + Typesense (not the load client); direct: backend + sender (not the service).
+    assert t["fused_cpu_ms"] == 40.0
+    assert t["direct_cpu_ms"] == 12.0 + 5.0
+    assert t["cpu_ratio"] == pytest.approx(40.0 / 17.0)
+    assert t["qps_ratio"] == 0.5
+    assert t["direct_qps"] == 80.0
+    assert t["p50_ratio"] == 1.5
+    assert t["service_cpu_ms"] == 10.0
+    assert t["cold_embedding_cpu_ms"] == 3.5
+    assert t["cached_embedding_cpu_ms"] == 0.0
+    assert t["freshness_p99_ms"] == 40.0
+    assert t["write_cpu_ms"] == pytest.approx(5.1)
+    assert t["raw_write_cpu_ms"] == pytest.approx(3.1)
+    assert t["write_cpu_ratio"] == pytest.approx(5.1 / 3.1)
+
+
+def test_the_last_line_carries_the_ratios() -> None:
+    assert summary_line(_report()) == (
+        "load: size=1000 p50_ms=200.0 p99_ms=400.0 qps=40 direct_qps=80 qps_ratio=0.50 p50_ratio=1.50 "
+        "cpu_ratio=2.35 hnsw_recall=0.970"
+    )
+
+
+def test_a_report_from_before_the_metered_baselines_has_no_targets() -> None:
+    old = {**_report(), "direct": {"typesense": {"n": 500, "p50": 20.0}, "pgvector": {"n": 500, "p50": 5.0}}}
+    assert targets(old) == {}
+    assert "direct_qps=– qps_ratio=– p50_ratio=– cpu_ratio=–" in summary_line(old)
