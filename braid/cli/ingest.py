@@ -116,6 +116,8 @@ class Batch:
     #: Every line the batch covers, bad and blank ones included: the part of
     #: the file the checkpoint moves past once the batch is committed.
     raw: list[bytes] = field(default_factory=list)
+    #: Numbers of the bad lines among them.
+    bad: list[int] = field(default_factory=list)
 
 
 class RateColumn(ProgressColumn):
@@ -144,10 +146,11 @@ class Ingest:
     """One run over a file: reads lines after the checkpoint, writes batches,
     saves the checkpoint after each. :meth:`run` may be interrupted anywhere."""
 
-    def __init__(self, client: Client, path: Path, state: Path, cp: Checkpoint, batch: int, progress: Progress):
+    def __init__(self, client: Client, path: Path, state: Path, cp: Checkpoint, batch: int) -> None:
         self.client, self.path, self.state, self.cp = client, path, state, cp
         self.batch_size = batch
-        self.progress = progress
+        #: Where progress and bad lines are shown (set by the command).
+        self.progress = Progress(console=err, disable=True)
         self.written_now = 0
         self.bad_now = 0
         self._hash = hashlib.sha256()
@@ -178,58 +181,60 @@ class Ingest:
     def run(self, task: Any) -> None:
         batch = Batch()
         for number, raw in self.lines():
-            memory = self._parse(number, raw)
+            memory = self._parse(batch, number, raw)
             if memory is not None:
-                mid = memory.get("id")
-                explicit = isinstance(mid, str) and mid in batch.ids
-                if explicit or len(batch.lines) >= self.batch_size or batch.size + len(raw) > MAX_BATCH_BYTES:
+                mid = memory["id"]
+                if mid in batch.ids or len(batch.lines) >= self.batch_size or batch.size + len(raw) > MAX_BATCH_BYTES:
                     self._commit(batch, task)
                     batch = Batch()
                 batch.lines.append(Line(number, raw, memory))
                 batch.size += len(raw)
-                if isinstance(mid, str):
-                    batch.ids.add(mid)
+                batch.ids.add(mid)
             batch.raw.append(raw)
         self._commit(batch, task)
 
-    def _parse(self, number: int, raw: bytes) -> dict[str, Any] | None:
+    def _parse(self, batch: Batch, number: int, raw: bytes) -> dict[str, Any] | None:
         if not raw.strip():
             return None
         try:
             value = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
-            self._bad(number, f"invalid JSON: {exc}")
+            self._bad(batch, number, f"invalid JSON: {exc}")
             return None
         if not isinstance(value, dict):
-            self._bad(number, f"not a JSON object (a memory) but {_kind(value)}")
+            self._bad(batch, number, f"not a JSON object (a memory) but {_kind(value)}")
             return None
         if value.get("id") is None:
             value["id"] = line_id(number, raw)
+        if not isinstance(value["id"], str):
+            self._bad(batch, number, f"id must be a string, not {_kind(value['id'])}")
+            return None
         return value
 
-    def _bad(self, number: int, message: str) -> None:
-        self.bad_now += 1
-        self.cp.bad += 1
-        if len(self.cp.bad_lines) < KEPT_BAD:
-            self.cp.bad_lines.append(number)
+    def _bad(self, batch: Batch, number: int, message: str) -> None:
+        """Report a bad line now; the checkpoint counts it once its batch is done."""
+        batch.bad.append(number)
         self.progress.console.print(f"[yellow]line {number}:[/] {escape(message)}")
 
     def _commit(self, batch: Batch, task: Any) -> None:
         if not batch.raw:
             return
-        written = self._write(batch.lines) if batch.lines else 0
+        written = self._write(batch, batch.lines) if batch.lines else 0
         # Only now, after the service committed, does the checkpoint move on.
         for raw in batch.raw:
             self._hash.update(raw)
             self.cp.offset += len(raw)
         self.cp.lines += len(batch.raw)
         self.cp.written += written
+        self.cp.bad += len(batch.bad)
+        self.cp.bad_lines += sorted(batch.bad)[: max(0, KEPT_BAD - len(self.cp.bad_lines))]
         self.cp.done_sha256 = self._hash.hexdigest()
         self.cp.save(self.state)
         self.written_now += written
+        self.bad_now += len(batch.bad)
         self.progress.update(task, advance=len(batch.raw))
 
-    def _write(self, lines: list[Line]) -> int:
+    def _write(self, batch: Batch, lines: list[Line]) -> int:
         """Write ``lines``; take out the ones the service refuses, reporting
         them, and write the rest. The number written."""
         pending = [lines]
@@ -242,11 +247,11 @@ class Ingest:
             except BadRequest as exc:
                 match = _ITEM.match(exc.detail)
                 index = int(match.group(1)) if match else None
-                if index is not None and index < len(part):
-                    self._bad(part[index].number, exc.detail[match.end() :] if match else exc.detail)
+                if match and index is not None and index < len(part):
+                    self._bad(batch, part[index].number, exc.detail[match.end() :])
                     rest = part[:index] + part[index + 1 :]
                 elif len(part) == 1:
-                    self._bad(part[0].number, exc.detail)
+                    self._bad(batch, part[0].number, exc.detail)
                     rest = []
                 else:  # the service named no item: halve until it does
                     half = len(part) // 2
@@ -256,7 +261,7 @@ class Ingest:
                     pending.append(rest)
             except PayloadTooLarge as exc:
                 if len(part) == 1:
-                    self._bad(part[0].number, f"larger than the service accepts: {exc.detail}")
+                    self._bad(batch, part[0].number, f"larger than the service accepts: {exc.detail}")
                 else:
                     half = len(part) // 2
                     pending += [part[half:], part[:half]]
@@ -300,9 +305,10 @@ def ingest(
             TimeRemainingColumn(),
         )
         started = time.monotonic()
+        run = Ingest(client, file, state, cp, batch)
+        run.resume_point()
         with Progress(*columns, console=err) as progress:
-            run = Ingest(client, file, state, cp, batch, progress)
-            run.resume_point()
+            run.progress = progress
             task = progress.add_task("ingest", total=max(total, cp.lines), completed=cp.lines)
             try:
                 run.run(task)
