@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
+from rich import box
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -56,7 +57,7 @@ def recall(
         return
     out.print(answer.block or "(no memories)", markup=False)
     err.print()
-    err.print(items_table(answer))
+    err.print(items_table(answer, err.width))
     err.print(sources_table(answer))
     line = f"strategy {answer.strategy}, embedding {answer.embedding_status} ({answer.embedding_ms:.0f} ms), {answer.tokens} tokens"
     if answer.cached:
@@ -66,22 +67,32 @@ def recall(
         err.print(f"[yellow]degraded: {', '.join(answer.degraded)}[/]")
 
 
-def items_table(answer: Recall) -> Table:
-    """One row per item: its rank in each source, the RRF score, the factors."""
+def items_table(answer: Recall, width: int = 160) -> Table:
+    """One row per item: its rank in each source, the RRF score, the factors
+    (and the start of its content when ``width`` leaves room for it)."""
     names = list(answer.sources) or sorted({s for item in answer.items for s in item.ranks})
-    table = Table(title="items", title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("id", overflow="fold")
+    table = Table(
+        title="items (rank in each source's list; score = rrf × factors)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("id", overflow="ellipsis", no_wrap=True, max_width=12)
     for name in names:
-        table.add_column(f"{name} rank", justify="right")
-    table.add_column("rrf", justify="right")
-    table.add_column("factors")
-    table.add_column("score", justify="right")
-    table.add_column("block")
-    table.add_column("content", overflow="ellipsis", max_width=40, no_wrap=True)
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("rrf", justify="right", no_wrap=True)
+    table.add_column("factors", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("block", no_wrap=True)
+    wide = width >= 120
+    if wide:
+        table.add_column("content", overflow="ellipsis", no_wrap=True, max_width=48)
     for i, item in enumerate(answer.items, 1):
         ranks = [str(item.ranks[n]) if item.ranks.get(n) is not None else "-" for n in names]
-        factors = " ".join(f"{k}×{v:.3g}" for k, v in item.factors.items()) or "-"
+        factors = "\n".join(f"{k} ×{v:.3g}" for k, v in item.factors.items()) or "-"
         shown = "cut" if item.truncated else ("yes" if item.in_block else "no")
         table.add_row(
             str(i),
@@ -91,13 +102,13 @@ def items_table(answer: Recall) -> Table:
             escape(factors),
             f"{item.score:.4f}",
             shown,
-            escape(item.content),
+            *([escape(item.content)] if wide else []),
         )
     return table
 
 
 def sources_table(answer: Recall) -> Table:
-    table = Table(title="sources", title_justify="left")
+    table = Table(title="sources", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column, justify in (("source", "left"), ("status", "left"), ("ms", "right"), ("hits", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     table.add_column("error")

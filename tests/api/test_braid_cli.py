@@ -354,10 +354,10 @@ def test_recall_prints_the_block_and_the_per_source_table(served: Live) -> None:
     assert run.code == 0, run.err
     assert run.out.startswith("[Memory: note | ")
     assert "Alex drives a blue Subaru" in run.out and "rank" not in run.out  # the block alone on stdout
-    header = next(line for line in run.err.splitlines() if "typesense rank" in line)
-    for column in ("pgvector rank", "graph rank", "rrf", "factors", "score"):
+    header = next(line for line in run.err.splitlines() if "typesense" in line and "rrf" in line)
+    for column in ("pgvector", "graph", "factors", "score", "content"):
         assert column in header
-    assert "speaker×1.5" in run.err  # the query names Alex, the memory's speaker
+    assert "speaker ×1.5" in run.err  # the query names Alex, the memory's speaker
     assert "strategy auto, embedding ok" in run.err
 
     as_json = cli("recall", "what car does Alex drive", "--json", "--url", served.url, "--key", AGENT_A)
