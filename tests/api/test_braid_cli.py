@@ -164,7 +164,9 @@ def test_ingest_10000_lines_survives_ctrl_c_and_resumes_without_duplicates(serve
     proc, log = start_cli(tmp_path, *args)
     try:
         # Interrupted once a few batches are in.
-        wait_for(lambda: state.exists() and json.loads(state.read_text())["lines"] >= 2000, what="2000 lines in")
+        wait_for(
+            lambda: state.exists() and json.loads(state.read_text())["lines"] >= 2000, timeout=600, what="2000 lines in"
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130, log.read_text()
     finally:

@@ -255,38 +255,42 @@ def test_a_body_over_the_limit_is_payload_too_large(client: braid.Client) -> Non
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[type[braid.BraidError], int, float]] = []
+        self.errors: list[braid.BraidError] = []
 
     def __call__(self, error: braid.BraidError, attempt: int, wait: float) -> None:
         self.calls.append((type(error), attempt, wait))
+        self.errors.append(error)
 
 
 def test_a_real_429_is_retried_after_retry_after(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> None:
+    # One request, then one every 4 s: the second of two requests sent back to
+    # back is refused unless the first took 4 s.
     cfg = patient(conftest.test_config("x"))
-    cfg = msgspec.structs.replace(cfg, limits=msgspec.structs.replace(cfg.limits, rate_per_second=1.0, rate_burst=1))
+    cfg = msgspec.structs.replace(cfg, limits=msgspec.structs.replace(cfg.limits, rate_per_second=0.25, rate_burst=1))
     app, dsn, alias = make_app(postgres, typesense, embedder, cfg)
     with live(app, dsn, alias) as srv:
         seen = Recorder()
         with braid.Client(srv.url, AGENT_A, on_retry=seen) as c:
             c.remember("Rate limited memory")  # the burst's one request
-            answer = c.recall("rate limited")  # 429 with Retry-After: 1, then answered
+            answer = c.recall("rate limited")  # 429 with Retry-After, then answered
         assert [i.content for i in answer.items] == ["Rate limited memory"]
-        assert len(seen.calls) == 1
-        kind, attempt, wait = seen.calls[0]
-        assert (kind, attempt) == (braid.RateLimited, 1)
-        assert 1.0 <= wait <= 1.1  # Retry-After: 1, plus at most 10% spread
+        assert [(kind, attempt) for kind, attempt, _ in seen.calls] == [(braid.RateLimited, 1)]
+        (limited,) = seen.errors
+        assert isinstance(limited, braid.RateLimited) and limited.retry_after in (1.0, 2.0, 3.0, 4.0)
+        assert limited.retry_after <= seen.calls[0][2] <= limited.retry_after * 1.1  # plus at most 10% spread
+        assert limited.detail == (
+            "rate limit: this key may send 0.25 requests a second (bursts of 1); retry after the time in Retry-After"
+        )
 
-        # Without retries the 429 surfaces, with the service's words and its Retry-After.
+        # Without retries the 429 surfaces.
         with braid.Client(srv.url, AGENT_A, retry=braid.Retry(attempts=1)) as c:
             c.health()  # no key needed, no token taken
-            with pytest.raises(braid.RateLimited) as limited:
-                c.recall("one")
-                c.recall("two")
-        assert limited.value.retry_after == 1.0
-        assert limited.value.detail == (
-            "rate limit: this key may send 1 requests a second (bursts of 1); retry after the time in Retry-After"
-        )
+            with pytest.raises(braid.RateLimited) as refused:
+                for _ in range(3):
+                    c.recall("again")
+        assert refused.value.status == 429 and refused.value.retry_after is not None
 
 
 class FaultTransport(httpx.BaseTransport):
