@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import psycopg
 import pytest
 
 import braid
@@ -510,3 +511,19 @@ async def test_the_async_client_honours_retry_after(server: Live) -> None:
 def test_the_package_exports_what_it_says(tmp_path: Path) -> None:
     for name in braid.__all__:
         assert hasattr(braid, name), name
+
+
+def test_waiting_for_a_job_that_failed_or_never_ends(server: Live, admin: braid.Client) -> None:
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO reindex_jobs (id, target, status, error, finished_at) VALUES"
+            " ('failed-x', 'typesense', 'failed', 'typesense unreachable', clock_timestamp()),"
+            " ('stuck-x', 'pgvector', 'running', NULL, NULL)"
+        )
+    with pytest.raises(braid.ReindexFailed) as failed:
+        admin.wait_reindex("failed-x")
+    assert str(failed.value) == "reindex job failed-x failed: typesense unreachable"
+    assert failed.value.job.status == "failed"
+    with pytest.raises(braid.WaitTimeout) as stuck:
+        admin.wait_reindex("stuck-x", poll_s=0.05, timeout_s=0.2)
+    assert str(stuck.value) == "reindex job stuck-x still running after 0.2 s"
