@@ -368,6 +368,15 @@ def test_recall_prints_the_block_and_the_per_source_table(served: Live) -> None:
     assert set(body["sources"]) == {"typesense", "pgvector", "graph"}
 
 
+def test_health_shows_each_backend(served: Live) -> None:
+    run = cli("health", "--url", served.url)
+    assert run.code == 0, run.err
+    assert f"Braid at {served.url}: ok" in run.out
+    for backend in ("typesense", "pgvector", "graph", "sync"):
+        cells = ([c.strip() for c in line.split("│") if c.strip()] for line in run.out.splitlines())
+        assert [backend, "up"] in (row[:2] for row in cells), run.out
+
+
 def test_errors_are_one_line_and_exit_2(served: Live) -> None:
     wrong = cli("recall", "x", "--url", served.url, "--key", "wrong-key-0123456789")
     assert wrong.code == 2
