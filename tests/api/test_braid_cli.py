@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import psycopg
 import pytest
 
@@ -344,6 +345,30 @@ def test_ingest_reports_every_kind_of_bad_line_by_number(served: Live, tmp_path:
         assert c.memory("g1").content == "good three"
         assert c.memory("g2").content == "good two"
     assert memories_of(served) == 2
+
+
+def test_ingest_splits_batches_the_service_finds_too_big(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, tmp_path: Path
+) -> None:
+    """Over limits.maxBatch (a 400 naming no line) or server.maxBodyBytes (413),
+    a batch is halved until it fits; a line alone over the body limit is bad."""
+    cfg = patient(load_config())
+    cfg = msgspec.structs.replace(
+        cfg,
+        limits=msgspec.structs.replace(cfg.limits, max_batch=4),
+        server=msgspec.structs.replace(cfg.server, max_body_bytes=2048),
+    )
+    app, dsn, alias = make_app(postgres, typesense, embedder, cfg)
+    lines = [json.dumps({"content": f"Line {i}: " + "words " * 40}) for i in range(1, 13)]
+    lines[6] = json.dumps({"content": "too long " * 400})  # line 7: ~3.6 kB alone
+    file = tmp_path / "big.jsonl"
+    file.write_text("\n".join(lines) + "\n")
+    with live(app, dsn, alias) as srv:
+        run = cli("ingest", str(file), "--batch", "12", "--url", srv.url, "--key", AGENT_A)
+        assert run.code == 1, run.err
+        assert "line 7: larger than the service accepts: " in run.err
+        assert "bad lines: 7" in run.err
+        assert memories_of(srv) == 11
 
 
 # --- recall, reindex, errors --------------------------------------------------
