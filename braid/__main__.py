@@ -1,0 +1,5 @@
+"""``python -m braid``: the ``braid`` command line."""
+
+from .cli import main
+
+main()

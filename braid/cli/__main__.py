@@ -1,0 +1,5 @@
+"""``python -m braid.cli``: the ``braid`` command line."""
+
+from . import main
+
+main()
