@@ -442,3 +442,51 @@ async def test_the_key_comes_from_the_named_variable_and_is_never_logged(
     assert {headers.get("authorization") for _, headers, _ in proxy.received} == {f"Bearer {key}"}
     assert any(m.startswith("embedding request failed") for m in logged), logged
     assert logged and not [m for m in logged if key in m]
+
+
+def answer(vectors: list[list[float]], model: str = MODEL) -> bytes:
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    return msgspec.json.encode({"object": "list", "data": data, "model": model})
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (answer([[0.1] * 384, [0.1] * 384]), "answered 2 embeddings for 1 texts"),
+        (answer([[0.1] * 3]), "answered 3-d vectors; embedding.dim is 384"),
+        (answer([[0.0] * 384]), "answered a zero or non-finite vector"),
+        (
+            answer([[0.1] * 384], model="other-model"),
+            "answered with model 'other-model', but this service embeds with "
+            "'multilingual-e5-small-q4' (restart Braid to change models)",
+        ),
+        (b"<html>ok</html>", "answered with no embeddings list: JSON is malformed: invalid character (byte 0)"),
+    ],
+    ids=["count", "dim", "zero", "model", "not-json"],
+)
+async def test_an_answer_that_is_not_the_embeddings_asked_for_is_a_503(
+    hosted: Braid, proxy: HttpFaultProxy, body: bytes, problem: str
+) -> None:
+    """A 200 that does not hold one unit-scalable ``dim``-d vector per text,
+    of the model the service stores, is never stored (and not retried)."""
+    proxy.fail(200, body=body)
+    before = len(proxy.received)
+    r = await hosted.post("/v1/memories", {"memories": [{"id": "m", "content": RELEVANT}]})
+    assert r.status_code == 503, r.text
+    assert r.json()["detail"] == (
+        f"embedding server unavailable: {proxy.base_url()}/embeddings {problem}; nothing was written, retry later"
+    )
+    assert len(proxy.received) == before + 1
+    assert (await hosted.client.get("/v1/memories/m", headers=hosted.headers(AGENT_A))).status_code == 404
+
+
+async def test_a_refused_key_is_a_503_not_retried(hosted: Braid, proxy: HttpFaultProxy) -> None:
+    proxy.fail(401, body=b'{"error": {"message": "Incorrect API key provided"}}')
+    before = len(proxy.received)
+    r = await hosted.post("/v1/memories", {"memories": [{"id": "m", "content": RELEVANT}]})
+    assert r.status_code == 503, r.text
+    assert r.json()["detail"] == (
+        f"embedding server unavailable: {proxy.base_url()}/embeddings answered 401: Incorrect API key provided; "
+        "nothing was written, retry later"
+    )
+    assert len(proxy.received) == before + 1
