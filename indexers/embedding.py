@@ -14,7 +14,8 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -22,18 +23,27 @@ import anyio
 import numpy as np
 from anyio.lowlevel import EventLoopToken, current_token
 
-__all__ = ["Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder"]
+from config import EmbeddingConfig
+
+__all__ = ["Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder", "open_local"]
 
 T = TypeVar("T")
 
 
 class Embedder(Protocol):
+    """What the engine embeds with (``embedding.provider`` picks one:
+    :data:`indexers.embedders.PROVIDERS`)."""
+
+    #: The name stored with every vector it makes.
     model: str
     dim: int
 
     async def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]: ...
 
     async def embed_query(self, text: str) -> tuple[float, ...]: ...
+
+    @property
+    def cache_stats(self) -> dict[str, int]: ...
 
 
 class _LRU:
@@ -244,6 +254,22 @@ class MiniLMEmbedder:
 
 
 MODEL_NAMES = {"all-MiniLM-L6-v2": MiniLMEmbedder}
+
+
+@asynccontextmanager
+async def open_local(cfg: EmbeddingConfig) -> AsyncIterator[MiniLMEmbedder]:
+    """``embedding.provider: local``: the model loaded and warmed up (the
+    first inference on a thread is slow: not on a user's recall or write),
+    its lanes' threads stopped on exit."""
+    model = create_embedder(cfg.model, cache_size=cfg.cache_size, threads=cfg.threads, write_batch=cfg.write_batch)
+    await anyio.to_thread.run_sync(model.load)
+    await model.embed(["warm up"])
+    await model.embed_query("warm up")
+    try:
+        yield model
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(model.close)
 
 
 def create_embedder(model: str, *, cache_size: int, threads: int = 1, write_batch: int = 64) -> MiniLMEmbedder:

@@ -23,6 +23,8 @@ from fusion import Assembly, FactorWeights, QueryPlan, analyze_query, get_encodi
 
 from .base import (
     SHOWN_FIELDS,
+    EmbeddingRefused,
+    EmbeddingUnavailable,
     Hit,
     MemoryRecord,
     SearchQuery,
@@ -354,11 +356,17 @@ class Engine:
             # The query lane never waits for writes, but it can be busy with other
             # recalls' queries or short of CPU: past the deadline the recall goes
             # on without a vector (the inference still finishes and is cached).
+            # A hosted embedder that fails (indexers.hosted_embedding) degrades the
+            # recall the same way, as `error`.
             start = time.perf_counter()
+            failed = False
             with anyio.move_on_after(cfg.embedding.query_deadline_ms / 1000.0):
-                vector = await self.embedder.embed_query(plan.text)
+                try:
+                    vector = await self.embedder.embed_query(plan.text)
+                except (EmbeddingUnavailable, EmbeddingRefused):
+                    failed = True
             embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
-            embedding_status = "ok" if vector is not None else "timeout"
+            embedding_status = "ok" if vector is not None else "error" if failed else "timeout"
 
         wanted = [
             name
@@ -551,7 +559,7 @@ def _result(
         name: SourceReport(status=r.status, ms=r.ms, hits=len(r.hits), error=r.error) for name, r in results.items()
     }
     degraded = [n for n, r in results.items() if r.status in DEGRADED]
-    if embedding_status == "timeout":
+    if embedding_status in ("timeout", "error"):
         degraded.insert(0, "embedding")
     return RecallResult(
         block=answer.block,

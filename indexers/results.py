@@ -84,19 +84,20 @@ class QueryInfo(msgspec.Struct):
     current: bool = False
 
 
-EmbeddingStatus = Literal["ok", "client", "timeout", "none"]
+EmbeddingStatus = Literal["ok", "client", "timeout", "error", "none"]
 
 _EMBEDDING_STATUS = (
     "`ok`: made by the model (or found in its cache) within embedding.queryDeadlineMs; "
     "`client`: the request gave it; `timeout`: not made in time, so the recall searched "
     "without a vector (pgvector skipped as `no_vector`, Typesense by keyword only, the "
     "graph seeded by the names in the query) and `degraded` starts with `embedding`; "
-    "`none`: the strategy needs none (`keyword`, `recent`), none was made."
+    "`error`: the hosted embedding server failed (embedding.provider `openai`), handled "
+    "like `timeout`; `none`: the strategy needs none (`keyword`, `recent`), none was made."
 )
 _STRATEGY = (
     "The strategy that ran: the one asked for, except that `auto` runs as `recent` for an "
     "empty or missing query and as `keyword` when the query embedding missed "
-    "embedding.queryDeadlineMs."
+    "embedding.queryDeadlineMs or failed."
 )
 _SOURCE_STATUS = (
     "`ok`; `timeout`: no answer within its deadlineMs; `error`: it failed; `no_vector`: it "
@@ -120,7 +121,7 @@ class RecallResult(msgspec.Struct):
     items: list[RecallItem]
     sources: dict[str, SourceReport]
     #: Sources that timed out, failed or could not search without a vector, after
-    #: ``"embedding"`` when the query embedding missed its deadline.
+    #: ``"embedding"`` when the query embedding missed its deadline or failed.
     degraded: list[str]
     #: Time spent getting the query embedding (0 when the request gave it).
     embedding_ms: float

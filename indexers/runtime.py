@@ -1,7 +1,8 @@
 """Opening and closing everything the engine needs, in order.
 
 ``open_runtime`` connects to Postgres (migrating its schema), makes sure the
-HNSW indexes and the Typesense collection exist, loads the embedding model,
+HNSW indexes and the Typesense collection exist, opens the embedder (the
+local model or a hosted one, ``embedding.provider``),
 starts the outbox worker and the sweeper, and yields a :class:`Runtime`. On exit it stops
 the worker and closes every pool and client.
 """
@@ -20,7 +21,8 @@ from config import ConfigHolder
 
 from .base import SourceUnavailable
 from .bookkeeping import Bookkeeper
-from .embedding import Embedder, create_embedder
+from .embedders import open_embedder
+from .embedding import Embedder
 from .engine import Engine
 from .pgvector import ensure_indexes
 from .postgres import PostgresStore, open_pool
@@ -87,24 +89,13 @@ async def open_runtime(
     embedder: Embedder | None = None,
     source_names: Sequence[str] | None = None,
 ) -> AsyncIterator[Runtime]:
-    cfg = config.current
     if embedder is None:
-        model = create_embedder(
-            cfg.embedding.model,
-            cache_size=cfg.embedding.cache_size,
-            threads=cfg.embedding.threads,
-            write_batch=cfg.embedding.write_batch,
-        )
-        await anyio.to_thread.run_sync(model.load)
-        # The first inference on a thread is slow: not on a user's recall or write.
-        await model.embed(["warm up"])
-        await model.embed_query("warm up")
-        try:
-            async with _open_runtime(config, backends, model, source_names) as runtime:
-                yield runtime
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(model.close)
+        # embedding.provider's embedder (indexers.embedders), open while the runtime is.
+        async with (
+            open_embedder(config.current.embedding) as model,
+            _open_runtime(config, backends, model, source_names) as runtime,
+        ):
+            yield runtime
     else:
         async with _open_runtime(config, backends, embedder, source_names) as runtime:
             yield runtime

@@ -18,7 +18,14 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
 
 from config import ConfigError
-from indexers.base import BackendError, StoreUnavailable, UnstorableValue, WriteTimeout
+from indexers.base import (
+    BackendError,
+    EmbeddingRefused,
+    EmbeddingUnavailable,
+    StoreUnavailable,
+    UnstorableValue,
+    WriteTimeout,
+)
 from indexers.reindex import ReindexBusy
 
 from .validate import InputError
@@ -78,7 +85,8 @@ def _input_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str
 
 def _unavailable(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     log.warning("backend unavailable: %s%s", exc, f" ({exc.reason})" if isinstance(exc, StoreUnavailable) else "")
-    if isinstance(exc, StoreUnavailable) and exc.during == "write":
+    if (isinstance(exc, StoreUnavailable) and exc.during == "write") or isinstance(exc, EmbeddingUnavailable):
+        # A write's texts are embedded before anything is stored.
         detail = f"{exc}; nothing was written, retry later"
     else:  # a read, a write of unknown outcome (WriteTimeout says so), a source
         detail = f"{exc}; retry later" if not isinstance(exc, WriteTimeout) else str(exc)
@@ -127,6 +135,7 @@ def exception_handlers() -> dict[type[Exception] | int, Callable[..., Response[A
         InputError: _input_error,
         ConfigError: _input_error,
         UnstorableValue: _input_error,
+        EmbeddingRefused: _input_error,
         ReindexBusy: _busy,
         BackendError: _unavailable,
         HTTPException: _http,

@@ -96,9 +96,13 @@ def make_app(
     embedder: Any,
     cfg: BraidConfig | None = None,
     config_path: str | None = None,
+    dsn: str | None = None,
+    alias: str | None = None,
 ) -> tuple[Litestar, str, str]:
-    dsn = fresh_database(postgres)
-    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    """An app on a fresh database and Typesense alias (or on ``dsn``'s and
+    ``alias``'s). ``embedder`` None: the app opens ``cfg``'s embedding provider."""
+    dsn = dsn or fresh_database(postgres)
+    alias = alias or f"mem_{uuid.uuid4().hex[:10]}"
     cfg = cfg or test_config(alias)
     cfg = msgspec.structs.replace(cfg, typesense=msgspec.structs.replace(cfg.typesense, collection=alias))
     ring = Keyring()
