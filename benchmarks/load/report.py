@@ -150,7 +150,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| CPU ms per memory while loading (service / Postgres / Typesense / client) | {_cpu(w.get('cpu_ms_per_memory'))} |",
         f"| CPU ms per memory, load + outbox drain | {_cpu(d.get('cpu_ms_per_memory'))} |",
         f"| CPU ms per document, raw Typesense import | {_cpu(raw.get('cpu_ms_per_doc'))} |",
-        f"| CPU ms per row, raw Postgres `COPY` (binary, into a copy of `memories` with its indexes; {report.get('raw_postgres', {}).get('rows', '–')} rows) | {_cpu(report.get('raw_postgres', {}).get('cpu_ms_per_row'))} |",
+        f"| CPU ms per row, raw Postgres `COPY` (into a copy of `memories` with its indexes; {report.get('raw_postgres', {}).get('rows', '–')} rows) | {_cpu(report.get('raw_postgres', {}).get('cpu_ms_per_row'))} |",
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
         "",

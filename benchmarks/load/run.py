@@ -187,10 +187,13 @@ async def raw_typesense_import(
     return {"docs": len(docs), "seconds": elapsed, "per_s": len(docs) / elapsed, "failures": failures}
 
 
-async def raw_postgres_copy(dsn: str, corpus: Corpus, sample: int, batch: int) -> dict[str, Any]:
+async def raw_postgres_copy(
+    dsn: str, corpus: Corpus, sample: int, batch: int, cpu: Callable[[], dict[str, float]]
+) -> dict[str, Any]:
     """The same rows (content, tier, time, vector) straight into a scratch copy
     of ``memories`` with all its indexes (the tiers' partial HNSW indexes
-    included) by binary ``COPY``, ``batch`` rows per statement."""
+    included) by ``COPY``, ``batch`` rows per statement; CPU per row by
+    process, read while the connection's backend still lives."""
     rows = []
     for t in corpus.tenants:
         for m, v in zip(t.memories, t.vectors, strict=True):
@@ -205,6 +208,7 @@ async def raw_postgres_copy(dsn: str, corpus: Corpus, sample: int, batch: int) -
         await conn.execute(f"CREATE TABLE {name} (LIKE memories INCLUDING ALL)")
         try:
             columns = "tenant, id, content, kind, tier, session_id, embedding, model, created_at"
+            before = cpu()
             start = time.perf_counter()
             for i in range(0, len(rows), batch):
                 async with conn.cursor() as cur:
@@ -212,9 +216,10 @@ async def raw_postgres_copy(dsn: str, corpus: Corpus, sample: int, batch: int) -
                         for row in rows[i : i + batch]:
                             await copy.write_row((*row, "2023-11-14T22:13:20Z"))
             elapsed = time.perf_counter() - start
+            used = cpu_per_call(before, cpu(), len(rows))
         finally:
             await conn.execute(f"DROP TABLE {name}")
-    return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed}
+    return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed, "cpu_ms_per_row": used}
 
 
 async def freshness(
@@ -631,9 +636,7 @@ async def run(
                 report["write"]["to_typesense_per_s"] / report["raw_typesense"]["per_s"]
             )
             print("load: raw Postgres COPY", flush=True)
-            cpu_before = meter()
-            report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch)
-            report["raw_postgres"]["cpu_ms_per_row"] = cpu_per_call(cpu_before, meter(), report["raw_postgres"]["rows"])
+            report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch, meter)
             print("load: freshness", flush=True)
             async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
                 report["freshness"] = await freshness(
