@@ -52,7 +52,7 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: ``bm25``: the most candidates scored, as a budget of summed document
     #: frequencies (the most common query terms are left out of the filter
     #: beyond it); also the candidate search's page size.
-    bm25_candidates: Annotated[int, Meta(ge=1, le=250)] = 250
+    bm25_candidates: Annotated[int, Meta(ge=1, le=250)] = 150
     #: ``bm25``: query terms scored (the first ones, stopwords out). More than
     #: ``max_terms``: a term costs a count, not a search.
     bm25_max_terms: Annotated[int, Meta(ge=1, le=32)] = 16
@@ -65,7 +65,7 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     term_hits: Annotated[int, Meta(ge=1, le=250)] = 50
     #: ``always``: the source runs its own vector search in every recall.
     #: ``alone``: only in recalls where no other source covers the vectors.
-    vector_search: Literal["always", "alone"] = "always"
+    vector_search: Literal["always", "alone"] = "alone"
 
 
 #: Defaults of each registered source, in the order recalls report them.

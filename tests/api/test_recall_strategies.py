@@ -136,11 +136,18 @@ async def test_semantic_searches_the_vector_lists_only(braid: Braid) -> None:
     await braid.remember({"content": "User drives a Honda Civic"}, *({"content": c} for c in UNRELATED))
     await braid.synced()
     sent = record_searches(braid)
+    # Shipped (`vectorSearch: alone`): pgvector is part of the recall, so
+    # Typesense has no list to give and sends nothing.
     out = await braid.recall("what car does this person have", strategy="semantic")
-    assert sent == [["vector"]]
+    assert sent == []
     assert out["strategy"] == "semantic" and out["embedding_status"] == "ok"
     assert out["sources"]["graph"]["status"] == "skipped"
     assert out["sources"]["pgvector"]["status"] == "ok" and out["sources"]["typesense"]["status"] == "ok"
+    assert out["items"][0]["content"] == "User drives a Honda Civic"
+    holder = braid.runtime.engine.config
+    holder.current = holder.current.with_source("typesense", vector_search="always")
+    out = await braid.recall("what car does this person have", strategy="semantic")
+    assert sent == [["vector"]]
     assert out["items"][0]["content"] == "User drives a Honda Civic"
     await braid.recall("what car does this person have")
     assert "keyword" in sent[-1] and "vector" in sent[-1]  # auto: both lists
