@@ -26,6 +26,7 @@ spans on exit.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
@@ -124,7 +125,8 @@ async def open_tracing(cfg: TracesConfig) -> AsyncIterator[Tracing]:
 
     exporter: SpanExporter
     if cfg.exporter == "console":
-        exporter = ConsoleSpanExporter()
+        # The stdout of now (the exporter's default is the one of its import).
+        exporter = ConsoleSpanExporter(out=sys.stdout)
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

@@ -268,3 +268,13 @@ async def test_otlp_exporter_sends_the_spans(stack: Callable[..., Any], receiver
                 names += [s.name for s in scope_spans.spans]
     assert services == {"braid-test"}
     assert sorted(names) == ["braid.embedding", "braid.recall", "braid.source", "braid.source", "braid.source"]
+
+
+async def test_console_exporter_prints_the_spans(stack: Callable[..., Any], capsys: pytest.CaptureFixture[str]) -> None:
+    async with stack(TracesConfig(enabled=True, exporter="console")) as braid:
+        await braid.recall("anything at all")
+    # Flushed as the app stopped: one JSON document per span.
+    out = capsys.readouterr().out
+    assert out.count('"name": "braid.recall"') == 1
+    assert out.count('"name": "braid.source"') == 3
+    assert out.count('"service.name": "braid"') == 5
