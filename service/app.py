@@ -366,13 +366,15 @@ async def tracing(cfg: TracesConfig) -> AsyncIterator[Any]:
     if not cfg.enabled:
         yield None
         return
-    try:
-        from indexers.tracing import open_tracing
-    except ImportError as exc:
-        raise ConfigError(
-            f"traces.enabled needs OpenTelemetry ({exc.name} is not installed): pip install 'braid[traces]'"
-        ) from None
-    async with open_tracing(cfg) as opened:
+    async with AsyncExitStack() as stack:
+        try:
+            from indexers.tracing import open_tracing
+
+            opened = await stack.enter_async_context(open_tracing(cfg))
+        except ImportError as exc:
+            raise ConfigError(
+                f"traces.enabled needs OpenTelemetry ({exc.name} is not installed): pip install 'braid[traces]'"
+            ) from None
         yield opened
 
 

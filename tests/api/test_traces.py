@@ -190,22 +190,28 @@ def test_off_does_not_load_opentelemetry() -> None:
     assert out.stdout.strip() == "[]"
 
 
+OTLP_MODULE = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+@pytest.mark.parametrize(
+    ("missing", "traces"),
+    [("opentelemetry", GLOBAL), (OTLP_MODULE, TracesConfig(enabled=True, exporter="otlp"))],
+    ids=["no-opentelemetry", "no-otlp-exporter"],
+)
 async def test_enabled_without_the_extra_says_what_to_install(
-    stack: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    stack: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, missing: str, traces: TracesConfig
 ) -> None:
-    # As if the `traces` extra were not installed.
-    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    # As if (part of) the `traces` extra were not installed.
+    monkeypatch.setitem(sys.modules, missing, None)
     monkeypatch.delitem(sys.modules, "indexers.tracing", raising=False)
     # The app's start-up fails (inside the lifespan's task group).
     with pytest.RaisesGroup(ConfigError, flatten_subgroups=True) as info:
-        async with stack(GLOBAL):
+        async with stack(traces):
             pass
     (error,) = info.value.exceptions
     while isinstance(error, BaseExceptionGroup):
         (error,) = error.exceptions
-    assert (
-        str(error) == "traces.enabled needs OpenTelemetry (opentelemetry is not installed): pip install 'braid[traces]'"
-    )
+    assert str(error) == f"traces.enabled needs OpenTelemetry ({missing} is not installed): pip install 'braid[traces]'"
 
 
 class Receiver(ThreadingHTTPServer):
