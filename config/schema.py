@@ -28,6 +28,7 @@ __all__ = [
     "LifecycleConfig",
     "LimitsConfig",
     "OpenAIEmbeddingConfig",
+    "MetricsConfig",
     "PostgresConfig",
     "QueryConfig",
     "RankingConfig",
@@ -36,6 +37,7 @@ __all__ = [
     "SourceConfig",
     "SyncConfig",
     "TierConfig",
+    "TracesConfig",
     "TypesenseConfig",
     "TypesenseSourceConfig",
     "FIXED_SECTIONS",
@@ -313,6 +315,62 @@ class LimitsConfig(_Base, frozen=True):
     rate_burst: Annotated[int, Meta(ge=1, le=1_000_000)] = 200
 
 
+#: Paths the API itself serves: ``metrics.path`` may not be one of them or under them.
+_API_PATHS = ("/v1", "/admin", "/schema", "/health")
+
+
+class MetricsConfig(_Base, frozen=True):
+    """Prometheus exposition (:mod:`service.metrics`): this process's metrics.
+
+    No label carries a tenant, a key, a query or a memory: the label values are
+    route templates, methods, statuses, source names and outcomes only.
+    """
+
+    #: Serve ``path`` and record what it shows; off: no route, no recording at all.
+    enabled: bool = True
+    #: Where Prometheus scrapes.
+    path: Annotated[str, Meta(pattern=r"^/[A-Za-z0-9_\-./]{0,200}$")] = "/metrics"
+    #: ``none``: no key needed (like ``/health``); ``admin``: an admin key, as
+    #: ``Authorization: Bearer <key>`` (Prometheus' ``authorization`` setting).
+    auth: Literal["none", "admin"] = "none"
+
+    def __post_init__(self) -> None:
+        path = self.path.rstrip("/")
+        if not path:
+            raise ValueError("path must name a route of its own, such as '/metrics', not '/'")
+        for taken in _API_PATHS:
+            if path == taken or path.startswith(taken + "/"):
+                raise ValueError(
+                    f"path {self.path!r} is inside {taken}, which the API serves; choose another, such as '/metrics'"
+                )
+
+
+class TracesConfig(_Base, frozen=True):
+    """OpenTelemetry traces (:mod:`indexers.tracing`): a span per recall, a
+    child per source and the query embedding. Needs the ``traces`` extra."""
+
+    #: Off (the default): no span is made and OpenTelemetry is not even imported.
+    enabled: bool = False
+    #: ``otlp``: OTLP over HTTP/protobuf to ``endpoint``; ``console``: each span
+    #: printed to stdout (to try it out); ``global``: hand the spans to the
+    #: process's tracer provider (``opentelemetry-instrument``, or a program
+    #: that embeds Braid and sets its own).
+    exporter: Literal["otlp", "console", "global"] = "otlp"
+    #: The OTLP/HTTP traces URL; ``None``: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
+    #: else ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``, else
+    #: ``http://localhost:4318/v1/traces``.
+    endpoint: Annotated[str, Meta(pattern=r"^https?://\S+$")] | None = None
+    #: The ``service.name`` resource attribute (``otlp`` and ``console``).
+    service_name: Annotated[str, Meta(min_length=1, max_length=200)] = "braid"
+    #: Share of recalls traced (the trace id decides, so a trace is whole);
+    #: a recall inside a caller's sampled trace is always traced.
+    sample_ratio: Unit = 1.0
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None and self.exporter != "otlp":
+            raise ValueError(f"endpoint applies to exporter `otlp` only, not `{self.exporter}`")
+
+
 class ApiKey(_Base, frozen=True):
     """One key: either ``key`` in clear or ``sha256`` (hex digest of the key)."""
 
@@ -357,6 +415,8 @@ class BraidConfig(_Base, frozen=True):
     server: ServerConfig = ServerConfig()
     limits: LimitsConfig = LimitsConfig()
     auth: AuthConfig = AuthConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    traces: TracesConfig = TracesConfig()
 
     def __post_init__(self) -> None:
         folded: dict[str, str] = {}
@@ -406,7 +466,7 @@ class BraidConfig(_Base, frozen=True):
 
 #: Config sections read once at start-up: a reload that changes them names the
 #: changed keys as needing a restart and leaves them in force until then.
-RESTART_SECTIONS: tuple[str, ...] = ("server", "sync", "bookkeeping")
+RESTART_SECTIONS: tuple[str, ...] = ("server", "sync", "bookkeeping", "metrics", "traces")
 
 #: Sections a reload may not change at all (the running pools, clients and
 #: model were built from them).

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -62,7 +62,10 @@ from .results import (
     changed_keys,
 )
 
-__all__ = ["Engine", "GraphWrite", "MemoryWrite", "WRITE_TIMEOUT_S"]
+if TYPE_CHECKING:
+    from .tracing import Tracing
+
+__all__ = ["Engine", "EngineObserver", "GraphWrite", "MemoryWrite", "WRITE_TIMEOUT_S"]
 
 log = logging.getLogger("braid")
 
@@ -85,6 +88,15 @@ MemoryWrite = MemoryInput
 class GraphWrite(msgspec.Struct, frozen=True):
     entities: tuple[EntityInput, ...]
     relations: tuple[RelationInput, ...]
+
+
+class EngineObserver(Protocol):
+    """Told of every recall answered and every write stored (``service.metrics``
+    counts them). Called on the request path: it must be quick and never raise."""
+
+    def recalled(self, result: RecallResult) -> None: ...
+
+    def wrote(self, written: Written) -> None: ...
 
 
 class Engine:
@@ -114,6 +126,10 @@ class Engine:
         self.write_timeout_s = WRITE_TIMEOUT_S
         #: Answers of identical recalls (``cache.ttlMs``), checked against write generations.
         self.cache = RecallCache()
+        #: Told of recalls and writes (metrics); None: nobody is.
+        self.observer: EngineObserver | None = None
+        #: Spans of recalls (``traces.enabled``); None: none are made.
+        self.tracing: Tracing | None = None
 
     # --- config -------------------------------------------------------------
 
@@ -207,6 +223,8 @@ class Engine:
         written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities))
         if any(m.speaker for m in memories):
             self._speakers.pop(tenant, None)
+        if self.observer is not None:
+            self.observer.wrote(written)
         return written
 
     async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
@@ -287,6 +305,19 @@ class Engine:
         return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
 
     async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
+        """The recall's answer (:meth:`_recall`), in a span when tracing is on,
+        told to the observer when there is one."""
+        if self.tracing is None:
+            result = await self._recall(tenant, opts)
+        else:
+            with self.tracing.recall() as span:
+                result = await self._recall(tenant, opts)
+                self.tracing.recalled(span, result)
+        if self.observer is not None:
+            self.observer.recalled(result)
+        return result
+
+    async def _recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
         """The recall's answer, from the result cache when ``cache.ttlMs`` allows
         (:mod:`indexers.cache`; such an answer says ``cached: true``).
 
@@ -392,7 +423,11 @@ class Engine:
             )
             for name in wanted
         }
-        results = await self._current_only(tenant, await search_all(self.sources, queries, cfg), opts.filters.as_of)
+        if self.tracing is not None and embedding_status not in ("client", "none"):
+            self.tracing.embedded(embedding_ms, embedding_status)
+        results = await self._current_only(
+            tenant, await search_all(self.sources, queries, cfg, self.tracing), opts.filters.as_of
+        )
         ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,

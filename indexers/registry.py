@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import msgspec
@@ -30,6 +30,9 @@ from config import (
 )
 
 from .base import BackendError, Hit, SearchQuery, Source
+
+if TYPE_CHECKING:
+    from .tracing import Tracing
 
 __all__ = [
     "BOTH",
@@ -147,18 +150,28 @@ async def search_all(
     sources: Mapping[str, Source],
     queries: Mapping[str, SearchQuery],
     cfg: BraidConfig,
+    tracing: Tracing | None = None,
 ) -> dict[str, SourceResult]:
     """Run ``sources[name].search(queries[name])`` concurrently under deadlines.
 
     A source with no query is reported as skipped; one that needs a vector
     (``Source.needs_vector``, or a query it may match by vector only) and has
-    a query without one, as ``no_vector``.
+    a query without one, as ``no_vector``. With ``tracing``, each source that
+    searches does so inside a span of its own (:mod:`indexers.tracing`).
     """
     results: dict[str, SourceResult] = {
         name: SourceResult(status="skipped", ms=0.0) for name in sources if name not in queries
     }
 
     async def one(name: str, source: Source, query: SearchQuery) -> None:
+        if tracing is None:
+            results[name] = await searched(name, source, query)
+        else:
+            with tracing.source(name) as span:
+                results[name] = result = await searched(name, source, query)
+                tracing.searched(span, result)
+
+    async def searched(name: str, source: Source, query: SearchQuery) -> SourceResult:
         deadline = cfg.source(name).deadline_ms / 1000.0
         start = time.perf_counter()
         result = SourceResult(status="timeout", ms=0.0, error=f"no answer within {deadline * 1000:.0f} ms")
@@ -173,7 +186,7 @@ async def search_all(
                 log.exception("source %s raised unexpectedly", name)
                 result = SourceResult(status="error", ms=0.0, error=f"{type(exc).__name__}: {exc}")
         result.ms = round((time.perf_counter() - start) * 1000.0, 3)
-        results[name] = result
+        return result
 
     async with anyio.create_task_group() as tg:
         for name, source in sources.items():

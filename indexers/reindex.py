@@ -249,6 +249,13 @@ class ReindexJobs:
         with postgres_errors("read"):
             return await self._get(job_id)
 
+    async def active(self) -> int:
+        """Jobs queued or running now, in any process (0 or 1: one at a time)."""
+        async with self._store.pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) FROM reindex_jobs WHERE status IN ('queued', 'running')")
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     async def _get(self, job_id: str) -> dict[str, Any] | None:
         async with self._store.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(

@@ -73,6 +73,17 @@ class OutboxSync:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
+    async def backlog(self) -> tuple[int, float]:
+        """The pending outbox rows, and how long ago in seconds the oldest of
+        them was written (0.0 when none is pending), in one statement."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
+                " FROM outbox WHERE processed_at IS NULL"
+            )
+            row = await cur.fetchone()
+        return (int(row[0]), max(0.0, float(row[1]))) if row else (0, 0.0)
+
     async def drain_once(self) -> int:
         """Apply one batch; return how many outbox rows it processed."""
         async with self.pool.connection() as conn, conn.transaction():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -30,7 +30,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from config import ConfigError, ConfigHolder
+from config import ConfigError, ConfigHolder, MetricsConfig, TracesConfig
 from indexers.base import postgres_errors
 from indexers.engine import Engine
 from indexers.lifecycle import Forgetting
@@ -41,6 +41,7 @@ from . import validate
 from .auth import Keyring, Principal, RateLimiter, retry_after_header
 from .decode import BraidRequest
 from .errors import exception_handlers, problem_responses
+from .metrics import Metrics
 from .schemas import (
     BodySchemaPlugin,
     DeletedOut,
@@ -344,17 +345,62 @@ async def health(state: State) -> Response[HealthOut]:
     return Response(body, status_code=200 if ok else 503)
 
 
+def metrics_route(metrics: Metrics, cfg: MetricsConfig) -> HTTPRouteHandler:
+    """``GET <metrics.path>``: this process's metrics for Prometheus, with the
+    key ``metrics.auth`` asks for. Not in the OpenAPI schema: it is not JSON,
+    and its path is the config's."""
+
+    async def scrape(request: Request[Any, Any, State]) -> Response[bytes]:
+        body, content_type = await metrics.exposition(request.headers.get("accept", ""))
+        # As prometheus-client names it (Litestar would add a second charset).
+        return Response(body, media_type="text/plain", headers={"content-type": content_type})
+
+    guards = ADMIN if cfg.auth == "admin" else []
+    return get(cfg.path, guards=guards, include_in_schema=False, name="metrics")(scrape)
+
+
+@asynccontextmanager
+async def tracing(cfg: TracesConfig) -> AsyncIterator[Any]:
+    """The recall spans' :class:`indexers.tracing.Tracing` when ``traces.enabled``,
+    else None (and OpenTelemetry is not imported)."""
+    if not cfg.enabled:
+        yield None
+        return
+    async with AsyncExitStack() as stack:
+        try:
+            from indexers.tracing import open_tracing
+
+            opened = await stack.enter_async_context(open_tracing(cfg))
+        except ImportError as exc:
+            raise ConfigError(
+                f"traces.enabled needs OpenTelemetry ({exc.name} is not installed): pip install 'braid[traces]'"
+            ) from None
+        yield opened
+
+
 # --- the app ------------------------------------------------------------------
 
 
 def create_app(settings: AppSettings) -> Litestar:
+    cfg = settings.config.current
+    # Both are read at start-up only (a reload names changes to them as needing a restart).
+    metrics = Metrics() if cfg.metrics.enabled else None
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        async with open_runtime(settings.config, settings.backends, embedder=settings.embedder) as rt:
+        async with AsyncExitStack() as stack:
+            spans = await stack.enter_async_context(tracing(cfg.traces))
+            rt = await stack.enter_async_context(
+                open_runtime(settings.config, settings.backends, embedder=settings.embedder)
+            )
+            rt.engine.tracing = spans
+            if metrics is not None:
+                metrics.runtime = rt
+                rt.engine.observer = metrics
             app.state.runtime = rt
             yield
 
-    cfg = settings.config.current
+    extra_routes = [] if metrics is None else [metrics_route(metrics, cfg.metrics)]
     return Litestar(
         route_handlers=[
             write_memories,
@@ -370,7 +416,9 @@ def create_app(settings: AppSettings) -> Litestar:
             reload_config,
             stats,
             health,
+            *extra_routes,
         ],
+        middleware=[] if metrics is None else [metrics.middleware],
         dependencies={
             "engine": Provide(provide_engine),
             "principal": Provide(provide_principal),
