@@ -22,18 +22,16 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgspec
 
-from benchmarks.common import RESULTS, CpuMeter, Service
+from benchmarks.common import RESULTS, CpuMeter
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.run import bulk_load, config_text, graph_load, timed, wait_drained
+from benchmarks.load.run import loaded_service, timed
 
 #: Stages of a recall, each named by a frame that appears under it (the first match wins).
 STAGES = {
@@ -78,17 +76,9 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
 
 async def profile(size: int, seconds: float, clients: int, rate: int, out: Path) -> dict[str, Any]:
     corpus = build_corpus(size)
-    keys = {t.name: f"braid_prof_{t.name}_0123456789abcdef" for t in corpus.tenants}
-    text = config_text(keys)
-    headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    svc = Service(config_text=text, prefix="braid-profile-")
     report: dict[str, Any] = {"size": size, "seconds": seconds, "clients": clients, "rate": rate}
-    try:
-        async with httpx.AsyncClient(base_url=svc.url, timeout=300) as client:
-            print("profile: loading", flush=True)
-            await graph_load(client, corpus, headers)
-            await bulk_load(client, corpus, headers, 200, 3, 4 << 20)
-            await wait_drained(client)
+    print("profile: loading", flush=True)
+    async with loaded_service(corpus, "braid-profile-") as (svc, headers):
         bodies = [
             msgspec.json.encode({"query": q["text"], "embedding": v.tolist()})
             for q, v in zip(corpus.queries, corpus.query_vectors, strict=True)
@@ -119,7 +109,7 @@ async def profile(size: int, seconds: float, clients: int, rate: int, out: Path)
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
-            time.sleep(1.0)  # py-spy attaches before the measured recalls start
+            await asyncio.sleep(1.0)  # py-spy attaches before the measured recalls start
             row = await timed(lean, recall_headers, bodies, clients, seconds - 2, meter)
             _, err = spy.communicate(timeout=120)
             if spy.returncode != 0:
@@ -130,8 +120,6 @@ async def profile(size: int, seconds: float, clients: int, rate: int, out: Path)
         report["cpu_ms"] = row["cpu_ms"]
         report["degraded"] = row["degraded"]
         report["profile"] = summarise(raw.read_text())
-    finally:
-        svc.stop()
     return report
 
 

@@ -16,23 +16,16 @@ import json
 import httpx
 import msgspec
 
-from benchmarks.common import Service
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.run import bulk_load, config_text, wait_drained
+from benchmarks.load.run import loaded_service
 from indexers.typesense.documents import quoted_list
 from indexers.typesense.keywords import keyword_terms
 from indexers.typesense.source import _BM25_FIELDS
 
 
-async def main(size):
+async def main(size: int) -> None:
     corpus = build_corpus(size)
-    keys = {t.name: f"braid_prof_{t.name}_0123456789abcdef" for t in corpus.tenants}
-    headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    svc = Service(config_text=config_text(keys), prefix="braid-tsnoemb-")
-    try:
-        async with httpx.AsyncClient(base_url=svc.url, timeout=300) as client:
-            await bulk_load(client, corpus, headers, 200, 3, 4 << 20)
-            await wait_drained(client)
+    async with loaded_service(corpus, "braid-tsnoemb-", graph=False) as (svc, _):
         tsproc = svc.processes()["typesense"]
 
         def cpu():
@@ -93,8 +86,6 @@ async def main(size):
                         f"{coll:30s} per_page {n}: typesense cpu {1000 * (cpu() - c0) / len(qs):.2f} ms/search",
                         flush=True,
                     )
-    finally:
-        svc.stop()
 
 
 if __name__ == "__main__":

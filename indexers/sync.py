@@ -68,10 +68,9 @@ class OutboxSync:
         self._wake.set()
 
     async def pending(self) -> int:
-        async with self.pool.connection() as conn:
-            cur = await conn.execute("SELECT count(*) FROM outbox WHERE processed_at IS NULL")
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        """How many outbox rows wait (:meth:`backlog`'s count)."""
+        count, _ = await self.backlog()
+        return count
 
     async def backlog(self) -> tuple[int, float]:
         """The pending outbox rows, and how long ago in seconds the oldest of

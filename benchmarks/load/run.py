@@ -12,7 +12,8 @@ import itertools
 import secrets
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -118,6 +119,28 @@ async def graph_load(client: httpx.AsyncClient, corpus: Corpus, headers: dict[st
             errors.append(f"{r.status_code} {r.text[:200]}")
     n = sum(len(t.relations) for t in corpus.tenants)
     return {"relations": n, "seconds": time.perf_counter() - start, "errors": errors}
+
+
+@asynccontextmanager
+async def loaded_service(
+    corpus: Corpus, prefix: str, *, graph: bool = True
+) -> AsyncIterator[tuple[Service, dict[str, dict[str, str]]]]:
+    """The service on the embedded stack (shipped config, one agent key per
+    tenant) with ``corpus`` written through it (its graph too, with
+    ``graph``) and the outbox drained; yields it and each tenant's auth
+    headers, and stops it on exit."""
+    keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
+    headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
+    svc = Service(config_text=config_text(keys), prefix=prefix)
+    try:
+        async with httpx.AsyncClient(base_url=svc.url, timeout=300) as client:
+            if graph:
+                await graph_load(client, corpus, headers)
+            await bulk_load(client, corpus, headers, 200, 3, 4 << 20)
+            await wait_drained(client)
+        yield svc, headers
+    finally:
+        svc.stop()
 
 
 async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict[str, Any]:

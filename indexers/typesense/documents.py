@@ -31,7 +31,6 @@ __all__ = [
     "TERM_FIELDS",
     "document_field",
     "document_terms",
-    "term_counts",
     "counts_reader",
     "hit_from_document",
     "build_filter",
@@ -123,7 +122,8 @@ def document_terms(content: str, context: str | None) -> tuple[list[str], str, i
     document: the distinct terms of the content and context
     (:func:`~.keywords.text_terms`, the normalisation of query terms) without
     stopwords, in order of first appearance; how often each occurs in the
-    content and in the context (:func:`term_counts`); and how many terms the
+    content and in the context (``;<term>:<content>:<context>`` for each, then
+    ``;``; read by :func:`counts_reader`); and how many terms the
     content and the context have, stopwords and repeats included (BM25's
     document length)."""
     own = text_terms(content)
@@ -137,24 +137,12 @@ def document_terms(content: str, context: str | None) -> tuple[list[str], str, i
 def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, int]]]:
     """A reader of ``term_counts``: given a document's, the content and
     context counts of those of ``terms`` it has (one pass over it; a term
-    it lacks is not in the answer)."""
+    it lacks is not in the answer). Terms are alphanumerics only, so ``;``
+    and ``:`` never occur in one."""
     if not terms:
         return lambda counts: {}
     pattern = re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
     return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in pattern.finditer(counts)}
-
-
-def term_counts(counts: str, term: str) -> tuple[int, int]:
-    """How often ``term`` occurs in a document's content and in its context,
-    read from its ``term_counts`` (``;<term>:<content>:<context>`` for each of
-    its ``terms``, then ``;``): ``(0, 0)`` for a term it does not have. Terms
-    are alphanumerics only, so ``;`` and ``:`` never occur in one."""
-    at = counts.find(f";{term}:")
-    if at < 0:
-        return 0, 0
-    start = at + len(term) + 2
-    own, _, around = counts[start : counts.index(";", start)].partition(":")
-    return int(own), int(around)
 
 
 def record_document(record: MemoryRecord) -> dict[str, Any]:
