@@ -56,10 +56,6 @@ def _done(job: m.Job) -> m.Job:
     return job
 
 
-def _recall_options(**options: Any) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None}
-
-
 class Client:
     """Synchronous client. ``url`` and ``api_key`` default to ``$BRAID_URL`` and
     ``$BRAID_API_KEY``; ``timeout`` is seconds (or an ``httpx.Timeout``) per
@@ -172,8 +168,8 @@ class Client:
     ) -> m.Recall:
         """The memory block for ``query`` (``POST /v1/recall``); every option is
         the API's field of that name, and one left ``None`` is not sent."""
-        # Every keyword argument is an API field of the same name.
-        options = _recall_options(**{k: v for k, v in locals().items() if k not in ("self", "query")})
+        # Every keyword argument is an API field of the same name (None: not sent).
+        options = {k: v for k, v in locals().items() if k not in ("self", "query")}
         return self._send(calls.recall(query, options))
 
     # --- admin ----------------------------------------------------------------
@@ -327,8 +323,8 @@ class AsyncClient:
         as_of: datetime | None = None,
     ) -> m.Recall:
         """See :meth:`Client.recall`."""
-        # Every keyword argument is an API field of the same name.
-        options = _recall_options(**{k: v for k, v in locals().items() if k not in ("self", "query")})
+        # Every keyword argument is an API field of the same name (None: not sent).
+        options = {k: v for k, v in locals().items() if k not in ("self", "query")}
         return await self._send(calls.recall(query, options))
 
     async def start_reindex(self, target: ReindexTarget = "all", *, tier: str | None = None) -> m.JobStarted:

@@ -61,9 +61,6 @@ class Retry(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("Retry times must not be negative")
 
 
-NO_RETRY = Retry(attempts=1)
-
-
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
     """``Retry-After`` in seconds: a number of seconds, or an HTTP date (the
     time until then, at least 0). None when absent or unreadable."""

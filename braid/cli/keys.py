@@ -28,7 +28,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -41,8 +41,6 @@ __all__ = ["KeyEntry", "app", "entries", "new_key"]
 
 app = typer.Typer(help="Create, list, rotate and revoke API keys (digests only are stored).", no_args_is_help=True)
 root.add_typer(app, name="keys", rich_help_panel="Admin")
-
-Role = Literal["agent", "admin"]
 
 CONFIG = Annotated[
     Path | None,
@@ -125,10 +123,16 @@ def _save(path: Path, data: Any) -> None:
         parse_config(text, source=str(path))
     except ConfigError as exc:
         fail(f"not written, the result would not be a valid config: {exc}")
+    _replace(path, text, path.stat().st_mode & 0o7777 if path.exists() else None)
+
+
+def _replace(path: Path, text: str, mode: int | None) -> None:
+    """Write ``path`` whole through a temporary file beside it (with ``mode``
+    when given), so it holds the old text or the new one, never part."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
-    if path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
+    if mode is not None:
+        tmp.chmod(mode)
     os.replace(tmp, path)
 
 
@@ -146,12 +150,22 @@ def _keys_list(data: Any) -> Any:
     return keys
 
 
-def _entry(tenant: str, role: str, sha256: str) -> Any:
+def _add_key(path: Path, data: Any, tenant: str, role: str) -> str:
+    """A new key, its digest appended to the config's auth.keys and the config saved."""
     from ruamel.yaml.comments import CommentedMap
 
-    entry = CommentedMap(tenant=tenant, role=role, sha256=sha256)
+    key = new_key(role)
+    entry = CommentedMap(tenant=tenant, role=role, sha256=digest(key))
     entry.fa.set_flow_style()
-    return entry
+    _keys_list(data).append(entry)
+    _save(path, data)
+    return key
+
+
+def _show(key: str, done: str) -> None:
+    """What was done (stderr), then the new key, once, alone on stdout."""
+    err.print(f"{done}; shown only now:")
+    out.print(key, markup=False)
 
 
 def entries(config_data: Any, home: Path) -> list[KeyEntry]:
@@ -248,12 +262,8 @@ def create(
     if role not in ("agent", "admin"):
         fail(f"--role must be agent or admin, not {role!r}")
     path = _config_file(config, writing=True)
-    data = _load(path)
-    key = new_key(role)
-    _keys_list(data).append(_entry(tenant, role, digest(key)))
-    _save(path, data)
-    err.print(f"added a {role} key for tenant {tenant} to {path} (sha256 {digest(key)[:16]}…); shown only now:")
-    out.print(key, markup=False)
+    key = _add_key(path, _load(path), tenant, role)
+    _show(key, f"added a {role} key for tenant {tenant} to {path} (sha256 {digest(key)[:16]}…)")
     _tell_reload(reload, url, admin_key, path)
 
 
@@ -273,27 +283,21 @@ def rotate(
     path = _config_file(config, writing=False)
     data = _load(path)
     old = _find(entries(data, home), prefix)
-    key = new_key(old.role)
     if old.where == "keys.json":
+        key = new_key(old.role)
         stored = _read_keys_json(home)
         stored[str(old.slot)] = {"sha256": digest(key)}
         target = home / "keys.json"
-        tmp = home / ".keys.json.tmp"
-        tmp.write_text(json.dumps(stored, indent=2))
-        tmp.chmod(0o600)
-        os.replace(tmp, target)
-        err.print(f"replaced the embedded {old.role} key in {target}; shown only now:")
-        out.print(key, markup=False)
+        _replace(target, json.dumps(stored, indent=2), 0o600)
+        _show(key, f"replaced the embedded {old.role} key in {target}")
         err.print("the service reads keys.json at start: restart it for the new key (the old one works until then)")
         env = "BRAID_API_KEY" if old.role == "agent" else "BRAID_ADMIN_KEY"
         if os.environ.get(env):
             err.print(f"[yellow]{env} is set: a service started with it uses that key, not keys.json[/]")
         return
     path = _config_file(config, writing=True)
-    _keys_list(data).append(_entry(old.tenant, old.role, digest(key)))
-    _save(path, data)
-    err.print(f"added a new {old.role} key for tenant {old.tenant} to {path}; shown only now:")
-    out.print(key, markup=False)
+    key = _add_key(path, data, old.tenant, old.role)
+    _show(key, f"added a new {old.role} key for tenant {old.tenant} to {path}")
     err.print(
         f"the old key ({old.sha256[:16]}…) stays valid: once the agents use the new one, `braid keys revoke {old.sha256[:16]}`"
     )
