@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
@@ -18,6 +18,7 @@ from litestar import Litestar, Request, Response, delete, get, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
+from litestar.enums import RequestEncodingType
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
@@ -26,8 +27,8 @@ from litestar.exceptions import (
 )
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.openapi.spec import Components, SecurityScheme
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.openapi.spec import Components, Example, SecurityScheme
+from litestar.params import Body, FromPath, FromQuery, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError, ConfigHolder, MetricsConfig, TracesConfig
@@ -43,6 +44,9 @@ from .decode import BraidRequest
 from .errors import exception_handlers, problem_responses
 from .metrics import Metrics
 from .schemas import (
+    GRAPH_EXAMPLE,
+    RECALL_EXAMPLE,
+    WRITE_EXAMPLE,
     BodySchemaPlugin,
     DeletedOut,
     EntityDeletedOut,
@@ -131,12 +135,22 @@ def v1(
     return kind(path, guards=AGENT, status_code=status_code, summary=summary, responses=problem_responses(*errors))
 
 
+def _json(summary: str, example: dict[str, Any]) -> Any:
+    """A JSON request body documented with one example (schemathesis sends it too)."""
+    return Body(media_type=RequestEncodingType.JSON, examples=[Example(summary=summary, value=example)])
+
+
+WriteBody = Annotated[MemoriesIn, _json("A fact said in a conversation", WRITE_EXAMPLE)]
+GraphBody = Annotated[GraphIn, _json("Two entities and their relation", GRAPH_EXAMPLE)]
+RecallBody = Annotated[RecallIn, _json("What to remember for this turn", RECALL_EXAMPLE)]
+
+
 # --- handlers -----------------------------------------------------------------
 
 
 @v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_memories(
-    data: JSONBody[MemoriesIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+    data: WriteBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> IdsOut:
     writes = memory_writes(data, engine.config.current)
     written = await engine.write_memories(principal.tenant, writes)
@@ -182,7 +196,7 @@ async def list_versions(
 
 @v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_graph(
-    data: JSONBody[GraphIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
+    data: GraphBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> GraphOut:
     graph = validate.graph_write(data, engine.config.current)
     return GraphOut(**await engine.write_graph(principal.tenant, graph))
@@ -234,9 +248,7 @@ async def delete_entity(
 
 
 @v1(post, "/v1/recall", "Recall: the pre-inference memory block", 400, 401, 413, 415, 429, 503)
-async def recall(
-    data: JSONBody[RecallIn], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> RecallOut:
+async def recall(data: RecallBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
     opts = recall_options(data, engine.config.current)
     return await engine.recall(principal.tenant, opts)
 

@@ -134,8 +134,16 @@ def _array(schema: Schema | Reference) -> Schema | None:
     return None
 
 
+#: A memory's text: not only spaces, no NUL (service.validate says which, and
+#: the length limit is config). The schema says so for its readers; the checks
+#: stay in validate, whose 400s name the field.
+Content = Annotated[
+    str, Meta(extra_json_schema={"extra": {"min_length": 1, "pattern": r"^[^\x00]*[^\s\x00][^\x00]*$"}})
+]
+
+
 class MemoryIn(_In, frozen=True):
-    content: str
+    content: Content
     id: Id | None = None
     kind: Label = "note"
     #: The memory tier; omitted, the config's ``defaultTier``.
@@ -467,3 +475,24 @@ class StatsOut(msgspec.Struct):
     def of(cls, embedding_model: str, counts: list[TenantCounts]) -> StatsOut:
         tenants = [TenantStatsOut.of(c, embedding_model) for c in counts]
         return cls(embedding_model=embedding_model, tenants=tenants, totals=StatsCountsOut.total(tenants))
+
+
+# Request examples for the OpenAPI schema: what a client sends most often.
+WRITE_EXAMPLE = {
+    "memories": [
+        {
+            "content": "Caroline moved to Lisbon in March.",
+            "kind": "fact",
+            "session_id": "s-12",
+            "speaker": "Caroline",
+            "created_at": "2026-01-15T09:30:00Z",
+            "importance": 0.7,
+            "mem_key": "caroline.home_city",
+        }
+    ]
+}
+GRAPH_EXAMPLE = {
+    "entities": [{"name": "Caroline", "type": "person"}, {"name": "Lisbon", "type": "place"}],
+    "relations": [{"source": "Caroline", "relation": "lives_in", "target": "Lisbon"}],
+}
+RECALL_EXAMPLE = {"query": "Where does Caroline live now?", "top_k": 8, "budget_tokens": 800}

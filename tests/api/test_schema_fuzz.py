@@ -193,6 +193,22 @@ def fuzz_operation(
     session: requests.Session,
     tally: Tally,
 ) -> None:
+    # Positive data starts with the schema's own request examples (a valid write,
+    # graph and recall whatever hypothesis draws after them), then generates.
+    examples = operation.get_strategies_from_examples(headers=auth) if mode is GenerationMode.POSITIVE else []
+    for strategy in [*examples, operation.as_strategy(generation_mode=mode, headers=auth)]:
+        _run_cases(operation, mode, strategy, url, auth, session, tally)
+
+
+def _run_cases(
+    operation: schemathesis.APIOperation,
+    mode: GenerationMode,
+    strategy: Any,
+    url: str,
+    auth: dict[str, str],
+    session: requests.Session,
+    tally: Tally,
+) -> None:
     @settings(
         max_examples=EXAMPLES,
         derandomize=True,
@@ -202,7 +218,7 @@ def fuzz_operation(
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy(generation_mode=mode, headers=auth))
+    @given(case=strategy)
     def run(case: schemathesis.Case) -> None:
         if mode is GenerationMode.POSITIVE:
             _pair_embedding_model(case.body)
