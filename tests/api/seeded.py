@@ -4,10 +4,12 @@ framework adapters' tests (LangChain, LlamaIndex, MCP) recall from."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import braid
@@ -17,7 +19,9 @@ from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from .conftest import ADMIN_A, AGENT_A, make_app, patient
 from .live import Live, live
 
-__all__ = ["MEMORIES", "NOW", "expected_metadata", "seeded", "settled"]
+__all__ = ["MEMORIES", "NOW", "expected_metadata", "readme_block", "seeded", "settled"]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 #: The reference time the tests recall at, so the recency factor is the same in every call.
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
@@ -119,3 +123,13 @@ def expected_metadata(item: braid.RecallItem, answer: braid.Recall, session_id: 
         "degraded": answer.degraded,
     }
     return meta
+
+
+def readme_block(section: str, lang: str) -> str:
+    """The first ``lang`` code block of the README's ``## section``."""
+    text = README.read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.find("\n## ", start + 1)
+    found = re.search(rf"```{lang}\n(.*?)```", text[start : end if end > 0 else None], re.S)
+    assert found, f"no {lang} block in the README's {section} section"
+    return found.group(1)
