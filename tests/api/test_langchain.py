@@ -8,6 +8,7 @@ client's exceptions with the service's message."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import socket
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 
 from .conftest import AGENT_A, AGENT_B
 from .live import Live
-from .seeded import NOW, expected_metadata, seeded
+from .seeded import NOW, expected_metadata, readme_block, seeded
 
 CAR_QUESTION = "what car does Alex drive to work?"
 
@@ -214,3 +215,14 @@ def test_the_key_is_not_shown() -> None:
     r = BraidRetriever(url="http://127.0.0.1:1", api_key="secret-key-0123456789")
     assert "secret-key" not in repr(r)
     assert "secret-key" not in str(r.model_dump())
+
+
+def test_the_readme_example_runs(
+    server: Live, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BRAID_URL", server.url)
+    monkeypatch.setenv("BRAID_API_KEY", AGENT_A)
+    exec(compile(readme_block("LangChain", "python"), "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Alex drives a red Mazda MX-5 to work every day"
+    assert ast.literal_eval(lines[-1])["pgvector"] == 1

@@ -26,7 +26,7 @@ from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 
 from .conftest import AGENT_A, AGENT_B
 from .live import Live
-from .seeded import NOW, expected_metadata, seeded
+from .seeded import NOW, expected_metadata, readme_block, seeded
 
 ROOT = Path(__file__).resolve().parents[2]
 CAR_QUESTION = "what car does Alex drive to work?"
@@ -209,3 +209,14 @@ def test_nothing_is_fetched_from_the_network(server: Live, tmp_path: Path) -> No
     assert seen["connects"] and all(c == ["127.0.0.1", port] for c in seen["connects"])
     assert set(seen["lookups"]) <= {"127.0.0.1"}
     assert not (tmp_path / "cache").exists()  # nothing downloaded into a user cache either
+
+
+def test_the_readme_example_runs(
+    server: Live, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BRAID_URL", server.url)
+    monkeypatch.setenv("BRAID_API_KEY", AGENT_A)
+    exec(compile(readme_block("LlamaIndex", "python"), "README.md", "exec"), {})
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(" Alex drives a red Mazda MX-5 to work every day")
+    assert "'pgvector': 1" in first
