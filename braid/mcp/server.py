@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from .. import __version__
 from ..client import DEFAULT_RETRY, DEFAULT_TIMEOUT, AsyncClient
 from ..errors import BraidError, ConnectError, HTTPError, Unauthorized
-from ..models import Memory
+from ..models import Memory, Recall
 from ..retry import Retry
 
 __all__ = ["INSTRUCTIONS", "RecallOutput", "RecalledMemory", "RememberOutput", "create_server"]
@@ -95,6 +95,16 @@ def tool_error(error: BraidError, url: str) -> ToolError:
     if isinstance(error, ConnectError):
         return ToolError(f"cannot reach Braid at {url}: {error}")
     return ToolError(f"Braid: {error}")
+
+
+def block_text(answer: Recall) -> str:
+    """``recall``'s text: the block; when it is empty, why."""
+    if answer.block:
+        return answer.block
+    if answer.items:
+        n = len(answer.items)
+        return f"(none of the {n} memories found fits in the token budget: raise budget_tokens)"
+    return NO_MEMORIES
 
 
 def _text(text: str, structured: dict[str, Any]) -> CallToolResult:
@@ -200,7 +210,7 @@ def create_server(
             "degraded": answer.degraded,
             "items": msgspec.to_builtins(answer.items),
         }
-        return _text(answer.block or NO_MEMORIES, structured)
+        return _text(block_text(answer), structured)
 
     @server.tool(
         annotations=ToolAnnotations(

@@ -9,6 +9,7 @@ client's exceptions with the service's message."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import socket
 from collections.abc import Iterator
@@ -85,6 +86,13 @@ async def test_ainvoke_returns_the_same_documents(retriever: BraidRetriever) -> 
     assert async_docs[0].id == "car"
     assert async_docs == sync_docs
     await retriever.aclose()
+
+
+def test_one_retriever_serves_one_event_loop_after_another(retriever: BraidRetriever) -> None:
+    """An async client belongs to the loop it was made in: a new loop gets its own."""
+    first = asyncio.run(retriever.ainvoke(CAR_QUESTION))
+    second = asyncio.run(retriever.ainvoke(CAR_QUESTION))
+    assert first[0].id == "car" and second == first
 
 
 @pytest.mark.anyio

@@ -8,6 +8,7 @@ llama-index-core nor retrieving fetches anything from the network."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import socket
@@ -84,6 +85,14 @@ async def test_aretrieve_returns_the_same_nodes(retriever: BraidRetriever) -> No
         (h.node.node_id, h.score, h.node.metadata) for h in sync_hits
     ]
     await retriever.aclose()
+
+
+def test_one_retriever_serves_one_event_loop_after_another(retriever: BraidRetriever) -> None:
+    """An async client belongs to the loop it was made in: a new loop gets its own."""
+    first = asyncio.run(retriever.aretrieve(CAR_QUESTION))
+    second = asyncio.run(retriever.aretrieve(CAR_QUESTION))
+    assert first[0].node.node_id == "car"
+    assert [(h.node.node_id, h.score) for h in second] == [(h.node.node_id, h.score) for h in first]
 
 
 @pytest.mark.anyio
