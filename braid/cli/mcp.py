@@ -13,11 +13,12 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ..client import DEFAULT_URL
 from ._common import AGENT_KEY, URL, app, err, fail
 
-__all__ = ["DEFAULT_PORT", "Transport", "main", "mcp"]
+__all__ = ["DEFAULT_PORT", "LogLevel", "Transport", "main", "mcp"]
 
 #: The streamable HTTP transport's default port (Braid's own is 8080).
 DEFAULT_PORT = 8081
@@ -63,8 +64,9 @@ def mcp(
         server.run("stdio")
         return
     if not _loopback(host):
-        err.print(f"[yellow]braid mcp: listening on {host}: anyone who reaches it uses Braid with this key's tenant[/]")
-    err.print(f"braid mcp: streamable HTTP at http://{_netloc(host, port)}/mcp, Braid at {url}")
+        warning = f"braid mcp: listening on {host}: anyone who reaches it uses Braid with this key's tenant"
+        err.print(f"[yellow]{escape(warning)}[/]")
+    err.print(escape(f"braid mcp: streamable HTTP at http://{_netloc(host, port)}/mcp, Braid at {url}"))
     server.run("streamable-http", host=host, port=port)
 
 
