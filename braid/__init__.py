@@ -9,7 +9,9 @@
 :class:`Client` and :class:`AsyncClient` cover every endpoint of the service
 with typed answers (:mod:`braid.models`), retries (:mod:`braid.retry`) and one
 exception tree (:mod:`braid.errors`). ``braid`` on the command line is
-:mod:`braid.cli`.
+:mod:`braid.cli`. Framework adapters, each an optional extra:
+:mod:`braid.langchain` and :mod:`braid.llamaindex` (retrievers) and
+:mod:`braid.mcp` (an MCP server).
 """
 
 from .client import DEFAULT_TIMEOUT, DEFAULT_URL, AsyncClient, Client, ReindexTarget, Strategy

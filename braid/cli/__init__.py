@@ -1,7 +1,7 @@
 """The ``braid`` command line (typer + rich).
 
-Commands: ``serve``, ``ingest``, ``recall``, ``reindex``, ``health`` and
-``keys`` (``create``, ``list``, ``rotate``, ``revoke``). A command module
+Commands: ``serve``, ``ingest``, ``recall``, ``reindex``, ``health``,
+``keys`` (``create``, ``list``, ``rotate``, ``revoke``) and ``mcp``. A command module
 registers itself on :data:`app` (``@app.command()``); a new one is imported
 below. Errors print one line, ``braid: error: ...``, and exit 2.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from . import commands, ingest, keys
+from . import commands, ingest, keys, mcp
 from ._common import app, err
 
-__all__ = ["app", "commands", "ingest", "keys", "main"]
+__all__ = ["app", "commands", "ingest", "keys", "main", "mcp"]
 
 
 def main() -> None:
