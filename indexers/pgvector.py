@@ -40,12 +40,14 @@ from config import BraidConfig, TierConfig, is_safe_name
 
 from .base import Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
-from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
+from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
+    EPOCHS_SQL,
     NEUTRAL_IMPORTANCE,
     RECENTRE_EXPONENT,
     Epoch,
     delete_epochs,
+    epochs_from_rows,
     fold_index_ddl,
     fold_index_name,
     move_rows,
@@ -65,6 +67,7 @@ __all__ = [
     "rebuild_index",
     "refold_needed",
     "search_plans",
+    "search_settings",
     "set_search_params",
     "SearchPlan",
     "WALK_AHEAD",
@@ -298,8 +301,8 @@ async def _refold(
     note({"tier": tier, "phase": "done", "index": name, "moved": moved, "retired": retired})
 
 
-async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
-    """Per-transaction settings for the statements of :func:`nearest_sql`.
+def search_settings(ef_search: int) -> dict[str, str]:
+    """The transaction-local settings the statements of :func:`nearest_sql` run under.
 
     ``enable_sort`` off makes the planner take the HNSW index wherever the
     statement allows it (every other path needs a sort); the exact branch
@@ -309,14 +312,22 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     that branch ran on at most ``exactBelow`` rows or not at all (12-14 ms
     against 2 ms a tier search at 100k rows, docs/design.md).
     """
-    await conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true),"
-        " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('hnsw.max_scan_tuples', %s, true),"
-        " set_config('enable_sort', 'off', true),"
-        " set_config('max_parallel_workers_per_gather', '0', true)",
-        (str(int(ef_search)), str(MAX_SCAN_TUPLES)),
-    )
+    return {
+        "hnsw.ef_search": str(int(ef_search)),
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(MAX_SCAN_TUPLES),
+        "enable_sort": "off",
+        "max_parallel_workers_per_gather": "0",
+    }
+
+
+#: :func:`set_search_params`' statement, one ``set_config`` a setting.
+_SET_SEARCH_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in search_settings(0))
+
+
+async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
+    """Set :func:`search_settings` for the rest of the current transaction."""
+    await conn.execute(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
 
 
 def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = "<=>", ahead: str | None = None) -> str:
@@ -329,8 +340,8 @@ def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = 
     compared (exact). More: the table's HNSW index is walked, unless
     ``ahead`` (the rows the walk would meet first and the filter rejects)
     holds at least ``%(walk_ahead)s`` rows, counted only then: exact too.
-    A one-time filter runs only the chosen branch. Run it after
-    :func:`set_search_params` in the same transaction.
+    A one-time filter runs only the chosen branch. Run it under
+    :func:`search_settings` (set in the same transaction).
     """
     if op not in ("<=>", "<#>"):
         raise ValueError(f"unknown distance operator {op!r}")
@@ -429,6 +440,10 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
     return plans
 
 
+#: Searches a recall may start over because a tier's folds changed meanwhile.
+_FOLD_TRIES = 3
+
+
 class PgvectorSource(PoolSource):
     """Nearest memories over every memory tier allowed: by cosine distance, or
     by the decayed objective in a tier with a fold."""
@@ -436,7 +451,13 @@ class PgvectorSource(PoolSource):
     name = "pgvector"
     needs_vector = True
 
+    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
+        super().__init__(pool, get_config)
+        #: The tiers' folds as the last search read them: the next one's statements follow them.
+        self._folds: dict[str, list[Epoch]] = {}
+
     async def search(self, query: SearchQuery) -> list[Hit]:
+        """One round trip to Postgres as a rule (:meth:`_search_tiers`)."""
         if query.vector is None:
             return []
         cfg = self._get_config()
@@ -444,8 +465,14 @@ class PgvectorSource(PoolSource):
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
-            async with self._pool.connection() as conn:
-                rows = await self._search_tiers(conn, cfg, tiers, query, vec, limit)
+            for _ in range(_FOLD_TRIES):
+                guess = {t: self._folds.get(t, []) for t in tiers}
+                rows, folds = await self._search_tiers(cfg, tiers, guess, query, vec, limit)
+                self._folds = folds
+                if {t: folds.get(t, []) for t in tiers} == guess:
+                    break
+            else:
+                raise SourceUnavailable(self.name, f"the tiers' folds changed during each of {_FOLD_TRIES} searches")
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         rows.sort(key=lambda r: (-r["score"], r["id"]))
@@ -453,63 +480,69 @@ class PgvectorSource(PoolSource):
 
     async def _search_tiers(
         self,
-        conn: psycopg.AsyncConnection,
         cfg: BraidConfig,
         tiers: list[str],
+        guess: dict[str, list[Epoch]],
         query: SearchQuery,
         vec: np.ndarray,
         limit: int,
-    ) -> list[dict[str, Any]]:
-        """Every tier's nearest rows, each with its ``score``, in two round
-        trips: the tiers' folds are read, then the statements of all tiers go
-        out in one pipeline (each tier's ef_search set just before its query,
-        inside one transaction) and the results come back together."""
+    ) -> tuple[list[dict[str, Any]], dict[str, list[Epoch]]]:
+        """Every tier's nearest rows, each with its ``score``, searched as if
+        the tiers' folds were ``guess``, and the folds as they are: one round
+        trip, one repeatable-read transaction (:func:`tenant_reads`: the
+        folds read and every tier's statements, each tier's settings set
+        before its statements). The rows hold only when the folds read are
+        ``guess``; the caller searches again otherwise (a reindex opened or
+        retired an epoch since the folds were last read)."""
         reference = query.reference_time or datetime.now(UTC)
-        cursors = []
-        async with conn.pipeline(), conn.transaction():
-            # One snapshot for the folds read and every statement: a row a
-            # reindex moves between epochs meanwhile is seen in one of them.
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            await scope_to_tenant(conn, query.tenant)
-            folds = await read_epochs(conn)
-            for tier in tiers:
-                where, params = filter_clause(
-                    query.filters,
-                    min_confidence=query.min_confidence,
-                    memory_tiers=cfg.memory_tiers,
-                    tier=tier,
-                    forgetting=Forgetting.from_config(cfg),
-                )
-                t = cfg.tiers[tier]
-                params.update(
-                    {
-                        "tenant": query.tenant,
-                        "vec": vec,
-                        "model": query.model,
-                        "limit": limit,
-                        "exact_below": t.exact_below,
-                    }
-                )
-                ahead = None
-                if query.filters.created_before is not None:
-                    params["walk_ahead"] = WALK_AHEAD
-                    ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
-                # relaxed_order may return the index's rows slightly out of
-                # order; the statement sorts them again.
-                # Only vectors of the query's model are compared with it.
-                where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
-                for plan in search_plans(where, folds.get(tier, []), reference, ahead):
-                    await set_search_params(conn, t.ef_search)
-                    cur = conn.cursor(row_factory=dict_row)
-                    await cur.execute(plan.statement, params)
-                    cursors.append((cur, plan.score))
+        reads = [Read(EPOCHS_SQL)]
+        scores: list[Callable[[dict[str, Any]], float] | None] = [None]
+        first: dict[str, str] | None = None  # the first tier's settings go with the tenant scope
+        settings: dict[str, str] | None = None
+        for tier in tiers:
+            where, params = filter_clause(
+                query.filters,
+                min_confidence=query.min_confidence,
+                memory_tiers=cfg.memory_tiers,
+                tier=tier,
+                forgetting=Forgetting.from_config(cfg),
+            )
+            t = cfg.tiers[tier]
+            params.update(
+                {
+                    "tenant": query.tenant,
+                    "vec": vec,
+                    "model": query.model,
+                    "limit": limit,
+                    "exact_below": t.exact_below,
+                }
+            )
+            ahead = None
+            if query.filters.created_before is not None:
+                params["walk_ahead"] = WALK_AHEAD
+                ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
+            # relaxed_order may return the index's rows slightly out of
+            # order; the statement sorts them again.
+            # Only vectors of the query's model are compared with it.
+            where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
+            wanted = search_settings(t.ef_search)
+            if first is None:
+                first = wanted
+            elif wanted != settings:
+                reads.append(Read(_SET_SEARCH_SQL, list(wanted.values())))
+                scores.append(None)
+            settings = wanted
+            for plan in search_plans(where, guess.get(tier, []), reference, ahead):
+                reads.append(Read(plan.statement, params, dict_row))
+                scores.append(plan.score)
+        results = await tenant_reads(self._pool, query.tenant, reads, settings=first, repeatable_read=True)
         rows: list[dict[str, Any]] = []
-        for cur, score in cursors:
-            for row in await cur.fetchall():
-                row["score"] = score(row)
-                rows.append(row)
-            await cur.close()
-        return rows
+        for found, score in zip(results[1:], scores[1:], strict=True):
+            if score is not None:
+                for row in found:
+                    row["score"] = score(row)
+                    rows.append(row)
+        return rows, epochs_from_rows(results[0])
 
 
 register(PgvectorSource.spec(covers_vectors=True, matches=frozenset({"vector"})))
