@@ -1,0 +1,119 @@
+"""Personalized PageRank over a small undirected weighted graph, in numpy.
+
+The graph source scores the neighbourhood it fetched with it
+(:mod:`indexers.graph`). The numbers are networkx's ``pagerank`` on the
+same :class:`networkx.Graph` (networkx 3.x, ``_pagerank_scipy``): the same
+power iteration from the uniform vector, dangling nodes (isolated seeds)
+restarting by the personalization, and the same stopping rule, an L1 change
+below ``len(nodes) * tol`` within ``max_iter`` iterations; only the
+summation order differs (results agree to about 1e-15). What it saves is
+networkx's graph and sparse-matrix set-up, which cost more than the
+iteration on the graphs a recall fetches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["PageRankDidNotConverge", "personalized_pagerank"]
+
+#: Up to this many nodes the transition matrix is dense (one matrix-vector
+#: product an iteration); above it, edge arrays summed with ``bincount``.
+_DENSE_UP_TO = 128
+
+#: The weight a relation of weight 0 or less gets when it first joins two
+#: entities (a later parallel relation adds its own weight as it is).
+_MIN_WEIGHT = 1e-6
+
+
+#: One power-iteration step, x -> x'.
+_Step = Callable[[np.ndarray], np.ndarray]
+
+
+class PageRankDidNotConverge(RuntimeError):
+    """The power iteration did not meet its tolerance within ``max_iter`` iterations."""
+
+
+def personalized_pagerank(
+    edges: list[tuple[int, int, float]],
+    seeds: dict[int, float],
+    *,
+    damping: float,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+) -> dict[int, float]:
+    """PPR over an undirected weighted graph, restarting at ``seeds`` in
+    proportion to their weights; isolated seeds keep their share.
+
+    Nodes are the seeds and the edges' ends. Parallel edges (either
+    direction) add their weights. With no positive seed weight: ``{}``.
+    Raises :class:`PageRankDidNotConverge` where networkx would raise
+    ``PowerIterationFailedConvergence``.
+    """
+    total = sum(seeds.values())
+    if total <= 0:
+        return {}
+    index = {node: i for i, node in enumerate(seeds)}
+    pairs: dict[tuple[int, int], float] = {}
+    for a, b, w in edges:
+        i = index.setdefault(a, len(index))
+        j = index.setdefault(b, len(index))
+        key = (i, j) if i <= j else (j, i)
+        pairs[key] = pairs[key] + w if key in pairs else max(w, _MIN_WEIGHT)
+    n = len(index)
+    p = np.zeros(n)
+    p[: len(seeds)] = list(seeds.values())
+    p /= p.sum()
+    step = _dense_step(pairs, n, p, damping) if n <= _DENSE_UP_TO else _sparse_step(pairs, n, p, damping)
+    x = np.full(n, 1.0 / n)
+    for _ in range(max_iter):
+        last = x
+        x = step(x)
+        if np.abs(x - last).sum() < n * tol:
+            return dict(zip(index, x.tolist(), strict=True))
+    raise PageRankDidNotConverge(f"personalized PageRank did not converge in {max_iter} iterations")
+
+
+def _weights(pairs: dict[tuple[int, int], float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Directed (source, target, weight) arrays: both directions of an edge,
+    a self-loop once (as networkx's adjacency matrix has it)."""
+    ij = np.array(list(pairs), dtype=np.intp).reshape(-1, 2)
+    w = np.fromiter(pairs.values(), dtype=float, count=len(pairs))
+    loop = ij[:, 0] == ij[:, 1]
+    src = np.concatenate([ij[:, 0], ij[~loop, 1]])
+    dst = np.concatenate([ij[:, 1], ij[~loop, 0]])
+    return src, dst, np.concatenate([w, w[~loop]])
+
+
+def _dense_step(pairs: dict[tuple[int, int], float], n: int, p: np.ndarray, damping: float) -> _Step:
+    """x -> d * (x A + (x . dangling) p) + (1 - d) p with one dense product:
+    a dangling node's row of A is p."""
+    m = np.zeros((n, n))
+    if pairs:
+        src, dst, w = _weights(pairs)
+        m[src, dst] = w
+    out = m.sum(axis=1)
+    dangling = out == 0
+    m[~dangling] /= out[~dangling, None]
+    m[dangling] = p
+    m *= damping
+    restart = (1.0 - damping) * p
+    return lambda x: x @ m + restart
+
+
+def _sparse_step(pairs: dict[tuple[int, int], float], n: int, p: np.ndarray, damping: float) -> _Step:
+    """The same step from edge arrays, for neighbourhoods too big for a dense matrix."""
+    src, dst, w = _weights(pairs)
+    out = np.bincount(src, weights=w, minlength=n)
+    dangling = np.flatnonzero(out == 0)
+    share = w / out[src]
+    restart = (1.0 - damping) * p
+
+    def step(x: np.ndarray) -> np.ndarray:
+        moved = np.bincount(dst, weights=x[src] * share, minlength=n)
+        out: np.ndarray = damping * (moved + x[dangling].sum() * p) + restart
+        return out
+
+    return step
