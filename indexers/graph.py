@@ -81,8 +81,9 @@ def fact_sentence(source: str, relation: str, target: str) -> str:
 
 
 #: From this many edges PageRank runs in a worker thread, off the event loop
-#: (docs/design.md: about 1 ms at 200 edges, 8 ms at 2,000).
-_THREAD_FROM_EDGES = 256
+#: (docs/design.md: about 0.9 ms at 1,000 edges, 1.7 ms at 2,000; a thread hop
+#: costs about 0.06 ms).
+_THREAD_FROM_EDGES = 1000
 
 
 async def _pagerank(edges: list[tuple[int, int, float]], seeds: dict[int, float], damping: float) -> dict[int, float]:
