@@ -310,7 +310,11 @@ def search_settings(ef_search: int) -> dict[str, str]:
     No parallel workers: for a big tenant the planner made the exact branch
     a parallel scan, and its workers were launched for every search although
     that branch ran on at most ``exactBelow`` rows or not at all (12-14 ms
-    against 2 ms a tier search at 100k rows, docs/design.md).
+    against 2 ms a tier search at 100k rows, docs/design.md). A prepared
+    statement (psycopg prepares one from its fifth execution on a
+    connection) runs its generic plan: the branch is chosen in the statement,
+    not by the plan, and planning it again for every search cost Postgres
+    more than the plan saved (docs/design.md).
     """
     return {
         "hnsw.ef_search": str(int(ef_search)),
@@ -318,6 +322,7 @@ def search_settings(ef_search: int) -> dict[str, str]:
         "hnsw.max_scan_tuples": str(MAX_SCAN_TUPLES),
         "enable_sort": "off",
         "max_parallel_workers_per_gather": "0",
+        "plan_cache_mode": "force_generic_plan",
     }
 
 
