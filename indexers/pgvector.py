@@ -10,7 +10,10 @@ Whether the index or an exact scan answers is decided in the statement, not
 left to the planner: a bounded count of the rows the filter matches (at most
 the tier's ``exactBelow`` + 1, read from a btree) picks an exact distance sort
 for a small match set, the HNSW index otherwise, whatever the table's
-statistics say (why: docs/design.md, "Postgres").
+statistics say (why: docs/design.md, "Postgres"). A count above
+``exactBelow`` is remembered for :data:`WALK_MEMORY_S` for the searches
+without request filters: they walk the index without counting meanwhile.
+All the tiers of a search go to Postgres in one round trip.
 
 A tier with a fold (``objective: decayed``, :mod:`indexers.postgres.fold`)
 ranks by ``cosine x importance weight x exp(-lambda * age)`` instead: one
@@ -29,6 +32,7 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
+from time import monotonic
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,7 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, TierConfig, is_safe_name
 
-from .base import Hit, SearchQuery, SourceUnavailable
+from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
 from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
@@ -71,6 +75,7 @@ __all__ = [
     "set_search_params",
     "SearchPlan",
     "WALK_AHEAD",
+    "WALK_MEMORY_S",
 ]
 
 log = logging.getLogger("braid.pgvector")
@@ -335,22 +340,42 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     await conn.execute(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
 
 
-def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = "<=>", ahead: str | None = None) -> str:
+def nearest_sql(
+    columns: str,
+    table: str,
+    where: str,
+    embedding: str,
+    op: str = "<=>",
+    ahead: str | None = None,
+    *,
+    counted: bool = True,
+) -> str:
     """The ``%(limit)s`` rows of ``table`` matching ``where`` nearest to
     ``%(vec)s`` by cosine distance (or by ``op``: ``<#>``, negative inner
-    product), as ``columns`` plus ``distance``.
+    product), as ``columns`` plus ``distance`` and ``exact``.
 
     The statement first counts the matching rows, stopping at
     ``%(exact_below)s`` + 1. At most ``exact_below`` rows: they are all
     compared (exact). More: the table's HNSW index is walked, unless
     ``ahead`` (the rows the walk would meet first and the filter rejects)
     holds at least ``%(walk_ahead)s`` rows, counted only then: exact too.
-    A one-time filter runs only the chosen branch. Run it under
-    :func:`search_settings` (set in the same transaction).
+    A one-time filter runs only the chosen branch; ``exact`` (on every
+    row) says which ran. Not ``counted``: the index is walked, nothing is
+    counted (``ahead`` is not used). Run it under :func:`search_settings`
+    (set in the same transaction).
     """
     if op not in ("<=>", "<#>"):
         raise ValueError(f"unknown distance operator {op!r}")
     distance = f"{embedding} {op} %(vec)s"
+    if not counted:
+        return f"""
+        SELECT * FROM (
+            SELECT {columns}, {distance} AS distance FROM {table}
+            WHERE {where}
+            ORDER BY {distance} LIMIT %(limit)s
+        ) AS nearest
+        ORDER BY distance, id
+    """
     blocked = (
         ""
         if ahead is None
@@ -370,15 +395,19 @@ def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = 
              WHERE NOT (SELECT exact FROM small) AND {where}
              ORDER BY {distance} LIMIT %(limit)s)
         )
-        SELECT * FROM nearest ORDER BY distance, id
+        SELECT nearest.*, (SELECT exact FROM small) AS exact FROM nearest ORDER BY distance, id
     """
 
 
 class SearchPlan(NamedTuple):
     """One statement of a tier search and how its rows' scores are made."""
 
+    #: The statement with its bounded count (:func:`nearest_sql`).
     statement: str
     score: Callable[[dict[str, Any]], float]
+    #: The same search walking the index without counting (None when a
+    #: ``created_before`` makes the walk's rows ahead count).
+    walk: str | None = None
 
 
 def _cosine(row: dict[str, Any]) -> float:
@@ -407,19 +436,30 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
     objective with the newest epoch's λ. ``ahead``: the conditions of the
     newer rows a ``created_before`` filter leaves out (see :data:`WALK_AHEAD`).
     """
+
+    def plan(
+        score: Callable[[dict[str, Any]], float],
+        where: str,
+        embedding: str = "m.embedding",
+        op: str = "<=>",
+        behind: str | None = None,
+        columns: str = HIT_COLUMNS,
+        walkable: bool = True,
+    ) -> SearchPlan:
+        walk = None
+        if walkable and ahead is None:
+            walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False)
+        return SearchPlan(nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk)
+
     if not live:
-        return [SearchPlan(nearest_sql(HIT_COLUMNS, "memories m", where, "m.embedding"), _cosine)]
+        return [plan(_cosine, where)]
     plans = [
-        SearchPlan(
-            nearest_sql(
-                HIT_COLUMNS,
-                "memories m",
-                f"{where} AND m.fold_epoch = {int(e.epoch)}",
-                "m.folded",
-                "<#>",
-                None if ahead is None else f"{ahead} AND m.fold_epoch = {int(e.epoch)}",
-            ),
+        plan(
             _decayed(e.scale(reference)),
+            f"{where} AND m.fold_epoch = {int(e.epoch)}",
+            "m.folded",
+            "<#>",
+            None if ahead is None else f"{ahead} AND m.fold_epoch = {int(e.epoch)}",
         )
         for e in live
     ]
@@ -432,14 +472,12 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
             return _cosine(row) * _weight(row["fold_importance"]) * math.exp(min(-rate * age, 700.0))
 
         plans.append(
-            SearchPlan(
-                nearest_sql(
-                    f"{HIT_COLUMNS}, m.importance AS fold_importance",
-                    "memories m",
-                    f"{where} AND (m.fold_epoch IS NULL OR m.fold_epoch NOT IN ({numbers}))",
-                    "m.embedding",
-                ),
+            plan(
                 unfolded,
+                f"{where} AND (m.fold_epoch IS NULL OR m.fold_epoch NOT IN ({numbers}))",
+                columns=f"{HIT_COLUMNS}, m.importance AS fold_importance",
+                # These rows leave as they are moved: always counted.
+                walkable=False,
             )
         )
     return plans
@@ -447,6 +485,14 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
 
 #: Searches a recall may start over because a tier's folds changed meanwhile.
 _FOLD_TRIES = 3
+
+#: How long a source remembers that a tenant's tier statement found more than
+#: ``exactBelow`` matching rows, for searches without request filters: until
+#: then they walk the index without counting (docs/design.md).
+WALK_MEMORY_S = 10.0
+
+#: Statements a source remembers that way (forgotten all at once past this).
+_WALK_MEMORY_ENTRIES = 10_000
 
 
 class PgvectorSource(PoolSource):
@@ -460,6 +506,9 @@ class PgvectorSource(PoolSource):
         super().__init__(pool, get_config)
         #: The tiers' folds as the last search read them: the next one's statements follow them.
         self._folds: dict[str, list[Epoch]] = {}
+        #: (statement, tenant, model, min_confidence) -> until when (monotonic)
+        #: its count is known to exceed ``exactBelow`` (see :data:`WALK_MEMORY_S`).
+        self._walks: dict[tuple[str, str, str, float], float] = {}
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """One round trip to Postgres as a rule (:meth:`_search_tiers`)."""
@@ -502,6 +551,7 @@ class PgvectorSource(PoolSource):
         reference = query.reference_time or datetime.now(UTC)
         reads = [Read(EPOCHS_SQL)]
         scores: list[Callable[[dict[str, Any]], float] | None] = [None]
+        counted: list[tuple[str, str, str, float] | None] = [None]
         first: dict[str, str] | None = None  # the first tier's settings go with the tenant scope
         settings: dict[str, str] | None = None
         for tier in tiers:
@@ -536,18 +586,44 @@ class PgvectorSource(PoolSource):
             elif wanted != settings:
                 reads.append(Read(_SET_SEARCH_SQL, list(wanted.values())))
                 scores.append(None)
+                counted.append(None)
             settings = wanted
             for plan in search_plans(where, guess.get(tier, []), reference, ahead):
-                reads.append(Read(plan.statement, params, dict_row))
+                statement, key = self._statement(plan, query)
+                reads.append(Read(statement, params, dict_row))
                 scores.append(plan.score)
+                counted.append(key)
         results = await tenant_reads(self._pool, query.tenant, reads, settings=first, repeatable_read=True)
         rows: list[dict[str, Any]] = []
-        for found, score in zip(results[1:], scores[1:], strict=True):
-            if score is not None:
-                for row in found:
-                    row["score"] = score(row)
-                    rows.append(row)
+        for found, score, key in zip(results[1:], scores[1:], counted[1:], strict=True):
+            if score is None:
+                continue
+            if key is not None and found:
+                self._remember(key, bool(found[0]["exact"]))
+            for row in found:
+                row["score"] = score(row)
+                rows.append(row)
         return rows, epochs_from_rows(results[0])
+
+    def _statement(self, plan: SearchPlan, query: SearchQuery) -> tuple[str, tuple[str, str, str, float] | None]:
+        """The statement to run for ``plan``, and the key to remember its
+        count's outcome by when it counts and may be remembered: a search
+        without request filters walks the index at once while its statement
+        is known to match more than ``exactBelow`` rows."""
+        if plan.walk is None or query.filters != Filters():
+            return plan.statement, None
+        key = (plan.statement, query.tenant, query.model, query.min_confidence)
+        if self._walks.get(key, 0.0) > monotonic():
+            return plan.walk, None
+        return plan.statement, key
+
+    def _remember(self, key: tuple[str, str, str, float], exact: bool) -> None:
+        if exact:
+            self._walks.pop(key, None)
+            return
+        if len(self._walks) >= _WALK_MEMORY_ENTRIES:
+            self._walks.clear()
+        self._walks[key] = monotonic() + WALK_MEMORY_S
 
 
 register(PgvectorSource.spec(covers_vectors=True, matches=frozenset({"vector"})))
