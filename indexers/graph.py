@@ -123,8 +123,8 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
     relations in both directions, skipping those not valid now, or with
     ``as_of`` not valid then or written after it; of the relations among the
     entities reached, the ``%(max_edges)s`` heaviest are read. Rows: a seed
-    as ``(NULL, id, NULL, NULL, weight, NULL, NULL, NULL)``, then each
-    relation as an :data:`_Edge`.
+    as ``(NULL, id, NULL, NULL, NULL, weight, NULL, NULL)``, then each
+    relation as an :data:`_Edge` (its weight as stored, ``real``).
     """
     at = "%(as_of)s" if as_of else "now()"
     valid = f"(r.valid_from IS NULL OR r.valid_from <= {at}) AND (r.valid_to IS NULL OR r.valid_to > {at})"
@@ -161,7 +161,7 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
         ),
         reached AS (SELECT DISTINCT entity_id FROM walk),
         edges AS (
-            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight::float8 AS weight,
+            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight,
                    -- As seconds: a row whose time Python cannot hold is
                    -- skipped in _facts instead of failing the whole read.
                    extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
@@ -173,7 +173,7 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
             ORDER BY r.weight DESC, r.id
             LIMIT %(max_edges)s
         )
-        SELECT NULL::bigint, id, NULL::bigint, NULL::text, weight, NULL::float8, NULL::text, NULL::text
+        SELECT NULL::bigint, id, NULL::bigint, NULL::text, NULL::real, weight, NULL::text, NULL::text
         FROM seeds
         UNION ALL
         (SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.seconds, s.name, t.name
@@ -242,7 +242,7 @@ class GraphSource(PoolSource):
         edges: list[_Edge] = []
         for row in rows:
             if row[0] is None:
-                seeds[row[1]] = row[4]
+                seeds[row[1]] = row[5]
             else:
                 edges.append(row)
         return seeds, edges
