@@ -52,6 +52,15 @@ def test_same_numbers_as_networkx(nodes: int) -> None:
         assert got == pytest.approx(expected, abs=1e-12)
 
 
+def test_without_edges_the_numbers_are_networkxs_to_the_bit() -> None:
+    # Every node an isolated seed (the graphs of the quality suites, which
+    # write no relations): the scores, and so their ties, are main's.
+    rng = random.Random(11)
+    for _ in range(300):
+        seeds = {rng.randrange(10**6): rng.choice([1.0, rng.uniform(0.3, 0.9)]) for _ in range(rng.randint(1, 12))}
+        assert personalized_pagerank([], seeds, damping=D) == networkx_ppr([], seeds, damping=D)
+
+
 @pytest.mark.parametrize("damping", [0.5, 0.85, 0.95])
 def test_same_numbers_at_other_dampings(damping: float) -> None:
     rng = random.Random(7)
