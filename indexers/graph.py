@@ -1,5 +1,9 @@
 """The entity graph in Postgres: seed, walk, score, and return facts and memories.
 
+Two round trips to Postgres a search: the seeds and the walk in one
+statement, the memories in another, each its own transaction scoped to the
+tenant; PageRank runs in Python between them.
+
 1. **Seeds.** Entities the query names (its 1-4 word n-grams against the
    normalised entity names, weight 1.0) plus the nearest entities by vector
    in the entity tier (weight = cosine similarity, kept above
@@ -8,7 +12,7 @@
    ``graph.maxHops`` hops, skipping relations outside their validity window
    (at the recall's ``as_of``, when it travels in time: then relations
    written after it are skipped too).
-3. **Score.** Personalized PageRank (networkx) over the fetched
+3. **Score.** Personalized PageRank (:mod:`indexers.pagerank`) over the fetched
    neighbourhood, restarting at the seeds in proportion to their weight, with
    relation weights as edge weights. PPR was chosen over hop decay because it
    rewards entities reached by many paths and damps hubs, and it needs no
@@ -36,12 +40,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import networkx as nx
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
@@ -50,20 +54,18 @@ from config import BraidConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
-from .pgvector import nearest_sql, set_search_params
+from .pagerank import personalized_pagerank
+from .pgvector import nearest_sql, search_settings
 from .postgres import (
     HIT_COLUMNS,
     PoolSource,
+    Read,
     filter_clause,
     hit_from_row,
     name_candidates,
-    tenant_transaction,
+    tenant_reads,
 )
 from .registry import register
-
-#: The tenant's entities nearest to the query vector (seeds of the walk).
-#: Only entities whose name the query vector's model embedded are compared with it.
-_SEED_SQL = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
 
 __all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
 
@@ -78,30 +80,10 @@ def fact_sentence(source: str, relation: str, target: str) -> str:
     return f"{source} {verb} {target}."
 
 
-def personalized_pagerank(
-    edges: list[tuple[int, int, float]],
-    seeds: dict[int, float],
-    *,
-    damping: float,
-) -> dict[int, float]:
-    """PPR over an undirected weighted graph; isolated seeds keep their share."""
-    graph = nx.Graph()
-    graph.add_nodes_from(seeds)
-    for a, b, w in edges:
-        if graph.has_edge(a, b):
-            graph[a][b]["weight"] += w
-        else:
-            graph.add_edge(a, b, weight=max(w, 1e-6))
-    total = sum(seeds.values())
-    if total <= 0:
-        return {}
-    personalization = {n: seeds.get(n, 0.0) / total for n in graph.nodes}
-    return dict(nx.pagerank(graph, alpha=damping, personalization=personalization, weight="weight"))
-
-
 #: From this many edges PageRank runs in a worker thread, off the event loop
-#: (docs/design.md: about 1 ms at 200 edges, 8 ms at 2,000).
-_THREAD_FROM_EDGES = 256
+#: (docs/design.md: about 0.9 ms at 1,000 edges, 1.7 ms at 2,000; a thread hop
+#: costs about 0.06 ms).
+_THREAD_FROM_EDGES = 1000
 
 
 async def _pagerank(edges: list[tuple[int, int, float]], seeds: dict[int, float], damping: float) -> dict[int, float]:
@@ -125,130 +107,151 @@ def _instant(relation_id: int, seconds: float) -> datetime | None:
         return None
 
 
+#: A relation the walk reached: id, source id, target id, relation, weight,
+#: time (epoch seconds of ``valid_from``, else ``created_at``), source name, target name.
+_Edge = tuple[int, int, int, str, float, float, str, str]
+
+
+@functools.cache
+def _walk_sql(seeded: bool, as_of: bool) -> str:
+    """The seeds and the relations within ``%(hops)s`` hops of them, in one statement.
+
+    Seeds: the entities named by ``%(names)s`` (weight 1), and when
+    ``seeded`` the ``%(limit)s`` entities nearest to ``%(vec)s`` among
+    those the query's model embedded (weight = cosine similarity, kept from
+    ``%(min_similarity)s``; the larger weight when both). The walk follows
+    relations in both directions, skipping those not valid now, or with
+    ``as_of`` not valid then or written after it; of the relations among the
+    entities reached, the ``%(max_edges)s`` heaviest are read. Rows: a seed
+    as ``(NULL, id, NULL, NULL, NULL, weight, NULL, NULL)``, then each
+    relation as an :data:`_Edge` (its weight as stored, ``real``).
+    """
+    at = "%(as_of)s" if as_of else "now()"
+    valid = f"(r.valid_from IS NULL OR r.valid_from <= {at}) AND (r.valid_to IS NULL OR r.valid_to > {at})"
+    if as_of:
+        valid += " AND r.created_at <= %(as_of)s"
+    near = ""
+    if seeded:
+        nearest = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
+        near = f"""
+            UNION ALL
+            SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
+            WHERE 1.0 - n.distance >= %(min_similarity)s"""
+    return f"""
+        WITH RECURSIVE seeds AS MATERIALIZED (
+            SELECT id, max(weight) AS weight FROM (
+                SELECT e.id, 1.0::float8 AS weight FROM entities e
+                WHERE e.tenant = %(tenant)s AND e.name_norm = ANY(%(names)s::text[]){near}
+            ) s
+            GROUP BY id
+        ),
+        walk(entity_id, depth) AS (
+            SELECT id, 0 FROM seeds
+            UNION
+            SELECT nb.entity_id, w.depth + 1
+            FROM walk w
+            CROSS JOIN LATERAL (
+                SELECT r.target_id AS entity_id FROM relations r
+                WHERE r.tenant = %(tenant)s AND r.source_id = w.entity_id AND {valid}
+                UNION
+                SELECT r.source_id FROM relations r
+                WHERE r.tenant = %(tenant)s AND r.target_id = w.entity_id AND {valid}
+            ) nb
+            WHERE w.depth < %(hops)s
+        ),
+        reached AS (SELECT DISTINCT entity_id FROM walk),
+        edges AS (
+            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight,
+                   -- As seconds: a row whose time Python cannot hold is
+                   -- skipped in _facts instead of failing the whole read.
+                   extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
+            FROM relations r
+            WHERE r.tenant = %(tenant)s
+              AND r.source_id IN (SELECT entity_id FROM reached)
+              AND r.target_id IN (SELECT entity_id FROM reached)
+              AND {valid}
+            ORDER BY r.weight DESC, r.id
+            LIMIT %(max_edges)s
+        )
+        SELECT NULL::bigint, id, NULL::bigint, NULL::text, NULL::real, weight, NULL::text, NULL::text
+        FROM seeds
+        UNION ALL
+        (SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.seconds, s.name, t.name
+         FROM edges r
+         JOIN entities s ON s.tenant = %(tenant)s AND s.id = r.source_id
+         JOIN entities t ON t.tenant = %(tenant)s AND t.id = r.target_id
+         ORDER BY r.weight DESC, r.id)
+        """
+
+
 class GraphSource(PoolSource):
     name = "graph"
     #: Without a vector it is seeded by the entities the query names.
     needs_vector = False
 
     async def search(self, query: SearchQuery) -> list[Hit]:
+        """Two round trips to Postgres, each one transaction scoped to the
+        tenant: the seeds with their walk (:func:`_walk_sql`), then, after
+        PageRank in Python, the memories the reached entities pass it to."""
         cfg = self._get_config()
         try:
-            async with tenant_transaction(self._pool, query.tenant) as conn:
-                seeds = await self._seeds(conn, cfg, query)
-                if not seeds:
-                    return []
-                hops = cfg.graph.max_hops if query.hops is None else query.hops
-                edges, names = await self._walk(conn, cfg, query.tenant, list(seeds), hops, query.filters.as_of)
-                ppr = await _pagerank(
-                    [(e["source_id"], e["target_id"], float(e["weight"])) for e in edges],
-                    seeds,
-                    cfg.graph.damping,
-                )
-                hits = self._facts(cfg, query, edges, names, ppr)
-                hits += await self._memories(conn, cfg, query, ppr)
+            seeds, edges = await self._walk(cfg, query)
+            if not seeds:
+                return []
+            ppr = await _pagerank([(e[1], e[2], e[4]) for e in edges], seeds, cfg.graph.damping)
+            hits = self._facts(cfg, query, edges, ppr)
+            hits += await self._memories(cfg, query, ppr)
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[: query.limit]
 
-    async def _seeds(self, conn: psycopg.AsyncConnection, cfg: BraidConfig, query: SearchQuery) -> dict[int, float]:
-        seeds: dict[int, float] = {}
-        cur = await conn.execute(
-            "SELECT id FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
-            (query.tenant, name_candidates(query.text)),
-        )
-        for (eid,) in await cur.fetchall():
-            seeds[eid] = 1.0
-        if query.vector is not None and cfg.graph.seed_limit > 0:
+    async def _walk(self, cfg: BraidConfig, query: SearchQuery) -> tuple[dict[int, float], list[_Edge]]:
+        """The seeds (entity id -> weight) and the relations the walk reached,
+        heaviest first, in one statement."""
+        seeded = query.vector is not None and cfg.graph.seed_limit > 0
+        hops = cfg.graph.max_hops if query.hops is None else query.hops
+        params: dict[str, Any] = {
+            "tenant": query.tenant,
+            "names": name_candidates(query.text),
+            "hops": hops,
+            "max_edges": cfg.graph.max_edges,
+            "as_of": query.filters.as_of,
+        }
+        settings = None
+        if seeded:
             tier = cfg.tiers[cfg.entity_tier]
-            # A savepoint rolled back after the read: the search settings end
-            # with it and do not reach the walk's statements.
-            async with conn.transaction(force_rollback=True):
-                await set_search_params(conn, tier.ef_search)
-                cur = await conn.execute(
-                    _SEED_SQL,
-                    {
-                        "vec": np.asarray(query.vector, dtype=np.float32),
-                        "tenant": query.tenant,
-                        "model": query.model,
-                        "limit": cfg.graph.seed_limit,
-                        "exact_below": tier.exact_below,
-                    },
-                )
-                for eid, distance in await cur.fetchall():
-                    sim = 1.0 - float(distance)
-                    if sim >= cfg.graph.seed_min_similarity:
-                        seeds[eid] = max(seeds.get(eid, 0.0), sim)
-        return seeds
-
-    async def _walk(
-        self,
-        conn: psycopg.AsyncConnection,
-        cfg: BraidConfig,
-        tenant: str,
-        seeds: list[int],
-        hops: int,
-        as_of: datetime | None,
-    ) -> tuple[list[dict[str, Any]], dict[int, str]]:
-        """The relations within ``hops`` of the seeds that are valid now, or
-        with ``as_of`` were then (valid at that instant, and already written)."""
-        at = "now()" if as_of is None else "%(as_of)s"
-        valid = f"(r.valid_from IS NULL OR r.valid_from <= {at}) AND (r.valid_to IS NULL OR r.valid_to > {at})"
-        if as_of is not None:
-            valid += " AND r.created_at <= %(as_of)s"
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                f"""
-                WITH RECURSIVE walk(entity_id, depth) AS (
-                    SELECT unnest(%(seeds)s::bigint[]), 0
-                    UNION
-                    SELECT nb.entity_id, w.depth + 1
-                    FROM walk w
-                    CROSS JOIN LATERAL (
-                        SELECT r.target_id AS entity_id FROM relations r
-                        WHERE r.tenant = %(tenant)s AND r.source_id = w.entity_id AND {valid}
-                        UNION
-                        SELECT r.source_id FROM relations r
-                        WHERE r.tenant = %(tenant)s AND r.target_id = w.entity_id AND {valid}
-                    ) nb
-                    WHERE w.depth < %(hops)s
-                ),
-                reached AS (SELECT DISTINCT entity_id FROM walk)
-                SELECT r.id, r.source_id, r.target_id, r.relation, r.weight,
-                       -- As seconds: a row whose time Python cannot hold is
-                       -- skipped in _facts instead of failing the whole read.
-                       extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS created_at
-                FROM relations r
-                WHERE r.tenant = %(tenant)s
-                  AND r.source_id IN (SELECT entity_id FROM reached)
-                  AND r.target_id IN (SELECT entity_id FROM reached)
-                  AND {valid}
-                ORDER BY r.weight DESC, r.id
-                LIMIT %(max_edges)s
-                """,
+            # The vector seeds' settings hold for this statement's transaction only.
+            settings = search_settings(tier.ef_search)
+            params.update(
                 {
-                    "seeds": seeds,
-                    "tenant": tenant,
-                    "hops": hops,
-                    "max_edges": cfg.graph.max_edges,
-                    "as_of": as_of,
-                },
+                    "vec": np.asarray(query.vector, dtype=np.float32),
+                    "model": query.model,
+                    "limit": cfg.graph.seed_limit,
+                    "exact_below": tier.exact_below,
+                    "min_similarity": cfg.graph.seed_min_similarity,
+                }
             )
-            edges = list(await cur.fetchall())
-            ids = {e["source_id"] for e in edges} | {e["target_id"] for e in edges} | set(seeds)
-            await cur.execute(
-                "SELECT id, name FROM entities WHERE tenant = %s AND id = ANY(%s)",
-                (tenant, list(ids)),
-            )
-            names = {row["id"]: row["name"] for row in await cur.fetchall()}
-        return edges, names
+        (rows,) = await tenant_reads(
+            self._pool,
+            query.tenant,
+            [Read(_walk_sql(seeded, query.filters.as_of is not None), params)],
+            settings=settings,
+        )
+        seeds: dict[int, float] = {}
+        edges: list[_Edge] = []
+        for row in rows:
+            if row[0] is None:
+                seeds[row[1]] = row[5]
+            else:
+                edges.append(row)
+        return seeds, edges
 
     def _facts(
         self,
         cfg: BraidConfig,
         query: SearchQuery,
-        edges: list[dict[str, Any]],
-        names: dict[int, str],
+        edges: list[_Edge],
         ppr: dict[int, float],
     ) -> list[Hit]:
         f = query.filters
@@ -261,35 +264,28 @@ class GraphSource(PoolSource):
         if f.tiers is not None and cfg.entity_tier not in f.tiers:
             return []
         hits = []
-        for e in edges:
-            created = _instant(e["id"], e["created_at"])
+        for rel_id, source_id, target_id, relation, weight, seconds, source, target in edges:
+            created = _instant(rel_id, seconds)
             if created is None:
                 continue
             if f.created_after is not None and created < f.created_after:
                 continue
             if f.created_before is not None and created > f.created_before:
                 continue
-            score = float(e["weight"]) * (ppr.get(e["source_id"], 0.0) + ppr.get(e["target_id"], 0.0))
             hits.append(
                 Hit(
-                    id=f"rel:{e['id']}",
-                    content=fact_sentence(names[e["source_id"]], e["relation"], names[e["target_id"]]),
+                    id=f"rel:{rel_id}",
+                    content=fact_sentence(source, relation, target),
                     kind=FACT_KIND,
                     tier=cfg.entity_tier,
                     created_at=created,
                     confidence=1.0,
-                    score=score,
+                    score=weight * (ppr.get(source_id, 0.0) + ppr.get(target_id, 0.0)),
                 )
             )
         return hits
 
-    async def _memories(
-        self,
-        conn: psycopg.AsyncConnection,
-        cfg: BraidConfig,
-        query: SearchQuery,
-        ppr: dict[int, float],
-    ) -> list[Hit]:
+    async def _memories(self, cfg: BraidConfig, query: SearchQuery, ppr: dict[int, float]) -> list[Hit]:
         if not ppr:
             return []
         where, params = filter_clause(
@@ -302,44 +298,47 @@ class GraphSource(PoolSource):
             {
                 "tenant": query.tenant,
                 "eids": list(ppr),
-                "scores": [ppr[e] for e in ppr],
+                "scores": list(ppr.values()),
                 "limit": query.limit,
                 "per_entity": cfg.graph.mentions_per_entity,
             }
         )
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                f"""
-                -- An entity passes its PPR mass on to the memories that mention
-                -- it, split evenly among all of them (one more step of the walk)...
-                WITH s AS (
-                    SELECT e.id AS entity_id, s.score / greatest(e.mention_count, 1) AS share
-                    FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
-                    JOIN entities e ON e.id = s.entity_id AND e.tenant = %(tenant)s
-                ),
-                -- ...of which only the newest few are read.
-                linked AS (
-                    SELECT mn.memory_id, s.share
-                    FROM s CROSS JOIN LATERAL ({_capped_mentions(query.filters, where)}) mn
-                ),
-                ranked AS (
-                    SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
-                )
-                -- Best first, then the memory rows: the join stops at the limit
-                -- instead of fetching every candidate.
-                SELECT {HIT_COLUMNS}, r.score
-                FROM (SELECT * FROM ranked ORDER BY score DESC, memory_id) r
-                CROSS JOIN LATERAL (
-                    SELECT * FROM memories m
-                    WHERE m.tenant = %(tenant)s AND m.id = r.memory_id AND {where}
-                ) m
-                ORDER BY r.score DESC, r.memory_id
-                LIMIT %(limit)s
-                """,
-                params,
-            )
-            rows = await cur.fetchall()
+        (rows,) = await tenant_reads(
+            self._pool, query.tenant, [Read(_memories_sql(query.filters, where), params, dict_row)]
+        )
         return [hit_from_row(r, float(r["score"])) for r in rows]
+
+
+def _memories_sql(filters: Filters, where: str) -> str:
+    """The memories that mention the entities ``%(eids)s`` scored ``%(scores)s``,
+    best first, at most ``%(limit)s``, with their ``score``."""
+    return f"""
+        -- An entity passes its PPR mass on to the memories that mention
+        -- it, split evenly among all of them (one more step of the walk)...
+        WITH s AS (
+            SELECT e.id AS entity_id, s.score / greatest(e.mention_count, 1) AS share
+            FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
+            JOIN entities e ON e.id = s.entity_id AND e.tenant = %(tenant)s
+        ),
+        -- ...of which only the newest few are read.
+        linked AS (
+            SELECT mn.memory_id, s.share
+            FROM s CROSS JOIN LATERAL ({_capped_mentions(filters, where)}) mn
+        ),
+        ranked AS (
+            SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
+        )
+        -- Best first, then the memory rows: the join stops at the limit
+        -- instead of fetching every candidate.
+        SELECT {HIT_COLUMNS}, r.score
+        FROM (SELECT * FROM ranked ORDER BY score DESC, memory_id) r
+        CROSS JOIN LATERAL (
+            SELECT * FROM memories m
+            WHERE m.tenant = %(tenant)s AND m.id = r.memory_id AND {where}
+        ) m
+        ORDER BY r.score DESC, r.memory_id
+        LIMIT %(limit)s
+        """
 
 
 def _capped_mentions(filters: Filters, where: str) -> str:

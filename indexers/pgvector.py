@@ -10,7 +10,10 @@ Whether the index or an exact scan answers is decided in the statement, not
 left to the planner: a bounded count of the rows the filter matches (at most
 the tier's ``exactBelow`` + 1, read from a btree) picks an exact distance sort
 for a small match set, the HNSW index otherwise, whatever the table's
-statistics say (why: docs/design.md, "Postgres").
+statistics say (why: docs/design.md, "Postgres"). A count above
+``exactBelow`` is remembered for :data:`WALK_MEMORY_S` for the searches
+without request filters: they walk the index without counting meanwhile.
+All the tiers of a search go to Postgres in one round trip.
 
 A tier with a fold (``objective: decayed``, :mod:`indexers.postgres.fold`)
 ranks by ``cosine x importance weight x exp(-lambda * age)`` instead: one
@@ -29,6 +32,7 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
+from time import monotonic
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,14 +42,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, TierConfig, is_safe_name
 
-from .base import Hit, SearchQuery, SourceUnavailable
+from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
-from .postgres import HIT_COLUMNS, PoolSource, filter_clause, hit_from_row, scope_to_tenant
+from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
+    EPOCHS_SQL,
     NEUTRAL_IMPORTANCE,
     RECENTRE_EXPONENT,
     Epoch,
     delete_epochs,
+    epochs_from_rows,
     fold_index_ddl,
     fold_index_name,
     move_rows,
@@ -65,9 +71,11 @@ __all__ = [
     "rebuild_index",
     "refold_needed",
     "search_plans",
+    "search_settings",
     "set_search_params",
     "SearchPlan",
     "WALK_AHEAD",
+    "WALK_MEMORY_S",
 ]
 
 log = logging.getLogger("braid.pgvector")
@@ -298,8 +306,8 @@ async def _refold(
     note({"tier": tier, "phase": "done", "index": name, "moved": moved, "retired": retired})
 
 
-async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
-    """Per-transaction settings for the statements of :func:`nearest_sql`.
+def search_settings(ef_search: int) -> dict[str, str]:
+    """The transaction-local settings the statements of :func:`nearest_sql` run under.
 
     ``enable_sort`` off makes the planner take the HNSW index wherever the
     statement allows it (every other path needs a sort); the exact branch
@@ -307,34 +315,67 @@ async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> No
     No parallel workers: for a big tenant the planner made the exact branch
     a parallel scan, and its workers were launched for every search although
     that branch ran on at most ``exactBelow`` rows or not at all (12-14 ms
-    against 2 ms a tier search at 100k rows, docs/design.md).
+    against 2 ms a tier search at 100k rows, docs/design.md). A prepared
+    statement (psycopg prepares one from its fifth execution on a
+    connection) runs its generic plan: the branch is chosen in the statement,
+    not by the plan, and planning it again for every search cost Postgres
+    more than the plan saved (docs/design.md).
     """
-    await conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true),"
-        " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('hnsw.max_scan_tuples', %s, true),"
-        " set_config('enable_sort', 'off', true),"
-        " set_config('max_parallel_workers_per_gather', '0', true)",
-        (str(int(ef_search)), str(MAX_SCAN_TUPLES)),
-    )
+    return {
+        "hnsw.ef_search": str(int(ef_search)),
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(MAX_SCAN_TUPLES),
+        "enable_sort": "off",
+        "max_parallel_workers_per_gather": "0",
+        "plan_cache_mode": "force_generic_plan",
+    }
 
 
-def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = "<=>", ahead: str | None = None) -> str:
+#: :func:`set_search_params`' statement, one ``set_config`` a setting.
+_SET_SEARCH_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in search_settings(0))
+
+
+async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
+    """Set :func:`search_settings` for the rest of the current transaction."""
+    await conn.execute(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
+
+
+def nearest_sql(
+    columns: str,
+    table: str,
+    where: str,
+    embedding: str,
+    op: str = "<=>",
+    ahead: str | None = None,
+    *,
+    counted: bool = True,
+) -> str:
     """The ``%(limit)s`` rows of ``table`` matching ``where`` nearest to
     ``%(vec)s`` by cosine distance (or by ``op``: ``<#>``, negative inner
-    product), as ``columns`` plus ``distance``.
+    product), as ``columns`` plus ``distance`` and ``exact``.
 
     The statement first counts the matching rows, stopping at
     ``%(exact_below)s`` + 1. At most ``exact_below`` rows: they are all
     compared (exact). More: the table's HNSW index is walked, unless
     ``ahead`` (the rows the walk would meet first and the filter rejects)
     holds at least ``%(walk_ahead)s`` rows, counted only then: exact too.
-    A one-time filter runs only the chosen branch. Run it after
-    :func:`set_search_params` in the same transaction.
+    A one-time filter runs only the chosen branch; ``exact`` (on every
+    row) says which ran. Not ``counted``: the index is walked, nothing is
+    counted (``ahead`` is not used). Run it under :func:`search_settings`
+    (set in the same transaction).
     """
     if op not in ("<=>", "<#>"):
         raise ValueError(f"unknown distance operator {op!r}")
     distance = f"{embedding} {op} %(vec)s"
+    if not counted:
+        return f"""
+        SELECT * FROM (
+            SELECT {columns}, {distance} AS distance FROM {table}
+            WHERE {where}
+            ORDER BY {distance} LIMIT %(limit)s
+        ) AS nearest
+        ORDER BY distance, id
+    """
     blocked = (
         ""
         if ahead is None
@@ -354,15 +395,19 @@ def nearest_sql(columns: str, table: str, where: str, embedding: str, op: str = 
              WHERE NOT (SELECT exact FROM small) AND {where}
              ORDER BY {distance} LIMIT %(limit)s)
         )
-        SELECT * FROM nearest ORDER BY distance, id
+        SELECT nearest.*, (SELECT exact FROM small) AS exact FROM nearest ORDER BY distance, id
     """
 
 
 class SearchPlan(NamedTuple):
     """One statement of a tier search and how its rows' scores are made."""
 
+    #: The statement with its bounded count (:func:`nearest_sql`).
     statement: str
     score: Callable[[dict[str, Any]], float]
+    #: The same search walking the index without counting (None when a
+    #: ``created_before`` makes the walk's rows ahead count).
+    walk: str | None = None
 
 
 def _cosine(row: dict[str, Any]) -> float:
@@ -391,19 +436,30 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
     objective with the newest epoch's λ. ``ahead``: the conditions of the
     newer rows a ``created_before`` filter leaves out (see :data:`WALK_AHEAD`).
     """
+
+    def plan(
+        score: Callable[[dict[str, Any]], float],
+        where: str,
+        embedding: str = "m.embedding",
+        op: str = "<=>",
+        behind: str | None = None,
+        columns: str = HIT_COLUMNS,
+        walkable: bool = True,
+    ) -> SearchPlan:
+        walk = None
+        if walkable and ahead is None:
+            walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False)
+        return SearchPlan(nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk)
+
     if not live:
-        return [SearchPlan(nearest_sql(HIT_COLUMNS, "memories m", where, "m.embedding"), _cosine)]
+        return [plan(_cosine, where)]
     plans = [
-        SearchPlan(
-            nearest_sql(
-                HIT_COLUMNS,
-                "memories m",
-                f"{where} AND m.fold_epoch = {int(e.epoch)}",
-                "m.folded",
-                "<#>",
-                None if ahead is None else f"{ahead} AND m.fold_epoch = {int(e.epoch)}",
-            ),
+        plan(
             _decayed(e.scale(reference)),
+            f"{where} AND m.fold_epoch = {int(e.epoch)}",
+            "m.folded",
+            "<#>",
+            None if ahead is None else f"{ahead} AND m.fold_epoch = {int(e.epoch)}",
         )
         for e in live
     ]
@@ -416,17 +472,27 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
             return _cosine(row) * _weight(row["fold_importance"]) * math.exp(min(-rate * age, 700.0))
 
         plans.append(
-            SearchPlan(
-                nearest_sql(
-                    f"{HIT_COLUMNS}, m.importance AS fold_importance",
-                    "memories m",
-                    f"{where} AND (m.fold_epoch IS NULL OR m.fold_epoch NOT IN ({numbers}))",
-                    "m.embedding",
-                ),
+            plan(
                 unfolded,
+                f"{where} AND (m.fold_epoch IS NULL OR m.fold_epoch NOT IN ({numbers}))",
+                columns=f"{HIT_COLUMNS}, m.importance AS fold_importance",
+                # These rows leave as they are moved: always counted.
+                walkable=False,
             )
         )
     return plans
+
+
+#: Searches a recall may start over because a tier's folds changed meanwhile.
+_FOLD_TRIES = 3
+
+#: How long a source remembers that a tenant's tier statement found more than
+#: ``exactBelow`` matching rows, for searches without request filters: until
+#: then they walk the index without counting (docs/design.md).
+WALK_MEMORY_S = 10.0
+
+#: Statements a source remembers that way (forgotten all at once past this).
+_WALK_MEMORY_ENTRIES = 10_000
 
 
 class PgvectorSource(PoolSource):
@@ -436,7 +502,16 @@ class PgvectorSource(PoolSource):
     name = "pgvector"
     needs_vector = True
 
+    def __init__(self, pool: AsyncConnectionPool, get_config: Callable[[], BraidConfig]) -> None:
+        super().__init__(pool, get_config)
+        #: The tiers' folds as the last search read them: the next one's statements follow them.
+        self._folds: dict[str, list[Epoch]] = {}
+        #: (statement, tenant, model, min_confidence) -> until when (monotonic)
+        #: its count is known to exceed ``exactBelow`` (see :data:`WALK_MEMORY_S`).
+        self._walks: dict[tuple[str, str, str, float], float] = {}
+
     async def search(self, query: SearchQuery) -> list[Hit]:
+        """One round trip to Postgres as a rule (:meth:`_search_tiers`)."""
         if query.vector is None:
             return []
         cfg = self._get_config()
@@ -444,8 +519,14 @@ class PgvectorSource(PoolSource):
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
-            async with self._pool.connection() as conn:
-                rows = await self._search_tiers(conn, cfg, tiers, query, vec, limit)
+            for _ in range(_FOLD_TRIES):
+                guess = {t: self._folds.get(t, []) for t in tiers}
+                rows, folds = await self._search_tiers(cfg, tiers, guess, query, vec, limit)
+                self._folds = folds
+                if {t: folds.get(t, []) for t in tiers} == guess:
+                    break
+            else:
+                raise SourceUnavailable(self.name, f"the tiers' folds changed during each of {_FOLD_TRIES} searches")
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         rows.sort(key=lambda r: (-r["score"], r["id"]))
@@ -453,63 +534,96 @@ class PgvectorSource(PoolSource):
 
     async def _search_tiers(
         self,
-        conn: psycopg.AsyncConnection,
         cfg: BraidConfig,
         tiers: list[str],
+        guess: dict[str, list[Epoch]],
         query: SearchQuery,
         vec: np.ndarray,
         limit: int,
-    ) -> list[dict[str, Any]]:
-        """Every tier's nearest rows, each with its ``score``, in two round
-        trips: the tiers' folds are read, then the statements of all tiers go
-        out in one pipeline (each tier's ef_search set just before its query,
-        inside one transaction) and the results come back together."""
+    ) -> tuple[list[dict[str, Any]], dict[str, list[Epoch]]]:
+        """Every tier's nearest rows, each with its ``score``, searched as if
+        the tiers' folds were ``guess``, and the folds as they are: one round
+        trip, one repeatable-read transaction (:func:`tenant_reads`: the
+        folds read and every tier's statements, each tier's settings set
+        before its statements). The rows hold only when the folds read are
+        ``guess``; the caller searches again otherwise (a reindex opened or
+        retired an epoch since the folds were last read)."""
         reference = query.reference_time or datetime.now(UTC)
-        cursors = []
-        async with conn.pipeline(), conn.transaction():
-            # One snapshot for the folds read and every statement: a row a
-            # reindex moves between epochs meanwhile is seen in one of them.
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            await scope_to_tenant(conn, query.tenant)
-            folds = await read_epochs(conn)
-            for tier in tiers:
-                where, params = filter_clause(
-                    query.filters,
-                    min_confidence=query.min_confidence,
-                    memory_tiers=cfg.memory_tiers,
-                    tier=tier,
-                    forgetting=Forgetting.from_config(cfg),
-                )
-                t = cfg.tiers[tier]
-                params.update(
-                    {
-                        "tenant": query.tenant,
-                        "vec": vec,
-                        "model": query.model,
-                        "limit": limit,
-                        "exact_below": t.exact_below,
-                    }
-                )
-                ahead = None
-                if query.filters.created_before is not None:
-                    params["walk_ahead"] = WALK_AHEAD
-                    ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
-                # relaxed_order may return the index's rows slightly out of
-                # order; the statement sorts them again.
-                # Only vectors of the query's model are compared with it.
-                where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
-                for plan in search_plans(where, folds.get(tier, []), reference, ahead):
-                    await set_search_params(conn, t.ef_search)
-                    cur = conn.cursor(row_factory=dict_row)
-                    await cur.execute(plan.statement, params)
-                    cursors.append((cur, plan.score))
+        reads = [Read(EPOCHS_SQL)]
+        scores: list[Callable[[dict[str, Any]], float] | None] = [None]
+        counted: list[tuple[str, str, str, float] | None] = [None]
+        first: dict[str, str] | None = None  # the first tier's settings go with the tenant scope
+        settings: dict[str, str] | None = None
+        for tier in tiers:
+            where, params = filter_clause(
+                query.filters,
+                min_confidence=query.min_confidence,
+                memory_tiers=cfg.memory_tiers,
+                tier=tier,
+                forgetting=Forgetting.from_config(cfg),
+            )
+            t = cfg.tiers[tier]
+            params.update(
+                {
+                    "tenant": query.tenant,
+                    "vec": vec,
+                    "model": query.model,
+                    "limit": limit,
+                    "exact_below": t.exact_below,
+                }
+            )
+            ahead = None
+            if query.filters.created_before is not None:
+                params["walk_ahead"] = WALK_AHEAD
+                ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
+            # relaxed_order may return the index's rows slightly out of
+            # order; the statement sorts them again.
+            # Only vectors of the query's model are compared with it.
+            where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
+            wanted = search_settings(t.ef_search)
+            if first is None:
+                first = wanted
+            elif wanted != settings:
+                reads.append(Read(_SET_SEARCH_SQL, list(wanted.values())))
+                scores.append(None)
+                counted.append(None)
+            settings = wanted
+            for plan in search_plans(where, guess.get(tier, []), reference, ahead):
+                statement, key = self._statement(plan, query)
+                reads.append(Read(statement, params, dict_row))
+                scores.append(plan.score)
+                counted.append(key)
+        results = await tenant_reads(self._pool, query.tenant, reads, settings=first, repeatable_read=True)
         rows: list[dict[str, Any]] = []
-        for cur, score in cursors:
-            for row in await cur.fetchall():
+        for found, score, key in zip(results[1:], scores[1:], counted[1:], strict=True):
+            if score is None:
+                continue
+            if key is not None and found:
+                self._remember(key, bool(found[0]["exact"]))
+            for row in found:
                 row["score"] = score(row)
                 rows.append(row)
-            await cur.close()
-        return rows
+        return rows, epochs_from_rows(results[0])
+
+    def _statement(self, plan: SearchPlan, query: SearchQuery) -> tuple[str, tuple[str, str, str, float] | None]:
+        """The statement to run for ``plan``, and the key to remember its
+        count's outcome by when it counts and may be remembered: a search
+        without request filters walks the index at once while its statement
+        is known to match more than ``exactBelow`` rows."""
+        if plan.walk is None or query.filters != Filters():
+            return plan.statement, None
+        key = (plan.statement, query.tenant, query.model, query.min_confidence)
+        if self._walks.get(key, 0.0) > monotonic():
+            return plan.walk, None
+        return plan.statement, key
+
+    def _remember(self, key: tuple[str, str, str, float], exact: bool) -> None:
+        if exact:
+            self._walks.pop(key, None)
+            return
+        if len(self._walks) >= _WALK_MEMORY_ENTRIES:
+            self._walks.clear()
+        self._walks[key] = monotonic() + WALK_MEMORY_S
 
 
 register(PgvectorSource.spec(covers_vectors=True, matches=frozenset({"vector"})))

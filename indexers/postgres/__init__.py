@@ -8,7 +8,8 @@ One job a module:
   names a text could mention (:func:`name_candidates`).
 * :mod:`.pool`: :func:`open_pool` (migrations first, see
   :mod:`indexers.migrations`), transactions scoped to one tenant by row-level
-  security (:func:`tenant_transaction`, :func:`scope_to_tenant`) and
+  security (:func:`tenant_transaction`, :func:`scope_to_tenant`, and
+  :func:`tenant_reads` for reads in one round trip) and
   :class:`PoolSource`, the base of the sources that read Postgres.
 * :mod:`.sql`: the memory columns read, rows as hits or records, and the SQL
   conditions of a search's filters (:func:`filter_clause`).
@@ -32,8 +33,10 @@ from .pool import (
     NOTIFY_CHANNEL,
     PING_TIMEOUT_S,
     PoolSource,
+    Read,
     open_pool,
     scope_to_tenant,
+    tenant_reads,
     tenant_transaction,
 )
 from .sql import (
@@ -53,6 +56,7 @@ __all__ = [
     "PING_TIMEOUT_S",
     "RECORD_COLUMNS",
     "Deleted",
+    "Read",
     "EntityInput",
     "MemoryInput",
     "PoolSource",
@@ -72,5 +76,6 @@ __all__ = [
     "record_from_row",
     "scope_to_tenant",
     "tenant_counts",
+    "tenant_reads",
     "tenant_transaction",
 ]

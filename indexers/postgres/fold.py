@@ -52,12 +52,14 @@ from config import TierConfig, is_safe_name
 from .models import MemoryInput
 
 __all__ = [
+    "EPOCHS_SQL",
     "MAX_EXPONENT",
     "NEUTRAL_IMPORTANCE",
     "RECENTRE_EXPONENT",
     "Epoch",
     "decay_rate",
     "delete_epochs",
+    "epochs_from_rows",
     "fold_index_ddl",
     "fold_index_name",
     "fold_vectors",
@@ -179,14 +181,23 @@ def _epoch(row: Sequence[Any]) -> Epoch:
     return Epoch(tier, int(epoch), float(half_life_days), anchor.astimezone(UTC), bool(filling))
 
 
-async def read_epochs(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[Epoch]]:
-    """Every tier's live epochs, oldest first (a tier without any ranks by similarity)."""
-    cur = await conn.execute(f"SELECT {_EPOCH_COLUMNS} FROM fold_epochs ORDER BY tier, epoch")
+#: Every tier's live epochs, rows for :func:`epochs_from_rows`.
+EPOCHS_SQL = f"SELECT {_EPOCH_COLUMNS} FROM fold_epochs ORDER BY tier, epoch"
+
+
+def epochs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, list[Epoch]]:
+    """:data:`EPOCHS_SQL`'s rows as tier -> live epochs, oldest first."""
     out: dict[str, list[Epoch]] = {}
-    for row in await cur.fetchall():
+    for row in rows:
         e = _epoch(row)
         out.setdefault(e.tier, []).append(e)
     return out
+
+
+async def read_epochs(conn: psycopg.AsyncConnection[Any]) -> dict[str, list[Epoch]]:
+    """Every tier's live epochs, oldest first (a tier without any ranks by similarity)."""
+    cur = await conn.execute(EPOCHS_SQL)
+    return epochs_from_rows(await cur.fetchall())
 
 
 async def lock_tier(conn: psycopg.AsyncConnection[Any], tier: str) -> None:

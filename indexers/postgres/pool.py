@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg.rows import RowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, source_defaults
@@ -20,7 +23,9 @@ __all__ = [
     "PING_TIMEOUT_S",
     "PoolSource",
     "open_pool",
+    "Read",
     "scope_to_tenant",
+    "tenant_reads",
     "tenant_transaction",
 ]
 
@@ -60,7 +65,27 @@ async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> Asyn
     return pool
 
 
-async def scope_to_tenant(conn: psycopg.AsyncConnection, tenant: str) -> None:
+#: A run-time setting's name (``hnsw.ef_search``), as ``set_config`` takes it.
+_SETTING_RE = re.compile(r"[a-z_]+(\.[a-z_]+)?")
+
+#: The scope statement of each tuple of extra settings (a handful of tuples exist).
+_SCOPE_SQL: dict[tuple[str, ...], str] = {}
+
+
+def _scope_sql(settings: tuple[str, ...]) -> str:
+    sql = _SCOPE_SQL.get(settings)
+    if sql is None:
+        if not all(_SETTING_RE.fullmatch(name) for name in settings):
+            raise ValueError(f"invalid setting name in {settings!r}")
+        calls = ["set_config('role', %s, true)", "set_config('braid.tenant', %s, true)"]
+        calls += [f"set_config('{name}', %s, true)" for name in settings]
+        sql = _SCOPE_SQL[settings] = "SELECT " + ", ".join(calls)
+    return sql
+
+
+async def scope_to_tenant(
+    conn: psycopg.AsyncConnection, tenant: str, settings: Mapping[str, str] | None = None
+) -> None:
     """Run the rest of the current transaction as :data:`TENANT_ROLE` for ``tenant``.
 
     Row-level security (migration v5) then lets the transaction see and write
@@ -68,12 +93,13 @@ async def scope_to_tenant(conn: psycopg.AsyncConnection, tenant: str) -> None:
     one tenant. The connecting role is not restricted; the outbox worker and
     reindex, which work across tenants, run as it. Both settings are
     transaction-local: they end with the transaction, so a connection goes
-    back to the pool unscoped even after an error.
+    back to the pool unscoped even after an error. ``settings`` (name ->
+    value, e.g. ``hnsw.ef_search``) are set for the transaction too, in the
+    same statement.
     """
-    await conn.execute(
-        "SELECT set_config('role', %s, true), set_config('braid.tenant', %s, true)",
-        (TENANT_ROLE, tenant),
-    )
+    names = tuple(settings or ())
+    values = [settings[n] for n in names] if settings else []
+    await conn.execute(_scope_sql(names), (TENANT_ROLE, tenant, *values))
 
 
 @asynccontextmanager
@@ -82,6 +108,46 @@ async def tenant_transaction(pool: AsyncConnectionPool, tenant: str) -> AsyncIte
     async with pool.connection() as conn, conn.transaction():
         await scope_to_tenant(conn, tenant)
         yield conn
+
+
+#: A statement's parameters, by position or by name.
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+class Read:
+    """One statement of :func:`tenant_reads`, with the row factory its rows are made by."""
+
+    __slots__ = ("params", "row_factory", "sql")
+
+    def __init__(self, sql: str, params: Params | None = None, row_factory: RowFactory[Any] = tuple_row) -> None:
+        self.sql = sql
+        self.params = params
+        self.row_factory = row_factory
+
+
+async def tenant_reads(
+    pool: AsyncConnectionPool,
+    tenant: str,
+    reads: Sequence[Read],
+    *,
+    settings: Mapping[str, str] | None = None,
+    repeatable_read: bool = False,
+) -> list[list[Any]]:
+    """The rows of each of ``reads``, run in order in one transaction scoped
+    to ``tenant`` (:func:`scope_to_tenant`, with ``settings``), in one round trip.
+
+    BEGIN, the scope, the statements and COMMIT go out together in pipeline
+    mode and their results come back together; no statement runs outside
+    the scope. An error in any of them rolls the transaction back and is
+    raised. ``repeatable_read``: one snapshot for every statement.
+    """
+    async with pool.connection() as conn:
+        async with conn.pipeline(), conn.transaction():
+            if repeatable_read:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            await scope_to_tenant(conn, tenant, settings)
+            cursors = [await conn.cursor(row_factory=r.row_factory).execute(r.sql, r.params) for r in reads]
+        return [await cur.fetchall() for cur in cursors]
 
 
 class PoolSource:

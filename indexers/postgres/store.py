@@ -29,7 +29,7 @@ from .graph_writes import GraphWrites, upsert_entities
 from .lifecycle import Deleted, Written, lock_keys, lock_memory, restore_newest, supersede
 from .models import EntityInput, MemoryInput
 from .names import name_candidates, normalize_name
-from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, tenant_transaction
+from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, Read, tenant_reads, tenant_transaction
 from .sql import (
     HIT_COLUMNS,
     RECORD_COLUMNS,
@@ -277,24 +277,19 @@ class PostgresStore(GraphWrites):
         return Deleted(deleted=memory_id, restored=restored)
 
     async def memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        """The tenant's memory ``memory_id`` as stored, or ``None``."""
-        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.id = %s", (tenant, memory_id)
-            )
-            row = await cur.fetchone()
-        return None if row is None else record_from_row(row)
+        """The tenant's memory ``memory_id`` as stored, or ``None``: one round trip."""
+        sql = f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.id = %s"
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, (tenant, memory_id), dict_row)])
+        return record_from_row(rows[0]) if rows else None
 
     async def versions(self, tenant: str, mem_key: str, limit: int) -> list[MemoryRecord]:
         """The tenant's memories of ``mem_key``, newest first (by ``created_at``,
-        then id), at most ``limit``: one scan of ``memories_tenant_key``."""
-        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.mem_key = %s"
-                " ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
-                (tenant, mem_key, limit),
-            )
-            rows = await cur.fetchall()
+        then id), at most ``limit``: one scan of ``memories_tenant_key``, one round trip."""
+        sql = (
+            f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s AND m.mem_key = %s"
+            " ORDER BY m.created_at DESC, m.id DESC LIMIT %s"
+        )
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, (tenant, mem_key, limit), dict_row)])
         return [record_from_row(r) for r in rows]
 
     async def live(self, tenant: str, ids: Sequence[str], as_of: datetime | None) -> set[str]:
@@ -303,12 +298,9 @@ class PostgresStore(GraphWrites):
         if not ids:
             return set()
         cond, params = lifecycle_clause(as_of)
-        async with tenant_transaction(self.pool, tenant) as conn:
-            cur = await conn.execute(
-                f"SELECT m.id FROM memories m WHERE m.tenant = %(tenant)s AND m.id = ANY(%(ids)s) AND {cond}",
-                {"tenant": tenant, "ids": list(ids), **params},
-            )
-            return {row[0] for row in await cur.fetchall()}
+        sql = f"SELECT m.id FROM memories m WHERE m.tenant = %(tenant)s AND m.id = ANY(%(ids)s) AND {cond}"
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": list(ids), **params})])
+        return {row[0] for row in rows}
 
     async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
         """Those of ``tiers`` that hold at least one memory, of any tenant."""
@@ -323,10 +315,11 @@ class PostgresStore(GraphWrites):
             return [row[0] for row in await cur.fetchall()]
 
     async def speakers(self, tenant: str) -> list[str]:
-        """Every speaker name the tenant's memories have had."""
-        async with tenant_transaction(self.pool, tenant) as conn:
-            cur = await conn.execute("SELECT name FROM speakers WHERE tenant = %s", (tenant,))
-            return [row[0] for row in await cur.fetchall()]
+        """Every speaker name the tenant's memories have had: one round trip."""
+        (rows,) = await tenant_reads(
+            self.pool, tenant, [Read("SELECT name FROM speakers WHERE tenant = %s", (tenant,))]
+        )
+        return [row[0] for row in rows]
 
     async def embeddings(self, tenant: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
         """The stored (unit) embeddings of ``ids`` that the tenant has and
@@ -334,13 +327,11 @@ class PostgresStore(GraphWrites):
         another model's, is absent."""
         if not ids:
             return {}
-        async with tenant_transaction(self.pool, tenant) as conn:
-            cur = await conn.execute(
-                "SELECT id, embedding FROM memories"
-                " WHERE tenant = %s AND id = ANY(%s) AND model = %s AND embedding IS NOT NULL",
-                (tenant, list(ids), model),
-            )
-            rows = await cur.fetchall()
+        sql = (
+            "SELECT id, embedding FROM memories"
+            " WHERE tenant = %s AND id = ANY(%s) AND model = %s AND embedding IS NOT NULL"
+        )
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, (tenant, list(ids), model))])
         # pgvector's loader gives a Vector; its to_numpy() is float32 already.
         return {row[0]: row[1].to_numpy() for row in rows}
 
@@ -357,18 +348,17 @@ class PostgresStore(GraphWrites):
         """The tenant's newest ``limit`` memories matching ``filters``, newest
         first (ties by id, descending), each scored by its epoch seconds. One
         statement; with a ``session_id`` a backward scan of
-        ``memories_tenant_session_created``, else of ``memories_tenant_created``."""
+        ``memories_tenant_session_created``, else of ``memories_tenant_created``;
+        one round trip."""
         where, params = filter_clause(
             filters, min_confidence=min_confidence, memory_tiers=memory_tiers, forgetting=forgetting
         )
         params.update({"tenant": tenant, "limit": limit})
-        async with tenant_transaction(self.pool, tenant) as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                f"SELECT {HIT_COLUMNS} FROM memories m WHERE m.tenant = %(tenant)s AND {where}"
-                " ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s",
-                params,
-            )
-            rows = await cur.fetchall()
+        sql = (
+            f"SELECT {HIT_COLUMNS} FROM memories m WHERE m.tenant = %(tenant)s AND {where}"
+            " ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s"
+        )
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, params, dict_row)])
         return [hit_from_row(r, r["created_at"].timestamp()) for r in rows]
 
     async def sweep(self, forgetting: Forgetting, batch: int) -> dict[str, int]:

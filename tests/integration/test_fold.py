@@ -200,6 +200,19 @@ async def test_a_write_folds_with_the_tiers_epoch_and_only_there(pool: AsyncConn
 # --- ranking: exact branch and HNSW branch ------------------------------------------
 
 
+def folded_searches(log: list[dict[str, Any]], searches: int) -> list[dict[str, Any]]:
+    """The session tier's statements of ``searches`` searches by one source,
+    each by the folded index. A source's first search runs the cosine
+    statement it guessed (it has not read the tier's fold yet), reads the
+    fold, and searches again: that first guess is left out."""
+    session = [e for e in log if e["tier"] == "session"]
+    if len(session) == searches + 1:
+        assert "m.embedding <=> %(vec)s" in session[0]["statement"]
+        session = session[1:]
+    assert len(session) == searches and all("m.folded <#> %(vec)s" in e["statement"] for e in session)
+    return session
+
+
 async def test_the_exact_branch_ranks_by_the_decayed_objective(pool: AsyncConnectionPool) -> None:
     cfg = decayed_config()
     await ensure_indexes(pool, cfg)
@@ -216,8 +229,7 @@ async def test_the_exact_branch_ranks_by_the_decayed_objective(pool: AsyncConnec
             assert [h.confidence for h in hits] == [pytest.approx(0.9)] * 10
     finally:
         await spy.close()
-    session = [e for e in log if e["tier"] == "session"]
-    assert len(session) == 10 and all("m.folded <#> %(vec)s" in e["statement"] for e in session)
+    session = folded_searches(log, 10)
     assert await explain_branch(pool, "small", session[0], 48) == "exact"
 
 
@@ -238,8 +250,7 @@ async def test_the_hnsw_branch_finds_the_exact_top_10_where_its_recall_is_1(pool
             assert_scores(hits, rows, q)
     finally:
         await spy.close()
-    session = [e for e in log if e["tier"] == "session"]
-    assert len(session) == 20 and all("m.folded <#> %(vec)s" in e["statement"] for e in session)
+    session = folded_searches(log, 20)
     assert await explain_branch(pool, "big", session[0], 400) == "hnsw"
 
 
@@ -611,7 +622,7 @@ async def test_a_created_before_that_leaves_out_many_newer_rows_is_answered_exac
             log.clear()
             hits = await source.search(query("old", q, filters=Filters(created_before=before), reference_time=NOW))
             assert [h.id for h in hits] == old.top(q, 10)
-            (search,) = [e for e in log if e["tier"] == "session"]
+            (search,) = folded_searches(log, 1)
             assert await explain_branch(pool, "old", search, 400) == branch
     finally:
         await spy.close()

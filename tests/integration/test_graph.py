@@ -498,3 +498,24 @@ async def test_a_hub_over_the_cap_hands_its_share_to_its_newest_memories_only(
         ("gh-t0", pytest.approx(1 / 5)),
         ("gh-t1", pytest.approx(1 / 5)),
     ]
+
+
+async def test_the_best_candidates_that_fail_the_filters_leave_room_for_the_next(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    """The best ``2 x limit`` candidates are read first: enough of them pass
+    (limit 3), or not (limit 1: both are under the confidence floor) and the
+    rest are read, best first, until the limit is filled."""
+    w = Writer(PostgresStore(pool), embedder)
+    await w.graph("gl", ["lamp", "desk"], [])
+    await w.memories(
+        "gl",
+        *({"id": f"gl-l{i}", "content": f"Lamp note {i}."} for i in range(6)),
+        *({"id": f"gl-b{i}", "content": f"The lamp on the desk {i}.", "confidence": 0.3} for i in range(2)),
+    )
+    lamp_only = pytest.approx(0.5 / 8)
+    unfiltered = await search(pool, NAMES_ONLY, "gl", "lamp desk", limit=3)
+    assert [h.id for h in unfiltered] == ["gl-b0", "gl-b1", "gl-l0"]
+    for limit in (1, 3):
+        hits = await search(pool, NAMES_ONLY, "gl", "lamp desk", limit=limit, min_confidence=0.5)
+        assert [(h.id, h.score) for h in hits] == [(f"gl-l{i}", lamp_only) for i in range(limit)]

@@ -11,6 +11,7 @@ an m=8 graph finds 2-3 of the true top 10, which says nothing about the code.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -485,6 +486,38 @@ async def test_a_small_match_set_is_searched_exactly_even_in_a_big_index(
             async with conn.transaction():
                 await set_search_params(conn, 64)
                 assert await executed_branch(conn, search["statement"], search["params"]) == "exact"
+
+
+async def test_a_tier_known_to_match_many_rows_is_walked_without_counting_for_a_while(
+    pool: AsyncConnectionPool, cfg: BraidConfig, corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import indexers.pgvector as pgvector
+
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    q = corpus.vectors[23]
+    try:
+        source = PgvectorSource(spy_pool, lambda: cfg)
+        counted = await source.search(query(BIG_TENANT, q))
+        walked = await source.search(query(BIG_TENANT, q))
+        # Request filters: counted every time, whatever is remembered.
+        filtered = await source.search(query(BIG_TENANT, q, filters=Filters(tags=("common", "rare"))))
+        # Once the memory runs out: counted again, and remembered again.
+        later = time.monotonic() + pgvector.WALK_MEMORY_S + 1
+        monkeypatch.setattr(pgvector, "monotonic", lambda: later)
+        recounted = await source.search(query(BIG_TENANT, q))
+        await source.search(query(BIG_TENANT, q))
+    finally:
+        await spy_pool.close()
+    assert [h.id for h in walked] == [h.id for h in counted] == [h.id for h in filtered]
+    assert counted[0].id == "big-23"
+    session = [e["statement"] for e in log if e["tier"] == "session"]
+    assert ["count(*)" in s for s in session] == [True, False, True, True, False]
+    # What the walk skips is what the count would have chosen anyway.
+    async with tenant_transaction(pool, BIG_TENANT) as conn:
+        await set_search_params(conn, cfg.tiers["session"].ef_search)
+        assert await executed_branch(conn, session[0], log[0]["params"]) == "hnsw"
+    assert recounted[0].id == "big-23"
 
 
 # --- tenants and filters -----------------------------------------------------

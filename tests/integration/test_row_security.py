@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, load_config
 from deploy.embedded import EmbeddedPostgres
-from indexers.base import SearchQuery
+from indexers.base import Filters, SearchQuery
 from indexers.graph import GraphSource
 from indexers.migrations import TENANT_TABLES
 from indexers.pgvector import PgvectorSource, ensure_indexes
@@ -27,9 +27,11 @@ from indexers.postgres import (
     EntityInput,
     MemoryInput,
     PostgresStore,
+    Read,
     RelationInput,
     open_pool,
     scope_to_tenant,
+    tenant_reads,
     tenant_transaction,
 )
 from tests.api.conftest import fresh_database
@@ -147,12 +149,38 @@ async def test_sources_and_store_reads_run_under_the_policy(pool: AsyncConnectio
         counts = [len(await s.search(q)) for s in sources]
         counts.append(len(await store.speakers("acme")))
         counts.append(len(await store.existing_entities("acme", ["Blue Safe"])))
+        counts.append(len(await store.live("acme", ["m1"], None)))
+        counts.append(len(await store.embeddings("acme", ["m1"], "synthetic")))
+        counts.append(0 if await store.memory("acme", "m1") is None else 1)
+        counts.append(len(await store.recent("acme", Filters(), min_confidence=0.0, memory_tiers=["session"], limit=5)))
         return counts
 
     assert all(n > 0 for n in await seen())
     await set_policies(pool, "false")
     try:
-        assert await seen() == [0, 0, 0, 0]
+        assert await seen() == [0] * 8
     finally:
         await set_policies(pool, POLICY)
     assert all(n > 0 for n in await seen())
+
+
+async def test_tenant_reads_run_scoped_in_one_transaction_and_leave_nothing_behind(pool: AsyncConnectionPool) -> None:
+    rows = await tenant_reads(
+        pool,
+        "acme",
+        [
+            Read("SELECT current_user, current_setting('braid.tenant', true), current_setting('hnsw.ef_search')"),
+            Read("SELECT DISTINCT tenant FROM memories"),
+            Read("SELECT count(*) FROM memories WHERE tenant = 'globex'"),
+        ],
+        settings={"hnsw.ef_search": "77"},
+    )
+    assert rows == [[("braid_tenant", "acme", "77")], [("acme",)], [(0,)]]
+    # An error in any statement: nothing of the scope stays on the pooled connection.
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await tenant_reads(pool, "acme", [Read("SELECT 1"), Read("SELECT 1 / 0"), Read("SELECT 2")])
+    for _ in range(4):  # every pooled connection
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT current_user <> 'braid_tenant', current_setting('braid.tenant', true)")
+            assert await cur.fetchone() in {(True, None), (True, "")}
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
