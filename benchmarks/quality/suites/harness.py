@@ -282,10 +282,23 @@ async def run_suite(suite: Suite, args: argparse.Namespace) -> dict[str, Any]:
             ),
         }
     with phase("embed"):
-        embedder = _embedder(args.embed_threads)
         cache = EmbeddingCache(args.cache)
-        vectors, computed = await embed_cached([m["content"] for m in flat], embedder, cache, "embed turns")
-        query_vectors, _ = await embed_cached([q.text for q in queries], embedder, cache, "embed questions")
+        provider = config.get("embedding", {}).get("provider", "local")
+        if provider == "local":
+            embedder = _embedder(args.embed_threads)
+            vectors, computed = await embed_cached([m["content"] for m in flat], embedder, cache, "embed turns")
+            query_vectors, _ = await embed_cached([q.text for q in queries], embedder, cache, "embed questions")
+        else:
+            # The service's own provider embeds the turns (as documents), so the
+            # client's vectors are the ones the service would make.
+            if not args.no_naive:
+                raise SystemExit(f"embedding.provider {provider}: add --no-naive (the naive reference is MiniLM's)")
+            from config import parse_config
+            from indexers.embedders import open_embedder
+
+            async with open_embedder(parse_config(yaml.safe_dump(config)).embedding) as hosted:
+                vectors, computed = await embed_cached([m["content"] for m in flat], hosted, cache, "embed turns")
+            query_vectors = np.zeros((0, vectors.shape[1]), dtype=np.float32)
         cache.close()
         report["embedding"] = {"texts": len(flat), "computed": computed, "cache": str(args.cache)}
         by_id = {m["id"]: v for m, v in zip(flat, vectors, strict=True)}
