@@ -137,7 +137,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return None if args.no_track else value
 
     try:
-        async with httpx.AsyncClient(base_url=svc.url, timeout=120) as client:
+        # 600 s: a write batch waits for the service's embedder (a hosted one on this
+        # shared machine took over 120 s for a batch of turns and their entity names).
+        async with httpx.AsyncClient(base_url=svc.url, timeout=600) as client:
             report["write"] = await write_all(client, svc, convs, options)
             # Warm-up: every question's embedding computed once (and timed), so each
             # configuration below is measured with the same warm query-embedding cache.
