@@ -107,7 +107,8 @@ class OutboxSync:
         return len(rows)
 
     async def apply(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
-        """Make ``collection`` (default: the live alias) match Postgres for ``keys``."""
+        """Make ``collection`` (a keyword collection with its vectors one;
+        default: those behind the aliases) match Postgres for ``keys``."""
         current = await self._store.fetch_records(keys)
         upserts = [current[k] for k in keys if k in current]
         deletes = [k for k in keys if k not in current]

@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--fresh-seconds", type=float, default=10.0)
     parser.add_argument("--fresh-check-every", type=int, default=5, help="pgvector/graph checked on 1 write in N")
     parser.add_argument("--raw-sample", type=int, default=20000, help="documents in the raw Typesense import")
+    parser.add_argument(
+        "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     corpus = build_corpus(args.size, seed=args.seed)
@@ -52,7 +55,7 @@ def main() -> None:
         corpus_s=corpus_s,
         wall_s=time.perf_counter() - started,
     )
-    print(f"load: report at {write_report(report)}")
+    print(f"load: report at {write_report(report, args.name)}")
     print(f"load: growth across sizes at {write_growth()}")
     print(summary_line(report))
 

@@ -264,8 +264,10 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         f"pgvector: one prepared `SELECT id FROM memories WHERE tenant = $1 AND tier = 'session' ORDER BY embedding "
         f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan), one connection per "
         "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
-        "content and context) and a vector search, tenant filter, the source's `candidates` hits each, bodies "
-        "encoded beforehand. CPU: ms per query by process (`client` = the process sending them).",
+        f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` and a vector search in "
+        f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), tenant filter, the source's "
+        "`candidates` hits each, the embedding not sent back, bodies encoded beforehand. CPU: ms per query by "
+        "process (`client` = the process sending them).",
         "",
         "| baseline | clients | n | p50 ms | p99 ms | queries/s | CPU ms per query (service / Postgres / Typesense / client) |",
         "|---|---|---|---|---|---|---|",
@@ -386,8 +388,9 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_report(report: dict[str, Any]) -> Path:
-    name = f"load-{report['size']}"
+def write_report(report: dict[str, Any], suffix: str | None = None) -> Path:
+    """Write ``load-<size>[-<suffix>].{md,json,png}``; returns the Markdown's path."""
+    name = f"load-{report['size']}" + (f"-{suffix}" if suffix else "")
     slim = {**report, "recall": [{k: v for k, v in r.items() if k != "latencies"} for r in report["recall"]]}
     md = write_results(name, _markdown(report), slim)
     _plot(report, RESULTS / f"{name}.png")

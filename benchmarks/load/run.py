@@ -33,6 +33,9 @@ __all__ = ["run"]
 
 CONFIG = ROOT / "config" / "braid.yaml"
 SOURCES = ("typesense", "pgvector", "graph")
+#: Braid's Typesense aliases (the shipped ``typesense.collection`` and its vectors alias).
+KEYWORD_ALIAS = "braid_memories"
+VECTORS_ALIAS = "braid_memories_vectors"
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -158,15 +161,20 @@ async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict
 async def raw_typesense_import(
     ts: httpx.AsyncClient, corpus: Corpus, batch: int, writers: int, sample: int
 ) -> dict[str, Any]:
-    """The same documents straight into a scratch collection with Braid's schema."""
-    alias = (await ts.get("/aliases/braid_memories")).json()["collection_name"]
-    schema = (await ts.get(f"/collections/{alias}")).json()
+    """The same documents, with their vectors, straight into one scratch
+    collection with the fields of Braid's collections (the keyword one's and
+    the vectors one's), one document a memory."""
+    fields: dict[str, dict[str, Any]] = {}
+    for alias in ("braid_memories", "braid_memories_vectors"):
+        r = await ts.get(f"/aliases/{alias}")
+        if r.status_code == 404:  # a Braid from before the vectors collection
+            continue
+        schema = (await ts.get(f"/collections/{r.json()['collection_name']}")).json()
+        for f in schema["fields"]:
+            keep = ("name", "type", "facet", "optional", "index", "sort", "num_dim")
+            fields.setdefault(f["name"], {k: v for k, v in f.items() if k in keep})
     name = f"scratch_{secrets.token_hex(4)}"
-    fields = [
-        {k: v for k, v in f.items() if k in ("name", "type", "facet", "optional", "index", "sort", "num_dim")}
-        for f in schema["fields"]
-    ]
-    r = await ts.post("/collections", json={"name": name, "fields": fields})
+    r = await ts.post("/collections", json={"name": name, "fields": list(fields.values())})
     r.raise_for_status()
     docs = []
     for t in corpus.tenants:
@@ -313,7 +321,8 @@ async def freshness(
             acked_at.append(acked)
 
             async def typesense() -> None:
-                path = f"/collections/braid_memories/documents/{BIG_TENANT}:{mid}"
+                # The vector document: the outbox writes it after the keyword one.
+                path = f"/collections/braid_memories_vectors/documents/{BIG_TENANT}:{mid}"
                 while (await ts.get(path, ts_headers))[0] != 200:
                     await asyncio.sleep(poll_s)
                 times["typesense"].append((time.perf_counter() - acked) * 1000)
@@ -574,18 +583,31 @@ async def direct_typesense(
     seconds: float,
     cpu: Callable[[], dict[str, float]],
 ) -> list[dict[str, Any]]:
-    """What a user would run by hand: one ``POST /multi_search`` per query
-    holding a keyword search (``q`` = the query text over content and
-    context) and a vector search, ``candidates`` hits each, behind the big
-    tenant's filter; bodies encoded beforehand, answers not parsed."""
+    """What a user would run by hand against Braid's collections: one ``POST
+    /multi_search`` per query holding a keyword search (``q`` = the query
+    text over content and context) in the keyword collection and a vector
+    search in the vectors collection (``braid_memories`` and
+    ``braid_memories_vectors``, the aliases), ``candidates`` hits each,
+    behind the big tenant's filter, the embedding not sent back; bodies
+    encoded beforehand, answers not parsed."""
     bodies = []
+    flt = {"filter_by": f"tenant:=`{BIG_TENANT}`", "exclude_fields": "embedding"}
     for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
-        common = {"collection": "braid_memories", "filter_by": f"tenant:=`{BIG_TENANT}`"}
         vector = ",".join(repr(float(x)) for x in v)
-        keyword = {"q": q["text"], "query_by": "content,context", "per_page": candidates, "highlight_fields": "none"}
-        nearest = {"q": "*", "vector_query": f"embedding:([{vector}], k:{candidates})", "per_page": candidates}
-        fields = {"exclude_fields": "embedding"}
-        bodies.append(_encode({"searches": [{**common, **keyword, **fields}, {**common, **nearest, **fields}]}))
+        keyword = {
+            "collection": KEYWORD_ALIAS,
+            "q": q["text"],
+            "query_by": "content,context",
+            "per_page": candidates,
+            "highlight_fields": "none",
+        }
+        nearest = {
+            "collection": VECTORS_ALIAS,
+            "q": "*",
+            "vector_query": f"embedding:([{vector}], k:{candidates})",
+            "per_page": candidates,
+        }
+        bodies.append(_encode({"searches": [{**keyword, **flt}, {**nearest, **flt}]}))
     headers = {"X-TYPESENSE-API-KEY": api_key, "content-type": "application/json"}
     async with LeanClient(url, max_connections=64) as ts:
 
@@ -701,6 +723,8 @@ async def run(
                     ts_url, svc.ts_key, corpus, cfg.source("typesense").candidates, direct_clients, seconds, meter
                 ),
                 "ef_search": ef_search,
+                "keyword_collection": KEYWORD_ALIAS,
+                "vector_collection": VECTORS_ALIAS,
             }
             health = (await client.get("/health")).json()
             report["health_end"] = health

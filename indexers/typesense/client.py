@@ -258,6 +258,11 @@ class TypesenseClient:
         target: str = body["collection_name"]
         return target
 
+    async def list_aliases(self) -> dict[str, str]:
+        """Every alias and the collection it points at, in one request."""
+        body = await self._json("GET", "/aliases")
+        return {a["name"]: a["collection_name"] for a in body.get("aliases", [])}
+
     async def upsert_alias(self, name: str, collection: str) -> None:
         await self._request("PUT", f"/aliases/{quote(name, safe='')}", json={"collection_name": collection})
 

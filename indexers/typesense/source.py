@@ -1,8 +1,9 @@
 """The search side of the Typesense index: the ``typesense`` recall source.
 
 Typesense 0.24.1 refuses ``q`` together with ``vector_query``, so a search is
-several searches in one ``POST /multi_search`` (keyword, vector), fused here
-with :func:`fusion.rrf.rrf`. Each search is sent with a role, and each result
+several searches in one ``POST /multi_search`` (keyword searches in the
+keyword collection, the vector search in the vectors collection: see
+:mod:`.index`), fused here with :func:`fusion.rrf.rrf`. Each search is sent with a role, and each result
 is read by the role of the search it answers, never by its position.
 """
 
@@ -21,7 +22,7 @@ from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
 from .bm25 import Bm25Keywords, Bm25Plan
 from .client import SOURCE, TypesenseClient
-from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal
+from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal, vectors_alias
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
@@ -59,7 +60,8 @@ def _ids(result: Mapping[str, Any]) -> list[str]:
 
 
 class TypesenseSource:
-    """Keyword and vector search over ``alias``, fused with RRF.
+    """Keyword search over ``alias`` and vector search over its vectors
+    alias (:func:`~.documents.vectors_alias`), fused with RRF.
 
     The configuration is read at every search, so a reload applies at once.
     The client belongs to whoever created it: :meth:`aclose` leaves it open.
@@ -72,6 +74,7 @@ class TypesenseSource:
     def __init__(self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]) -> None:
         self.client = client
         self.alias = alias
+        self.vectors_alias = vectors_alias(alias)
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
@@ -114,7 +117,7 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25)
+        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=self.vectors_alias)
         if not searches:
             return []
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
@@ -168,6 +171,7 @@ def _searches(
     *,
     count: bool,
     bm25: Bm25Plan | None = None,
+    vectors: str | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The searches of one multi_search, in the order sent, each with its role.
 
@@ -200,6 +204,7 @@ def _searches(
             (
                 "vector",
                 {
+                    **({} if vectors is None else {"collection": vectors}),
                     "q": "*",
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,
