@@ -22,6 +22,7 @@ backticks).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -155,8 +156,14 @@ def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, 
     and ``:`` never occur in one."""
     if not terms:
         return lambda counts: {}
-    pattern = re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
-    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in pattern.finditer(counts)}
+    finditer = _counts_pattern(tuple(terms)).finditer
+    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in finditer(counts)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _counts_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """The pattern of :func:`counts_reader`, compiled once per term list."""
+    return re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
 
 
 def vectors_alias(alias: str) -> str:
@@ -240,9 +247,13 @@ def document_field(name: str) -> str:
     return {"id": "memory_id", "metadata": metadata.FIELD}.get(name, name)
 
 
+#: Each shown field and the document field holding it.
+_SHOWN_FROM = tuple((name, document_field(name)) for name in SHOWN_FIELDS)
+
+
 def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
     """A document (with at least the shown fields) as a search hit."""
-    values: dict[str, Any] = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
+    values: dict[str, Any] = {name: doc.get(field) for name, field in _SHOWN_FROM}
     values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=UTC)
     # Missing in a document written by an older Braid: no expiry.
     expires = values["expires_at"]

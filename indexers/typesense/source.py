@@ -93,12 +93,15 @@ class TypesenseSource:
         allowed = frozenset(tiers)
         floor = query.min_confidence
         forgetting = Forgetting.from_config(config)
+        ages = forgetting.ages
         now = time.time()
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             if doc["tier"] not in allowed or doc["confidence"] < floor:
                 return False
             expires = doc.get("expires_at")
+            if not ages:  # only its expires_at can end it
+                return expires is None or expires >= NO_EXPIRY or now < expires
             dies_at = forgetting.dies_at(
                 tier=doc["tier"],
                 created_s=doc["created_at"],
