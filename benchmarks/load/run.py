@@ -33,9 +33,19 @@ __all__ = ["run"]
 
 CONFIG = ROOT / "config" / "braid.yaml"
 SOURCES = ("typesense", "pgvector", "graph")
-#: Braid's Typesense aliases (the shipped ``typesense.collection`` and its vectors alias).
+#: Braid's Typesense aliases (the shipped ``typesense.collection`` and its
+#: vectors alias; a Braid from before the vectors collection has only the first).
 KEYWORD_ALIAS = "braid_memories"
 VECTORS_ALIAS = "braid_memories_vectors"
+
+
+async def vectors_alias(ts: httpx.AsyncClient) -> str:
+    """Where the service keeps its vectors: the vectors alias, or the keyword
+    alias on a Braid from before the vectors collection (the same run
+    measures both)."""
+    return VECTORS_ALIAS if (await ts.get(f"/aliases/{VECTORS_ALIAS}")).status_code == 200 else KEYWORD_ALIAS
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -253,6 +263,70 @@ async def raw_postgres_copy(
     return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed, "cpu_ms_per_row": used}
 
 
+async def steady_writes(
+    client: LeanClient,
+    health: httpx.AsyncClient,
+    headers: dict[str, str],
+    corpus: Corpus,
+    rates: tuple[int, ...],
+    seconds: float,
+    meter: CpuMeter,
+    dsn: str,
+) -> dict[str, Any]:
+    """Single writes at a steady (open-loop) rate with nothing probing them:
+    what a written memory costs. Each write is one memory of the big tenant's
+    corpus (its fields, entities and vector) under a new id. CPU per write by
+    process is read from before the first write until the outbox has applied
+    them all (``/health`` polled every 0.25 s meanwhile); the Typesense lag is
+    the outbox's own record (row inserted in the write's transaction ->
+    Typesense import acknowledged)."""
+    big = corpus.tenants[0]
+    out: dict[str, Any] = {}
+    counter = itertools.count()
+    for rate in rates:
+        ack: list[float] = []
+        acked_at: list[float] = []
+        errors: list[str] = []
+
+        async def write() -> None:
+            i = next(counter)
+            j = i % len(big.memories)
+            memory = {**big.memories[j], "id": f"steady-{i:06d}", "embedding": big.vectors[j].tolist()}
+            t0 = time.perf_counter()
+            code, raw = await client.post("/v1/memories", _encode({"memories": [memory]}), headers)
+            if code != 201:
+                errors.append(f"write {code} {raw[:120]!r}")
+                return
+            acked_at.append(time.perf_counter())
+            ack.append((acked_at[-1] - t0) * 1000)
+
+        n = int(rate * seconds)
+        cpu_before = meter()
+        start = time.perf_counter()
+        tasks = []
+        for k in range(n):
+            delay = start + k / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(write()))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        drained = await wait_drained(health)
+        cpu = cpu_per_call(cpu_before, meter(), n)
+        errors += [repr(e) for e in results if isinstance(e, BaseException)]
+        lag = await asyncio.to_thread(_outbox_lag_ms, dsn, n, "steady-")
+        out[str(rate)] = {
+            "writes": n,
+            "acked_per_s": len(acked_at) / (max(acked_at) - start) if acked_at else float("nan"),
+            "ack_ms": stats(ack),
+            "outbox_ms": stats(lag),
+            "drain_s": drained["seconds"],
+            "cpu_ms_per_write": cpu,
+            "errors": errors[:10],
+            "error_count": len(errors),
+        }
+    return out
+
+
 async def freshness(
     client: LeanClient,
     ts: LeanClient,
@@ -264,6 +338,7 @@ async def freshness(
     check_every: int,
     meter: CpuMeter,
     dsn: str,
+    vectors: str = "braid_memories_vectors",
 ) -> dict[str, Any]:
     """Single writes at a steady (open-loop) rate; ack -> visible per source.
 
@@ -321,8 +396,8 @@ async def freshness(
             acked_at.append(acked)
 
             async def typesense() -> None:
-                # The vector document: the outbox writes it after the keyword one.
-                path = f"/collections/braid_memories_vectors/documents/{BIG_TENANT}:{mid}"
+                # The vector document (``vectors``): the outbox marks a write applied once both are in.
+                path = f"/collections/{vectors}/documents/{BIG_TENANT}:{mid}"
                 while (await ts.get(path, ts_headers))[0] != 200:
                     await asyncio.sleep(poll_s)
                 times["typesense"].append((time.perf_counter() - acked) * 1000)
@@ -377,13 +452,14 @@ async def freshness(
     return out
 
 
-def _outbox_lag_ms(dsn: str, n: int) -> list[float]:
-    """Outbox insert -> Typesense import acknowledged, for the last ``n`` probe writes."""
+def _outbox_lag_ms(dsn: str, n: int, prefix: str = "fresh-") -> list[float]:
+    """Outbox insert -> Typesense import acknowledged, for the last ``n`` writes
+    whose memory id starts with ``prefix``."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT extract(epoch FROM processed_at - created_at) * 1000 FROM outbox"
-            " WHERE memory_id LIKE 'fresh-%%' AND processed_at IS NOT NULL ORDER BY id DESC LIMIT %s",
-            (n,),
+            " WHERE memory_id LIKE %s AND processed_at IS NOT NULL ORDER BY id DESC LIMIT %s",
+            (prefix + "%", n),
         ).fetchall()
     return [float(r[0]) for r in rows]
 
@@ -582,12 +658,13 @@ async def direct_typesense(
     clients: tuple[int, ...],
     seconds: float,
     cpu: Callable[[], dict[str, float]],
+    vectors: str = "braid_memories_vectors",
 ) -> list[dict[str, Any]]:
     """What a user would run by hand against Braid's collections: one ``POST
     /multi_search`` per query holding a keyword search (``q`` = the query
     text over content and context) in the keyword collection and a vector
-    search in the vectors collection (``braid_memories`` and
-    ``braid_memories_vectors``, the aliases), ``candidates`` hits each,
+    search in the vectors collection (``braid_memories`` and ``vectors``,
+    the aliases; one collection before Braid had two), ``candidates`` hits each,
     behind the big tenant's filter, the embedding not sent back; bodies
     encoded beforehand, answers not parsed."""
     bodies = []
@@ -602,7 +679,7 @@ async def direct_typesense(
             "highlight_fields": "none",
         }
         nearest = {
-            "collection": VECTORS_ALIAS,
+            "collection": vectors,
             "q": "*",
             "vector_query": f"embedding:([{vector}], k:{candidates})",
             "per_page": candidates,
@@ -637,6 +714,7 @@ async def run(
     fresh_seconds: float,
     fresh_check_every: int,
     raw_sample: int,
+    steady_rates: tuple[int, ...] = (50,),
 ) -> dict[str, Any]:
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     cfg_text = config_text(keys)
@@ -682,6 +760,19 @@ async def run(
             )
             print("load: raw Postgres COPY", flush=True)
             report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch, meter)
+            vectors = await vectors_alias(ts)
+            print("load: steady writes", flush=True)
+            async with LeanClient(svc.url) as lean:
+                report["steady"] = await steady_writes(
+                    lean,
+                    client,
+                    {**headers[BIG_TENANT], "content-type": "application/json"},
+                    corpus,
+                    steady_rates,
+                    fresh_seconds,
+                    meter,
+                    dsn,
+                )
             print("load: freshness", flush=True)
             async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
                 report["freshness"] = await freshness(
@@ -695,6 +786,7 @@ async def run(
                     fresh_check_every,
                     meter,
                     dsn,
+                    vectors,
                 )
             await wait_drained(client)
             print("load: recall latency", flush=True)
@@ -720,11 +812,18 @@ async def run(
             report["direct"] = {
                 "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, direct_clients, seconds, meter),
                 "typesense": await direct_typesense(
-                    ts_url, svc.ts_key, corpus, cfg.source("typesense").candidates, direct_clients, seconds, meter
+                    ts_url,
+                    svc.ts_key,
+                    corpus,
+                    cfg.source("typesense").candidates,
+                    direct_clients,
+                    seconds,
+                    meter,
+                    vectors,
                 ),
                 "ef_search": ef_search,
                 "keyword_collection": KEYWORD_ALIAS,
-                "vector_collection": VECTORS_ALIAS,
+                "vector_collection": vectors,
             }
             health = (await client.get("/health")).json()
             report["health_end"] = health

@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 from config import is_safe_name
 
 from ..base import BackendError, MemoryRecord
@@ -182,8 +184,8 @@ class TypesenseIndex:
         self, records: Sequence[MemoryRecord], collection: str | None = None, *, fresh: bool = False
     ) -> None:
         """Insert or replace whole documents (a field left out is removed):
-        the keyword documents in one import request, then the vector
-        documents.
+        the keyword documents in one import request and, meanwhile, the
+        vector documents.
 
         A vector document with an embedding is sent in an import request of
         its own (see :mod:`indexers.typesense.client`), unless ``fresh``:
@@ -199,13 +201,23 @@ class TypesenseIndex:
             docs = [combined_document(record) for record in records]
             await self.client.import_documents(keyword, docs, vector_field=vector_field, concurrency=IMPORT_CONCURRENCY)
             return
-        await self.client.import_documents(keyword, [record_document(record) for record in records])
-        await self.client.import_documents(
-            vectors,
-            [vector_document(record) for record in records],
-            vector_field=vector_field,
-            concurrency=IMPORT_CONCURRENCY,
-        )
+        errors: list[BackendError] = []
+
+        async def send(collection: str, docs: list[dict[str, Any]], vector_field: str | None) -> None:
+            try:
+                await self.client.import_documents(
+                    collection, docs, vector_field=vector_field, concurrency=IMPORT_CONCURRENCY
+                )
+            except BackendError as exc:
+                errors.append(exc)
+
+        # The two collections are written at once (a keyword search may find
+        # a memory whose vector document is still on its way, as before).
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, keyword, [record_document(record) for record in records], None)
+            tg.start_soon(send, vectors, [vector_document(record) for record in records], vector_field)
+        if errors:
+            raise errors[0]
 
     async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
         """Delete memories by ``(tenant, memory id)`` (both documents); absent ones are ignored."""
