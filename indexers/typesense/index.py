@@ -51,9 +51,11 @@ IMPORT_CONCURRENCY = 4
 class TypesenseIndex:
     """The write/admin side: versioned collection pairs behind ``alias`` and
     ``<alias>_vectors``. A collection is named by its keyword collection;
-    its vectors collection goes with it."""
+    its vectors collection goes with it. Without ``vectors``
+    (``typesense.vectors: none``) there are keyword collections only, and no
+    vector is written."""
 
-    def __init__(self, client: TypesenseClient, alias: str, dim: int) -> None:
+    def __init__(self, client: TypesenseClient, alias: str, dim: int, *, vectors: bool = True) -> None:
         if not is_safe_name(alias):
             raise ValueError(f"invalid Typesense alias {alias!r}")
         if dim < 1:
@@ -61,6 +63,7 @@ class TypesenseIndex:
         self.client = client
         self.alias = alias
         self.vectors_alias = vectors_alias(alias)
+        self.vectors = vectors
         self.dim = dim
         self._last_ms = 0
 
@@ -85,6 +88,8 @@ class TypesenseIndex:
             await self.switch_alias(name)
             return name
         await self.add_missing_fields(current)
+        if not self.vectors:
+            return current
         vectors = await self.client.get_alias(self.vectors_alias)
         if vectors is None:
             if await self._has_embeddings(current):
@@ -127,7 +132,8 @@ class TypesenseIndex:
         self._last_ms = max(time.time_ns() // 1_000_000, self._last_ms + 1)
         name = f"{self.alias}_{self._last_ms}"
         await self.client.create_collection(self.schema(name))
-        await self.client.create_collection(self.vectors_schema(vectors_collection(name)))
+        if self.vectors:
+            await self.client.create_collection(self.vectors_schema(vectors_collection(name)))
         return name
 
     async def switch_alias(self, name: str) -> str | None:
@@ -135,7 +141,8 @@ class TypesenseIndex:
         keyword alias first); returns the keyword collection it pointed at."""
         previous = await self.client.get_alias(self.alias)
         await self.client.upsert_alias(self.alias, name)
-        await self.client.upsert_alias(self.vectors_alias, vectors_collection(name))
+        if self.vectors:
+            await self.client.upsert_alias(self.vectors_alias, vectors_collection(name))
         return previous
 
     async def drop_collection(self, name: str) -> None:
@@ -164,13 +171,15 @@ class TypesenseIndex:
             return False
         return True
 
-    async def _write_targets(self, collection: str | None) -> tuple[str, str]:
+    async def _write_targets(self, collection: str | None) -> tuple[str, str | None]:
         """The keyword and vectors collections a write goes to: ``collection``
         and its vectors collection, else those behind the aliases, resolved
         now (a reindex in any process may just have switched them; both the
-        same collection: an older Braid's). Never an alias itself: Typesense
-        0.24.1 can lose writes addressed to an alias when it replays its log
-        after a restart."""
+        same collection: an older Braid's; no vectors one without
+        ``vectors``). Never an alias itself: Typesense 0.24.1 can lose writes
+        addressed to an alias when it replays its log after a restart."""
+        if not self.vectors:
+            return collection or await self.client.get_alias(self.alias) or await self.ensure(), None
         if collection is not None:
             return collection, vectors_collection(collection)
         aliases = await self.client.list_aliases()
@@ -197,6 +206,9 @@ class TypesenseIndex:
             raise ValueError("fresh needs the collection named: the live one has had deletes")
         keyword, vectors = await self._write_targets(collection)
         vector_field = None if fresh else "embedding"
+        if vectors is None:
+            await self.client.import_documents(keyword, [record_document(record) for record in records])
+            return
         if keyword == vectors:
             docs = [combined_document(record) for record in records]
             await self.client.import_documents(keyword, docs, vector_field=vector_field, concurrency=IMPORT_CONCURRENCY)
@@ -224,7 +236,7 @@ class TypesenseIndex:
         ids = [document_id(tenant, memory_id) for tenant, memory_id in keys]
         keyword, vectors = await self._write_targets(collection)
         await self.client.delete_documents(keyword, ids)
-        if vectors != keyword:
+        if vectors is not None and vectors != keyword:
             await self.client.delete_documents(vectors, ids)
 
     async def count(self, tenant: str | None = None, collection: str | None = None) -> int:

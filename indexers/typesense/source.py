@@ -120,7 +120,8 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=self.vectors_alias)
+        vectors = self.vectors_alias if config.typesense.vectors == "separate" else None
+        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
         if not searches:
             return []
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
@@ -184,7 +185,8 @@ def _searches(
     allows (the idf's N); or, in the ``single`` keyword mode, one ``single``
     search for every term; or, in the ``bm25`` mode, ``bm25``'s searches
     (:meth:`Bm25Plan.searches`: the counts not cached and one candidate
-    search). Vector: one ``vector`` (k-NN) search, unless the
+    search). Vector: one ``vector`` (k-NN) search in collection ``vectors``
+    (``None``: Typesense holds no vectors, and there is none), unless the
     config leaves it to a source that covers the vectors, or the recall's
     strategy allows keyword matching only (``query.matches``; a semantic one
     comes with no ``terms``).
@@ -201,13 +203,13 @@ def _searches(
         if terms and count:
             searches.append(("count", {"q": "*", "per_page": 0}))
     vector_wanted = "vector" in query.matches and (ts.vector_search == "always" or not query.vectors_covered)
-    if query.vector is not None and vector_wanted:
+    if query.vector is not None and vectors is not None and vector_wanted:
         vector = vector_literal(query.vector)
         searches.append(
             (
                 "vector",
                 {
-                    **({} if vectors is None else {"collection": vectors}),
+                    "collection": vectors,
                     "q": "*",
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,

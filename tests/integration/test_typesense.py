@@ -838,6 +838,39 @@ async def test_upsert_sends_one_document_with_a_vector_per_import(typesense_url:
 
 
 @pytest.mark.anyio
+async def test_without_vectors_typesense_holds_and_searches_keyword_documents_only(
+    typesense_url: str, client: TypesenseClient, config: ConfigHolder
+) -> None:
+    """``typesense.vectors: none``: no vectors collection, one import request
+    a write, and the source's list is its keyword list."""
+    counting = CountingTransport()
+    ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
+    idx = TypesenseIndex(ts, f"mem_{uuid.uuid4().hex[:12]}", DIM, vectors=False)
+    config.config = msgspec.structs.replace(
+        config.config, typesense=msgspec.structs.replace(config.config.typesense, vectors="none")
+    )
+    try:
+        name = await idx.ensure()
+        assert await client.get_alias(idx.vectors_alias) is None
+        assert await client.get_collection(f"{name}_vectors") is None
+        await idx.upsert([record(f"k{i}", f"keyword kestrel number {i}", i=i) for i in range(4)])
+        assert counting.imports == [4]
+        doc = await idx.fetch("k1", tenant="a")
+        assert doc is not None and "embedding" not in doc
+        source = TypesenseSource(ts, idx.alias, config)
+        sent = SentSearches(ts)
+        assert sorted(await ids(source, q("kestrel", vector=VECTORS[2]))) == ["k0", "k1", "k2", "k3"]
+        assert await ids(source, q("nothing matches", vector=VECTORS[2])) == []
+        assert sent.calls and not any("vector_query" in search for call in sent.calls for search in call)
+        await idx.delete([("a", "k0")])
+        assert await idx.count() == 3
+    finally:
+        await ts.aclose()
+        await counting.aclose()
+        await client.delete_collection(name)
+
+
+@pytest.mark.anyio
 async def test_upsert_stops_at_a_failed_request(typesense_url: str, index: TypesenseIndex) -> None:
     counting = CountingTransport(fail_after=2)
     ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
