@@ -15,7 +15,7 @@ searchable in Typesense a few milliseconds after it is acknowledged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import anyio
@@ -116,7 +116,7 @@ class OutboxSync:
                 keys[key] = None
                 if row["id"] is not None:
                     current[key] = record_from_row(row)
-            await self._apply(list(keys), current)
+            await self.apply(list(keys), current=current)
             await conn.execute(
                 "UPDATE outbox SET processed_at = clock_timestamp() WHERE id = ANY(%s)",
                 ([r["outbox_id"] for r in rows],),
@@ -124,17 +124,19 @@ class OutboxSync:
         self.applied += len(rows)
         return len(rows)
 
-    async def apply(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
-        """Make ``collection`` (a keyword collection with its vectors one;
-        default: those behind the aliases) match Postgres for ``keys``."""
-        await self._apply(keys, await self._store.fetch_records(keys), collection)
-
-    async def _apply(
+    async def apply(
         self,
         keys: Sequence[tuple[str, str]],
-        current: dict[tuple[str, str], MemoryRecord],
         collection: str | None = None,
+        *,
+        current: Mapping[tuple[str, str], MemoryRecord] | None = None,
     ) -> None:
+        """Make ``collection`` (a keyword collection with its vectors one;
+        default: those behind the aliases) match Postgres for ``keys``:
+        ``current`` holds their current rows (read here when not given; a
+        key it lacks is a memory that is gone)."""
+        if current is None:
+            current = await self._store.fetch_records(keys)
         upserts = [current[k] for k in keys if k in current]
         deletes = [k for k in keys if k not in current]
         if upserts:
