@@ -290,6 +290,11 @@ class TypesenseConfig(_Base, frozen=True):
     api_key: str | None = None
     collection: Name = "braid_memories"
     timeout_ms: DeadlineMs = 2000
+    #: ``separate``: each memory's vector goes to a vectors collection beside
+    #: the keyword one (``<collection>_vectors``), searched by Typesense's
+    #: vector list. ``none``: no vectors in Typesense (its list is keyword
+    #: only; the vectors are pgvector's), and no vector write.
+    vectors: Literal["separate", "none"] = "separate"
 
 
 class SyncConfig(_Base, frozen=True):

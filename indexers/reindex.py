@@ -3,12 +3,14 @@
 Jobs live in the ``reindex_jobs`` table, so any service process can report
 them. While a job runs, recalls keep using the old index:
 
-* **Typesense**: a new collection is filled from a snapshot of Postgres,
+* **Typesense**: a new collection pair (keyword and vectors,
+  :mod:`indexers.typesense.index`) is filled from a snapshot of Postgres,
   then every memory touched since shortly before the snapshot (read from the
   outbox, which keeps processed rows for an hour) is re-applied from its
-  current row, the alias is switched to the new collection, the replay is
-  repeated for writes that raced the switch, and the old collection is
-  dropped.
+  current row, both aliases are switched to the new pair, the replay is
+  repeated for writes that raced the switch, and the old collections are
+  dropped. A collection made by an older Braid (embeddings in its keyword
+  documents, serving both aliases) is replaced so by the pair.
 * **embeddings**: every memory and entity whose embedding another model
   made (vector search leaves them out) is embedded again by the service's
   model, ``EMBED_BATCH`` at a time on the embedder's write lane (a recall's
@@ -34,6 +36,8 @@ filling, the one the alias pointed at before, and the replay's start. If the
 alias was not switched yet, the old collection was never touched and the new
 one is dropped; if it was, the replay is repeated into the alias (the job may
 have died before its second replay) and the old collection is dropped.
+Collections are named by their keyword collection: its vectors collection
+goes with it.
 """
 
 from __future__ import annotations
@@ -171,7 +175,9 @@ class ReindexJobs:
             await self._index.drop_collection(new)
             log.info("dropped %s, the collection of an unfinished reindex", new)
             return
-        # Switched: finish the job's work (its second replay and the drop).
+        # Switched: finish the job's work (the vectors alias, which is switched
+        # second, its second replay and the drop).
+        await self._index.switch_alias(new)
         since = progress.get("since")
         if since is not None:
             await self._replay(datetime.fromisoformat(since), new)

@@ -126,7 +126,9 @@ async def _open_runtime(
         created = await ensure_indexes(pool, cfg)
         if created:
             log.info("created HNSW indexes %s", created)
-        index = TypesenseIndex(client, cfg.typesense.collection, cfg.embedding.dim)
+        index = TypesenseIndex(
+            client, cfg.typesense.collection, cfg.embedding.dim, vectors=cfg.typesense.vectors == "separate"
+        )
         try:
             await index.ensure()
         except SourceUnavailable as exc:

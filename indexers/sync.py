@@ -15,15 +15,16 @@ searchable in Typesense a few milliseconds after it is acknowledged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import anyio
 import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from .base import BackendError, MemoryRecord, SourceUnavailable
-from .postgres import NOTIFY_CHANNEL, PostgresStore
+from .postgres import NOTIFY_CHANNEL, RECORD_COLUMNS, PostgresStore, record_from_row
 
 __all__ = ["OutboxSync", "TypesenseWriter"]
 
@@ -31,6 +32,19 @@ log = logging.getLogger("braid.sync")
 
 #: Processed outbox rows are kept this long: reindex replays them.
 RETENTION = "1 hour"
+
+#: A batch of pending outbox rows claimed, each with its memory's current row
+#: (the memory columns all NULL for a memory that is gone), in one statement.
+_CLAIM = f"""
+WITH claimed AS (
+    SELECT id, tenant, memory_id FROM outbox
+    WHERE processed_at IS NULL ORDER BY id
+    LIMIT %s FOR UPDATE SKIP LOCKED
+)
+SELECT c.id AS outbox_id, c.tenant AS outbox_tenant, c.memory_id AS outbox_memory_id, {RECORD_COLUMNS}
+FROM claimed c LEFT JOIN memories m ON m.tenant = c.tenant AND m.id = c.memory_id
+ORDER BY c.id
+"""
 
 
 class TypesenseWriter(Protocol):
@@ -84,31 +98,45 @@ class OutboxSync:
         return (int(row[0]), max(0.0, float(row[1]))) if row else (0, 0.0)
 
     async def drain_once(self) -> int:
-        """Apply one batch; return how many outbox rows it processed."""
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                """
-                SELECT id, tenant, memory_id FROM outbox
-                WHERE processed_at IS NULL ORDER BY id
-                LIMIT %s FOR UPDATE SKIP LOCKED
-                """,
-                (self._batch_size,),
-            )
+        """Apply one batch; return how many outbox rows it processed.
+
+        Two round trips to Postgres: the claim with the memories' current rows
+        (:data:`_CLAIM`), then the rows marked processed with the commit, in
+        pipeline mode. A memory whose row is gone is deleted from Typesense."""
+        async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(_CLAIM, (self._batch_size,))
             rows = await cur.fetchall()
             if not rows:
                 return 0
-            keys = list(dict.fromkeys((tenant, mid) for _, tenant, mid in rows))
-            await self.apply(keys)
+            current: dict[tuple[str, str], MemoryRecord] = {}
+            keys: dict[tuple[str, str], None] = {}
+            for row in rows:
+                key = (row["outbox_tenant"], row["outbox_memory_id"])
+                keys[key] = None
+                if row["id"] is not None:
+                    current[key] = record_from_row(row)
+            await self.apply(list(keys), current=current)
             await conn.execute(
                 "UPDATE outbox SET processed_at = clock_timestamp() WHERE id = ANY(%s)",
-                ([r[0] for r in rows],),
+                ([r["outbox_id"] for r in rows],),
             )
         self.applied += len(rows)
         return len(rows)
 
-    async def apply(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
-        """Make ``collection`` (default: the live alias) match Postgres for ``keys``."""
-        current = await self._store.fetch_records(keys)
+    async def apply(
+        self,
+        keys: Sequence[tuple[str, str]],
+        collection: str | None = None,
+        *,
+        current: Mapping[tuple[str, str], MemoryRecord] | None = None,
+    ) -> None:
+        """Make ``collection`` (a keyword collection with its vectors one;
+        default: those behind the aliases) match Postgres for ``keys``:
+        ``current`` holds their current rows (read here when not given; a
+        key it lacks is a memory that is gone)."""
+        if current is None:
+            current = await self._store.fetch_records(keys)
         upserts = [current[k] for k in keys if k in current]
         deletes = [k for k in keys if k not in current]
         if upserts:

@@ -23,9 +23,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="per recall-latency row")
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--fresh-rates", default="50,100")
-    parser.add_argument("--fresh-seconds", type=float, default=10.0)
+    parser.add_argument("--fresh-seconds", type=float, default=10.0, help="per freshness and steady-write rate")
+    parser.add_argument("--steady-rates", default="50", help="single writes/s with nothing probing them")
     parser.add_argument("--fresh-check-every", type=int, default=5, help="pgvector/graph checked on 1 write in N")
     parser.add_argument("--raw-sample", type=int, default=20000, help="documents in the raw Typesense import")
+    parser.add_argument(
+        "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     corpus = build_corpus(args.size, seed=args.seed)
@@ -41,6 +45,7 @@ def main() -> None:
             fresh_seconds=args.fresh_seconds,
             fresh_check_every=args.fresh_check_every,
             raw_sample=args.raw_sample,
+            steady_rates=tuple(int(r) for r in args.steady_rates.split(",")),
         )
     )
     report.update(
@@ -52,8 +57,9 @@ def main() -> None:
         corpus_s=corpus_s,
         wall_s=time.perf_counter() - started,
     )
-    print(f"load: report at {write_report(report)}")
-    print(f"load: growth across sizes at {write_growth()}")
+    print(f"load: report at {write_report(report, args.name)}")
+    if args.name is None:  # growth reads load-<size> reports only
+        print(f"load: growth across sizes at {write_growth()}")
     print(summary_line(report))
 
 

@@ -98,6 +98,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         out["write_cpu_ms"] = _sum(drained, kinds)
         out["raw_write_cpu_ms"] = _sum(raw_ts["cpu_ms_per_doc"], kinds) + _sum(raw_pg["cpu_ms_per_row"], kinds)
         out["write_cpu_ratio"] = out["write_cpu_ms"] / out["raw_write_cpu_ms"]
+    steady = report.get("steady", {}).get("50")
+    if steady:
+        out["steady_outbox_p99_ms"] = steady["outbox_ms"]["p99"]
+        if "raw_write_cpu_ms" in out:
+            kinds = ("service", "postgres", "typesense", "client")
+            out["steady_write_cpu_ms"] = _sum(steady["cpu_ms_per_write"], kinds)
+            out["steady_write_cpu_ratio"] = out["steady_write_cpu_ms"] / out["raw_write_cpu_ms"]
     return out
 
 
@@ -179,6 +186,7 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {rate} | {f['acked_per_s']:.0f} | {f['check_every']} | {cells} | {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |"
         )
+    lines += _steady_table(report.get("steady"))
     lines += [
         "",
         "## Recall latency (big tenant, closed loop)",
@@ -253,6 +261,30 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _steady_table(steady: dict[str, Any] | None) -> list[str]:
+    if not steady:  # reports from before it was measured
+        return []
+    lines = [
+        "",
+        "## Steady writes (single writes at a steady rate, nothing probing them)",
+        "",
+        "Open loop, one memory of the big tenant's corpus a write (its fields, entities and vector) under a new id. "
+        "CPU: ms per write by process (service / Postgres / Typesense / client), from the first write until the "
+        "outbox has applied them all. `outbox`: the server's own record, row inserted in the write's transaction → "
+        "Typesense import acknowledged (keyword and vector documents).",
+        "",
+        "| target rate /s | writes | acked /s | ack p50 / p99 ms | outbox p50 / p99 ms (n) | drained after | CPU ms per write | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate, f in steady.items():
+        lines.append(
+            f"| {rate} | {f['writes']} | {f['acked_per_s']:.0f} | {_f(f['ack_ms']['p50'])} / {_f(f['ack_ms']['p99'])} "
+            f"| {_f(f['outbox_ms']['p50'])} / {_f(f['outbox_ms']['p99'])} ({f['outbox_ms']['n']}) | {f['drain_s']:.1f} s "
+            f"| {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |"
+        )
+    return lines
+
+
 def _direct_table(direct: dict[str, Any]) -> list[str]:
     dp, dt = direct.get("pgvector"), direct.get("typesense")
     if not isinstance(dp, list) or not isinstance(dt, list):  # reports from before they were metered
@@ -264,8 +296,10 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         f"pgvector: one prepared `SELECT id FROM memories WHERE tenant = $1 AND tier = 'session' ORDER BY embedding "
         f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan), one connection per "
         "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
-        "content and context) and a vector search, tenant filter, the source's `candidates` hits each, bodies "
-        "encoded beforehand. CPU: ms per query by process (`client` = the process sending them).",
+        f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` and a vector search in "
+        f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), tenant filter, the source's "
+        "`candidates` hits each, the embedding not sent back, bodies encoded beforehand. CPU: ms per query by "
+        "process (`client` = the process sending them).",
         "",
         "| baseline | clients | n | p50 ms | p99 ms | queries/s | CPU ms per query (service / Postgres / Typesense / client) |",
         "|---|---|---|---|---|---|---|",
@@ -293,6 +327,7 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
     cpu, qps, p50, svc = get("cpu_ratio"), get("qps_ratio"), get("p50_ratio"), get("service_cpu_ms")
     cold, cached = get("cold_embedding_cpu_ms"), get("cached_embedding_cpu_ms")
     fresh, write = get("freshness_p99_ms"), get("write_cpu_ratio")
+    lag = get("steady_outbox_p99_ms")
     return [
         "",
         "## Issue 16's targets, from this run",
@@ -334,6 +369,19 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
             f"{_f(t.get('write_cpu_ms'), 2)} / {_f(t.get('raw_write_cpu_ms'), 2)} ms = {_f(write, 2)}",
             "≤ 1.5",
             None if write is None else write <= 1.5,
+        ),
+        row(
+            "Typesense lag (outbox) p99 at 50 writes/s, nothing probing",
+            f"{_f(lag, 1)} ms",
+            "≤ 50 ms",
+            None if lag is None else lag <= 50,
+        ),
+        row(
+            "CPU per written memory at 50 writes/s, nothing probing / (raw import per doc + raw COPY per row)",
+            f"{_f(t.get('steady_write_cpu_ms'), 2)} / {_f(t.get('raw_write_cpu_ms'), 2)} ms "
+            f"= {_f(t.get('steady_write_cpu_ratio'), 2)}",
+            "≤ 1.5",
+            None if t.get("steady_write_cpu_ratio") is None else t["steady_write_cpu_ratio"] <= 1.5,
         ),
     ]
 
@@ -386,8 +434,9 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_report(report: dict[str, Any]) -> Path:
-    name = f"load-{report['size']}"
+def write_report(report: dict[str, Any], suffix: str | None = None) -> Path:
+    """Write ``load-<size>[-<suffix>].{md,json,png}``; returns the Markdown's path."""
+    name = f"load-{report['size']}" + (f"-{suffix}" if suffix else "")
     slim = {**report, "recall": [{k: v for k, v in r.items() if k != "latencies"} for r in report["recall"]]}
     md = write_results(name, _markdown(report), slim)
     _plot(report, RESULTS / f"{name}.png")

@@ -33,6 +33,19 @@ __all__ = ["run"]
 
 CONFIG = ROOT / "config" / "braid.yaml"
 SOURCES = ("typesense", "pgvector", "graph")
+#: Braid's Typesense aliases (the shipped ``typesense.collection`` and its
+#: vectors alias; a Braid from before the vectors collection has only the first).
+KEYWORD_ALIAS = "braid_memories"
+VECTORS_ALIAS = "braid_memories_vectors"
+
+
+async def vectors_alias(ts: httpx.AsyncClient) -> str:
+    """Where the service keeps its vectors: the vectors alias, or the keyword
+    alias on a Braid from before the vectors collection (the same run
+    measures both)."""
+    return VECTORS_ALIAS if (await ts.get(f"/aliases/{VECTORS_ALIAS}")).status_code == 200 else KEYWORD_ALIAS
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -158,15 +171,20 @@ async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict
 async def raw_typesense_import(
     ts: httpx.AsyncClient, corpus: Corpus, batch: int, writers: int, sample: int
 ) -> dict[str, Any]:
-    """The same documents straight into a scratch collection with Braid's schema."""
-    alias = (await ts.get("/aliases/braid_memories")).json()["collection_name"]
-    schema = (await ts.get(f"/collections/{alias}")).json()
+    """The same documents, with their vectors, straight into one scratch
+    collection with the fields of Braid's collections (the keyword one's and
+    the vectors one's), one document a memory."""
+    fields: dict[str, dict[str, Any]] = {}
+    for alias in ("braid_memories", "braid_memories_vectors"):
+        r = await ts.get(f"/aliases/{alias}")
+        if r.status_code == 404:  # a Braid from before the vectors collection
+            continue
+        schema = (await ts.get(f"/collections/{r.json()['collection_name']}")).json()
+        for f in schema["fields"]:
+            keep = ("name", "type", "facet", "optional", "index", "sort", "num_dim")
+            fields.setdefault(f["name"], {k: v for k, v in f.items() if k in keep})
     name = f"scratch_{secrets.token_hex(4)}"
-    fields = [
-        {k: v for k, v in f.items() if k in ("name", "type", "facet", "optional", "index", "sort", "num_dim")}
-        for f in schema["fields"]
-    ]
-    r = await ts.post("/collections", json={"name": name, "fields": fields})
+    r = await ts.post("/collections", json={"name": name, "fields": list(fields.values())})
     r.raise_for_status()
     docs = []
     for t in corpus.tenants:
@@ -245,6 +263,70 @@ async def raw_postgres_copy(
     return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed, "cpu_ms_per_row": used}
 
 
+async def steady_writes(
+    client: LeanClient,
+    health: httpx.AsyncClient,
+    headers: dict[str, str],
+    corpus: Corpus,
+    rates: tuple[int, ...],
+    seconds: float,
+    meter: CpuMeter,
+    dsn: str,
+) -> dict[str, Any]:
+    """Single writes at a steady (open-loop) rate with nothing probing them:
+    what a written memory costs. Each write is one memory of the big tenant's
+    corpus (its fields, entities and vector) under a new id. CPU per write by
+    process is read from before the first write until the outbox has applied
+    them all (``/health`` polled every 0.25 s meanwhile); the Typesense lag is
+    the outbox's own record (row inserted in the write's transaction ->
+    Typesense import acknowledged)."""
+    big = corpus.tenants[0]
+    out: dict[str, Any] = {}
+    counter = itertools.count()
+    for rate in rates:
+        ack: list[float] = []
+        acked_at: list[float] = []
+        errors: list[str] = []
+
+        async def write() -> None:
+            i = next(counter)
+            j = i % len(big.memories)
+            memory = {**big.memories[j], "id": f"steady-{i:06d}", "embedding": big.vectors[j].tolist()}
+            t0 = time.perf_counter()
+            code, raw = await client.post("/v1/memories", _encode({"memories": [memory]}), headers)
+            if code != 201:
+                errors.append(f"write {code} {raw[:120]!r}")
+                return
+            acked_at.append(time.perf_counter())
+            ack.append((acked_at[-1] - t0) * 1000)
+
+        n = int(rate * seconds)
+        cpu_before = meter()
+        start = time.perf_counter()
+        tasks = []
+        for k in range(n):
+            delay = start + k / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(write()))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        drained = await wait_drained(health)
+        cpu = cpu_per_call(cpu_before, meter(), n)
+        errors += [repr(e) for e in results if isinstance(e, BaseException)]
+        lag = await asyncio.to_thread(_outbox_lag_ms, dsn, n, "steady-")
+        out[str(rate)] = {
+            "writes": n,
+            "acked_per_s": len(acked_at) / (max(acked_at) - start) if acked_at else float("nan"),
+            "ack_ms": stats(ack),
+            "outbox_ms": stats(lag),
+            "drain_s": drained["seconds"],
+            "cpu_ms_per_write": cpu,
+            "errors": errors[:10],
+            "error_count": len(errors),
+        }
+    return out
+
+
 async def freshness(
     client: LeanClient,
     ts: LeanClient,
@@ -256,6 +338,7 @@ async def freshness(
     check_every: int,
     meter: CpuMeter,
     dsn: str,
+    vectors: str = "braid_memories_vectors",
 ) -> dict[str, Any]:
     """Single writes at a steady (open-loop) rate; ack -> visible per source.
 
@@ -313,7 +396,8 @@ async def freshness(
             acked_at.append(acked)
 
             async def typesense() -> None:
-                path = f"/collections/braid_memories/documents/{BIG_TENANT}:{mid}"
+                # The vector document (``vectors``): the outbox marks a write applied once both are in.
+                path = f"/collections/{vectors}/documents/{BIG_TENANT}:{mid}"
                 while (await ts.get(path, ts_headers))[0] != 200:
                     await asyncio.sleep(poll_s)
                 times["typesense"].append((time.perf_counter() - acked) * 1000)
@@ -368,13 +452,14 @@ async def freshness(
     return out
 
 
-def _outbox_lag_ms(dsn: str, n: int) -> list[float]:
-    """Outbox insert -> Typesense import acknowledged, for the last ``n`` probe writes."""
+def _outbox_lag_ms(dsn: str, n: int, prefix: str = "fresh-") -> list[float]:
+    """Outbox insert -> Typesense import acknowledged, for the last ``n`` writes
+    whose memory id starts with ``prefix``."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT extract(epoch FROM processed_at - created_at) * 1000 FROM outbox"
-            " WHERE memory_id LIKE 'fresh-%%' AND processed_at IS NOT NULL ORDER BY id DESC LIMIT %s",
-            (n,),
+            " WHERE memory_id LIKE %s AND processed_at IS NOT NULL ORDER BY id DESC LIMIT %s",
+            (prefix + "%", n),
         ).fetchall()
     return [float(r[0]) for r in rows]
 
@@ -573,19 +658,33 @@ async def direct_typesense(
     clients: tuple[int, ...],
     seconds: float,
     cpu: Callable[[], dict[str, float]],
+    vectors: str = "braid_memories_vectors",
 ) -> list[dict[str, Any]]:
-    """What a user would run by hand: one ``POST /multi_search`` per query
-    holding a keyword search (``q`` = the query text over content and
-    context) and a vector search, ``candidates`` hits each, behind the big
-    tenant's filter; bodies encoded beforehand, answers not parsed."""
+    """What a user would run by hand against Braid's collections: one ``POST
+    /multi_search`` per query holding a keyword search (``q`` = the query
+    text over content and context) in the keyword collection and a vector
+    search in the vectors collection (``braid_memories`` and ``vectors``,
+    the aliases; one collection before Braid had two), ``candidates`` hits each,
+    behind the big tenant's filter, the embedding not sent back; bodies
+    encoded beforehand, answers not parsed."""
     bodies = []
+    flt = {"filter_by": f"tenant:=`{BIG_TENANT}`", "exclude_fields": "embedding"}
     for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
-        common = {"collection": "braid_memories", "filter_by": f"tenant:=`{BIG_TENANT}`"}
         vector = ",".join(repr(float(x)) for x in v)
-        keyword = {"q": q["text"], "query_by": "content,context", "per_page": candidates, "highlight_fields": "none"}
-        nearest = {"q": "*", "vector_query": f"embedding:([{vector}], k:{candidates})", "per_page": candidates}
-        fields = {"exclude_fields": "embedding"}
-        bodies.append(_encode({"searches": [{**common, **keyword, **fields}, {**common, **nearest, **fields}]}))
+        keyword = {
+            "collection": KEYWORD_ALIAS,
+            "q": q["text"],
+            "query_by": "content,context",
+            "per_page": candidates,
+            "highlight_fields": "none",
+        }
+        nearest = {
+            "collection": vectors,
+            "q": "*",
+            "vector_query": f"embedding:([{vector}], k:{candidates})",
+            "per_page": candidates,
+        }
+        bodies.append(_encode({"searches": [{**keyword, **flt}, {**nearest, **flt}]}))
     headers = {"X-TYPESENSE-API-KEY": api_key, "content-type": "application/json"}
     async with LeanClient(url, max_connections=64) as ts:
 
@@ -615,6 +714,7 @@ async def run(
     fresh_seconds: float,
     fresh_check_every: int,
     raw_sample: int,
+    steady_rates: tuple[int, ...] = (50,),
 ) -> dict[str, Any]:
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     cfg_text = config_text(keys)
@@ -660,6 +760,19 @@ async def run(
             )
             print("load: raw Postgres COPY", flush=True)
             report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch, meter)
+            vectors = await vectors_alias(ts)
+            print("load: steady writes", flush=True)
+            async with LeanClient(svc.url) as lean:
+                report["steady"] = await steady_writes(
+                    lean,
+                    client,
+                    {**headers[BIG_TENANT], "content-type": "application/json"},
+                    corpus,
+                    steady_rates,
+                    fresh_seconds,
+                    meter,
+                    dsn,
+                )
             print("load: freshness", flush=True)
             async with LeanClient(svc.url) as lean, LeanClient(ts_url) as lean_ts:
                 report["freshness"] = await freshness(
@@ -673,6 +786,7 @@ async def run(
                     fresh_check_every,
                     meter,
                     dsn,
+                    vectors,
                 )
             await wait_drained(client)
             print("load: recall latency", flush=True)
@@ -698,9 +812,18 @@ async def run(
             report["direct"] = {
                 "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, direct_clients, seconds, meter),
                 "typesense": await direct_typesense(
-                    ts_url, svc.ts_key, corpus, cfg.source("typesense").candidates, direct_clients, seconds, meter
+                    ts_url,
+                    svc.ts_key,
+                    corpus,
+                    cfg.source("typesense").candidates,
+                    direct_clients,
+                    seconds,
+                    meter,
+                    vectors,
                 ),
                 "ef_search": ef_search,
+                "keyword_collection": KEYWORD_ALIAS,
+                "vector_collection": vectors,
             }
             health = (await client.get("/health")).json()
             report["health_end"] = health

@@ -90,7 +90,8 @@ def bm25_score(
     score = 0.0
     for term in terms:
         f = tf.get(term, 0)
-        score += idfs[term] * (f * (k1 + 1) / (f + norm))
+        if f:  # an absent term adds exactly 0.0
+            score += idfs[term] * (f * (k1 + 1) / (f + norm))
     return score
 
 
@@ -186,11 +187,10 @@ class Bm25Plan:
         read = counts_reader(self.terms)
         for doc in docs:
             counts = doc.get("term_counts")
+            tf: dict[str, float]
             if counts is not None:
-                found = read(counts)
-                tf: dict[str, float] = {t: 0.0 for t in self.terms}
-                for t, (own_tf, around_tf) in found.items():
-                    tf[t] = own_tf + w * around_tf
+                # Only the terms it has: bm25_score counts an absent one as 0.
+                tf = {t: own_tf + w * around_tf for t, (own_tf, around_tf) in read(counts).items()}
                 own, around = doc["length"], doc["context_length"]
             else:
                 # Written before documents had counts (migration 14 rewrites them):

@@ -1,5 +1,14 @@
 """Memories as Typesense documents, and the ``filter_by`` expressions over them.
 
+A memory has two documents, one in each of two collections: its keyword
+document (:func:`record_document`: the fields, the text and its terms, no
+embedding) and its vector document (:func:`vector_document`: the fields
+filters and hits need, and the embedding). Typesense 0.24.1 reads a hit's
+stored document whole, so keyword searches that never read a vector are
+not slowed by 384 stored floats a hit (``docs/design.md``, Typesense). A
+collection made by an older Braid holds both in one document
+(:func:`combined_document`) until a reindex splits it.
+
 Memory ids are unique per tenant only (Postgres' key is ``(tenant, id)``),
 while a Typesense document id is unique per collection, so a document's id
 is ``<tenant>:<memory id>`` (:func:`document_id`; a tenant name has no colon)
@@ -13,6 +22,7 @@ backticks).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -35,6 +45,7 @@ __all__ = [
     "hit_from_document",
     "build_filter",
     "collection_schema",
+    "combined_document",
     "document_id",
     "lifecycle_filter",
     "NEVER",
@@ -42,7 +53,11 @@ __all__ = [
     "quoted",
     "quoted_list",
     "record_document",
+    "vector_document",
     "vector_literal",
+    "vectors_alias",
+    "vectors_collection",
+    "vectors_schema",
 ]
 
 #: The ``expires_at`` of a document whose memory has no expiry (9999-12-31T23:59:59Z),
@@ -141,12 +156,29 @@ def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, 
     and ``:`` never occur in one."""
     if not terms:
         return lambda counts: {}
-    pattern = re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
-    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in pattern.finditer(counts)}
+    finditer = _counts_pattern(tuple(terms)).finditer
+    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in finditer(counts)}
 
 
-def record_document(record: MemoryRecord) -> dict[str, Any]:
-    """The Typesense document of a memory: epoch seconds, no ``None`` fields."""
+@functools.lru_cache(maxsize=1024)
+def _counts_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """The pattern of :func:`counts_reader`, compiled once per term list."""
+    return re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
+
+
+def vectors_alias(alias: str) -> str:
+    """The alias of the vectors collection beside the keyword alias ``alias``."""
+    return f"{alias}_vectors"
+
+
+def vectors_collection(name: str) -> str:
+    """The vectors collection made with the keyword collection ``name``."""
+    return f"{name}_vectors"
+
+
+def _shared_fields(record: MemoryRecord) -> dict[str, Any]:
+    """What both documents of a memory hold: its id, the fields filters and
+    hits read, its lifecycle; epoch seconds, no ``None`` fields."""
     doc: dict[str, Any] = {
         "id": document_id(record.tenant, record.id),
         "memory_id": record.id,
@@ -160,27 +192,51 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
         "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
         "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
-    doc["terms"], doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
-        record.content, record.context
-    )
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
-    if record.superseded_by is not None:
-        doc["superseded_by"] = record.superseded_by
     if record.session_id is not None:
         doc["session_id"] = record.session_id
     if record.speaker is not None:
         doc["speaker"] = record.speaker
-    if record.context:
-        doc["context"] = record.context
     if record.importance is not None:
         doc["importance"] = float(record.importance)
     if record.model is not None:
         doc["model"] = record.model
-    if record.embedding is not None:
-        doc["embedding"] = [float(x) for x in record.embedding]
     if record.metadata:
         doc[metadata.FIELD] = metadata.document_tokens(record.metadata)
+    return doc
+
+
+def record_document(record: MemoryRecord) -> dict[str, Any]:
+    """The keyword document of a memory: the shared fields, its context, its
+    terms (:func:`document_terms`) and ``superseded_by``; never its embedding."""
+    doc = _shared_fields(record)
+    doc["terms"], doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
+        record.content, record.context
+    )
+    if record.superseded_by is not None:
+        doc["superseded_by"] = record.superseded_by
+    if record.context:
+        doc["context"] = record.context
+    return doc
+
+
+def vector_document(record: MemoryRecord) -> dict[str, Any]:
+    """The vector document of a memory: the shared fields and its embedding
+    (none for a memory without one: the document still replaces an older
+    one that had a vector)."""
+    doc = _shared_fields(record)
+    if record.embedding is not None:
+        doc["embedding"] = [float(x) for x in record.embedding]
+    return doc
+
+
+def combined_document(record: MemoryRecord) -> dict[str, Any]:
+    """Both documents in one, for a collection made by an older Braid that
+    serves keyword and vector searches alike."""
+    doc = record_document(record)
+    if record.embedding is not None:
+        doc["embedding"] = [float(x) for x in record.embedding]
     return doc
 
 
@@ -191,9 +247,13 @@ def document_field(name: str) -> str:
     return {"id": "memory_id", "metadata": metadata.FIELD}.get(name, name)
 
 
+#: Each shown field and the document field holding it.
+_SHOWN_FROM = tuple((name, document_field(name)) for name in SHOWN_FIELDS)
+
+
 def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
     """A document (with at least the shown fields) as a search hit."""
-    values: dict[str, Any] = {name: doc.get(document_field(name)) for name in SHOWN_FIELDS}
+    values: dict[str, Any] = {name: doc.get(field) for name, field in _SHOWN_FROM}
     values["created_at"] = datetime.fromtimestamp(values["created_at"], tz=UTC)
     # Missing in a document written by an older Braid: no expiry.
     expires = values["expires_at"]
@@ -202,39 +262,47 @@ def hit_from_document(doc: Mapping[str, Any], score: float) -> Hit:
     return Hit(**values, score=score)
 
 
-def collection_schema(name: str, dim: int) -> dict[str, Any]:
-    """The schema of a collection ``name`` holding :func:`record_document`
-    documents with ``dim``-dimensional embeddings."""
+def _shared_schema() -> list[dict[str, Any]]:
+    """The fields of :func:`_shared_fields`, as both collections declare them."""
+    return [
+        {"name": "id", "type": "string"},
+        # Stored, not indexed (so it has to be optional in 0.24.1).
+        {"name": "memory_id", "type": "string", "index": False, "optional": True},
+        {"name": "tenant", "type": "string", "facet": True},
+        {"name": "speaker", "type": "string", "index": False, "optional": True},
+        {"name": "kind", "type": "string", "facet": True},
+        {"name": "tier", "type": "string", "facet": True},
+        {"name": "session_id", "type": "string", "facet": True, "optional": True},
+        {"name": "tags", "type": "string[]", "facet": True, "optional": True},
+        {"name": "created_at", "type": "int64", "sort": True},
+        {"name": "confidence", "type": "float"},
+        {"name": "importance", "type": "float", "optional": True},
+        # Epoch seconds, NO_EXPIRY for none; optional for documents of an older Braid.
+        {"name": "expires_at", "type": "int64", "optional": True},
+        {"name": "model", "type": "string", "optional": True},
+        # Stored, not indexed: shown with the hit.
+        {"name": "mem_key", "type": "string", "index": False, "optional": True},
+        # Epoch microseconds, NEVER while current (lifecycle_filter). Optional only
+        # so that an older collection can gain it; every document written has it.
+        {"name": "superseded_at", "type": "int64", "optional": True},
+        # Metadata containment tokens (indexers.typesense.metadata).
+        {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
+    ]
+
+
+def collection_schema(name: str) -> dict[str, Any]:
+    """The schema of a keyword collection ``name`` holding :func:`record_document`
+    documents (no embedding field)."""
+    shared = _shared_schema()
     return {
         "name": name,
         "fields": [
-            {"name": "id", "type": "string"},
-            # Stored, not indexed (so it has to be optional in 0.24.1).
-            {"name": "memory_id", "type": "string", "index": False, "optional": True},
-            {"name": "tenant", "type": "string", "facet": True},
+            *shared[:3],
             {"name": "content", "type": "string"},
             # Indexed-only text (neighbouring turns): keyword-searched, never shown.
             {"name": "context", "type": "string", "optional": True},
-            {"name": "speaker", "type": "string", "index": False, "optional": True},
-            {"name": "kind", "type": "string", "facet": True},
-            {"name": "tier", "type": "string", "facet": True},
-            {"name": "session_id", "type": "string", "facet": True, "optional": True},
-            {"name": "tags", "type": "string[]", "facet": True, "optional": True},
-            {"name": "created_at", "type": "int64", "sort": True},
-            {"name": "confidence", "type": "float"},
-            {"name": "importance", "type": "float", "optional": True},
-            # Epoch seconds, NO_EXPIRY for none; optional for documents of an older Braid.
-            {"name": "expires_at", "type": "int64", "optional": True},
-            {"name": "model", "type": "string", "optional": True},
-            {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
-            # Stored, not indexed: shown with the hit.
-            {"name": "mem_key", "type": "string", "index": False, "optional": True},
-            # Epoch microseconds, NEVER while current (lifecycle_filter). Optional only
-            # so that an older collection can gain it; every document written has it.
-            {"name": "superseded_at", "type": "int64", "optional": True},
+            *shared[3:],
             {"name": "superseded_by", "type": "string", "index": False, "optional": True},
-            # Metadata containment tokens (indexers.typesense.metadata).
-            {"name": metadata.FIELD, "type": "string[]", "facet": True, "optional": True},
             # The bm25 keyword mode's (document_terms): filtered on by exact term,
             # and the lengths' means taken by a facet. Optional only so that an
             # older collection can gain them; every document written has them.
@@ -244,6 +312,20 @@ def collection_schema(name: str, dim: int) -> dict[str, Any]:
             {"name": "term_counts", "type": "string", "index": False, "optional": True},
             {"name": "length", "type": "int32", "facet": True, "optional": True},
             {"name": "context_length", "type": "int32", "facet": True, "optional": True},
+        ],
+    }
+
+
+def vectors_schema(name: str, dim: int) -> dict[str, Any]:
+    """The schema of a vectors collection ``name`` holding :func:`vector_document`
+    documents with ``dim``-dimensional embeddings; the content is stored, not
+    searched."""
+    return {
+        "name": name,
+        "fields": [
+            *_shared_schema(),
+            {"name": "content", "type": "string", "index": False, "optional": True},
+            {"name": "embedding", "type": "float[]", "num_dim": dim, "optional": True},
         ],
     }
 

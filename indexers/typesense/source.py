@@ -1,8 +1,9 @@
 """The search side of the Typesense index: the ``typesense`` recall source.
 
 Typesense 0.24.1 refuses ``q`` together with ``vector_query``, so a search is
-several searches in one ``POST /multi_search`` (keyword, vector), fused here
-with :func:`fusion.rrf.rrf`. Each search is sent with a role, and each result
+several searches in one ``POST /multi_search`` (keyword searches in the
+keyword collection, the vector search in the vectors collection: see
+:mod:`.index`), fused here with :func:`fusion.rrf.rrf`. Each search is sent with a role, and each result
 is read by the role of the search it answers, never by its position.
 """
 
@@ -21,7 +22,7 @@ from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
 from .bm25 import Bm25Keywords, Bm25Plan
 from .client import SOURCE, TypesenseClient
-from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal
+from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal, vectors_alias
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
@@ -59,7 +60,8 @@ def _ids(result: Mapping[str, Any]) -> list[str]:
 
 
 class TypesenseSource:
-    """Keyword and vector search over ``alias``, fused with RRF.
+    """Keyword search over ``alias`` and vector search over its vectors
+    alias (:func:`~.documents.vectors_alias`), fused with RRF.
 
     The configuration is read at every search, so a reload applies at once.
     The client belongs to whoever created it: :meth:`aclose` leaves it open.
@@ -72,6 +74,7 @@ class TypesenseSource:
     def __init__(self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]) -> None:
         self.client = client
         self.alias = alias
+        self.vectors_alias = vectors_alias(alias)
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
@@ -90,12 +93,15 @@ class TypesenseSource:
         allowed = frozenset(tiers)
         floor = query.min_confidence
         forgetting = Forgetting.from_config(config)
+        ages = forgetting.ages
         now = time.time()
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             if doc["tier"] not in allowed or doc["confidence"] < floor:
                 return False
             expires = doc.get("expires_at")
+            if not ages:  # only its expires_at can end it
+                return expires is None or expires >= NO_EXPIRY or now < expires
             dies_at = forgetting.dies_at(
                 tier=doc["tier"],
                 created_s=doc["created_at"],
@@ -114,7 +120,8 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25)
+        vectors = self.vectors_alias if config.typesense.vectors == "separate" else None
+        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
         if not searches:
             return []
         common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
@@ -168,6 +175,7 @@ def _searches(
     *,
     count: bool,
     bm25: Bm25Plan | None = None,
+    vectors: str | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The searches of one multi_search, in the order sent, each with its role.
 
@@ -177,7 +185,8 @@ def _searches(
     allows (the idf's N); or, in the ``single`` keyword mode, one ``single``
     search for every term; or, in the ``bm25`` mode, ``bm25``'s searches
     (:meth:`Bm25Plan.searches`: the counts not cached and one candidate
-    search). Vector: one ``vector`` (k-NN) search, unless the
+    search). Vector: one ``vector`` (k-NN) search in collection ``vectors``
+    (``None``: Typesense holds no vectors, and there is none), unless the
     config leaves it to a source that covers the vectors, or the recall's
     strategy allows keyword matching only (``query.matches``; a semantic one
     comes with no ``terms``).
@@ -194,12 +203,13 @@ def _searches(
         if terms and count:
             searches.append(("count", {"q": "*", "per_page": 0}))
     vector_wanted = "vector" in query.matches and (ts.vector_search == "always" or not query.vectors_covered)
-    if query.vector is not None and vector_wanted:
+    if query.vector is not None and vectors is not None and vector_wanted:
         vector = vector_literal(query.vector)
         searches.append(
             (
                 "vector",
                 {
+                    "collection": vectors,
                     "q": "*",
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,

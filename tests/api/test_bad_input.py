@@ -372,7 +372,7 @@ async def test_extreme_embeddings_keep_their_direction(braid: Braid, huge: list[
     with psycopg.connect(braid.dsn) as conn:
         (norm,) = conn.execute("SELECT vector_norm(embedding) FROM memories WHERE id = 'z-huge'").fetchone()
     assert abs(norm - 1.0) < 1e-5
-    doc = await braid.runtime.typesense.get_document(braid.alias, "tenant-a:z-huge")
+    doc = await braid.runtime.typesense.get_document(f"{braid.alias}_vectors", "tenant-a:z-huge")
     assert doc is not None
     assert abs(float(np.linalg.norm(doc["embedding"])) - 1.0) < 1e-5
     for source in ("pgvector", "typesense"):

@@ -163,7 +163,7 @@ async def test_reindex_embeddings_re_embeds_the_other_models_online(mixed: Braid
 
     # Typesense got them through the outbox, model included.
     await mixed.synced()
-    doc = await mixed.runtime.typesense.get_document(mixed.alias, "tenant-a:old-0")
+    doc = await mixed.runtime.typesense.get_document(f"{mixed.alias}_vectors", "tenant-a:old-0")
     assert doc["model"] == model
     assert float(np.array(doc["embedding"]) @ np.array(expected[0])) > 0.999
     # Now compared: the memory's own words find it first by vector alone.

@@ -79,12 +79,13 @@ async def outbox_drained(svc: ServiceProcess, timeout: float = 120) -> float:
             await anyio.sleep(0.1)
 
 
-async def typesense_docs(svc: ServiceProcess, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The documents Typesense holds behind the alias for ``ids``, by memory id."""
+async def typesense_docs(svc: ServiceProcess, ids: list[str], alias: str | None = None) -> dict[str, dict[str, Any]]:
+    """The documents Typesense holds behind ``alias`` (default: the keyword
+    alias) for ``ids``, by memory id."""
     found = {}
     async with svc.typesense_client() as ts:
         for mid in ids:
-            r = await ts.get(f"/collections/{svc.alias}/documents/{TENANT}:{mid}")
+            r = await ts.get(f"/collections/{alias or svc.alias}/documents/{TENANT}:{mid}")
             if r.status_code == 200:
                 found[mid] = r.json()
             else:
@@ -103,7 +104,8 @@ async def typesense_count(svc: ServiceProcess, collection: str | None = None) ->
 
 
 async def collections(svc: ServiceProcess) -> set[str]:
-    """Every Typesense collection of this service's alias (``<alias>_<ms>``)."""
+    """Every Typesense collection of this service's aliases (``<alias>_<ms>``
+    and ``<alias>_<ms>_vectors``)."""
     async with svc.typesense_client() as ts:
         r = await ts.get("/collections")
         assert r.status_code == 200, r.text
@@ -204,7 +206,12 @@ async def test_sigkill_mid_write_loses_no_acknowledged_write(service: ServicePro
     }
     drain_s = await outbox_drained(service)
     ts_docs = await typesense_docs(service, acked_ids)
-    ts_ok = {mid for mid, doc in ts_docs.items() if doc["content"] == contents[mid] and len(doc["embedding"]) == 384}
+    ts_vectors = await typesense_docs(service, acked_ids, f"{service.alias}_vectors")
+    ts_ok = {
+        mid
+        for mid, doc in ts_docs.items()
+        if doc["content"] == contents[mid] and len(ts_vectors.get(mid, {}).get("embedding", [])) == 384
+    }
 
     # pgvector recalls a sample of the acknowledged writes by their own text.
     sample = rng.sample(acked_ids, min(8, len(acked_ids)))
@@ -420,9 +427,10 @@ async def test_sigkill_mid_reindex_old_index_serves_and_new_reindex_completes(
     )
     # The kill left the half-built collection; the restart dropped it and kept the old one.
     assert state["status"] == "running" and phase_at_kill in ("copying", "replaying"), state
-    assert left_before_restart == {old_collection, half_built}
+    pair = {old_collection, f"{old_collection}_vectors"}
+    assert left_before_restart == pair | {half_built, f"{half_built}_vectors"}
     assert half_built != old_collection
-    assert left_after_restart == {old_collection}
+    assert left_after_restart == pair
     assert alias_after_restart == old_collection
     assert after_restart == before
     assert interrupted["status"] == "interrupted"
@@ -433,7 +441,7 @@ async def test_sigkill_mid_reindex_old_index_serves_and_new_reindex_completes(
     assert done["progress"]["typesense"]["phase"] == "switched"
     assert done["progress"]["typesense"]["previous"] == old_collection
     new_collection = done["progress"]["typesense"]["collection"]
-    assert final_collections == {new_collection}
+    assert final_collections == {new_collection, f"{new_collection}_vectors"}
     assert await alias_target(service) == new_collection
     assert final_count == total
     assert after_reindex == before
@@ -471,6 +479,8 @@ async def test_start_up_finishes_a_reindex_that_died_after_switching_the_alias(
         await braid.synced()
         assert await rt.index.fetch(late[0], tenant=TENANT, collection=new) is None
         assert await rt.index.switch_alias(new) == old
+        # ... and before the vectors alias, switched second, followed.
+        await rt.typesense.upsert_alias(rt.index.vectors_alias, f"{old}_vectors")
         progress = {"collection": new, "previous": old, "since": since.isoformat(), "phase": "replaying"}
         await add_job(dsn, "died-after-switch", "running", {"typesense": progress})
 
@@ -478,7 +488,10 @@ async def test_start_up_finishes_a_reindex_that_died_after_switching_the_alias(
 
         assert await rt.index.current_collection() == new
         assert await rt.index.fetch(late[0], tenant=TENANT) is not None
+        assert await rt.typesense.get_alias(rt.index.vectors_alias) == f"{new}_vectors"
+        assert await rt.index.fetch_vector(late[0], tenant=TENANT) is not None
         assert await rt.typesense.get_collection(old) is None
+        assert await rt.typesense.get_collection(f"{old}_vectors") is None
         job = await rt.jobs.get("died-after-switch")
         assert job is not None and job["status"] == "interrupted"
         assert job["progress"]["typesense"] == {**progress, "cleared": True}
@@ -513,8 +526,9 @@ async def test_next_reindex_drops_the_collection_of_a_failed_job(
         assert job is not None and job["status"] == "done", job
         rebuilt = job["progress"]["typesense"]["collection"]
         assert await rt.index.current_collection() == rebuilt
-        assert await rt.typesense.get_collection(leftover) is None
-        assert await rt.typesense.get_collection(old) is None
+        for gone in (leftover, old):
+            assert await rt.typesense.get_collection(gone) is None
+            assert await rt.typesense.get_collection(f"{gone}_vectors") is None
         assert await rt.index.count(tenant=TENANT) == len(ids)
         failed = await rt.jobs.get("failed-mid-copy")
         assert failed is not None and failed["progress"]["typesense"]["cleared"] is True

@@ -33,7 +33,7 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense.documents import record_document
+from indexers.typesense.documents import combined_document, record_document
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -204,10 +204,14 @@ async def test_ensure_is_idempotent(client: TypesenseClient) -> None:
     assert first.startswith(f"{idx.alias}_")
     assert await idx.current_collection() == first
     names = [c["name"] for c in await client.list_collections()]
-    assert [n for n in names if n.startswith(f"{idx.alias}_")] == [first]
+    assert sorted(n for n in names if n.startswith(f"{idx.alias}_")) == [first, f"{first}_vectors"]
+    assert await client.get_alias(idx.vectors_alias) == f"{first}_vectors"
     fields = {f["name"]: f for f in (await client.get_collection(first) or {})["fields"]}
-    assert fields["embedding"]["num_dim"] == DIM
+    assert "embedding" not in fields
     assert fields["created_at"]["sort"] is True
+    vector_fields = {f["name"]: f for f in (await client.get_collection(f"{first}_vectors") or {})["fields"]}
+    assert vector_fields["embedding"]["num_dim"] == DIM
+    assert {"terms", "term_counts", "context"}.isdisjoint(vector_fields)
 
 
 @pytest.mark.anyio
@@ -606,6 +610,55 @@ async def test_older_collection_gains_the_new_fields(client: TypesenseClient) ->
 
 
 @pytest.mark.anyio
+async def test_an_older_collection_with_embeddings_serves_both_searches_until_a_reindex_splits_it(
+    client: TypesenseClient,
+) -> None:
+    """A collection made when documents held their embedding: the vectors
+    alias points at it too, writes keep one document a memory there, and the
+    reindex's steps (a new pair filled, the aliases switched, the old one
+    dropped) split it with the same answers."""
+    index = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    legacy = index.schema(f"{index.alias}_legacy")
+    legacy["fields"].append({"name": "embedding", "type": "float[]", "num_dim": DIM, "optional": True})
+    await client.create_collection(legacy)
+    await client.upsert_alias(index.alias, legacy["name"])
+    old = record("old", "an old badger sett", i=0)
+    await client.import_documents(legacy["name"], [combined_document(old)], vector_field="embedding")
+    source = TypesenseSource(client, index.alias, ConfigHolder())
+    new = ""
+    try:
+        assert await index.ensure() == legacy["name"]
+        assert await client.get_alias(index.vectors_alias) == legacy["name"]
+        fresh = record("new", "a new badger", i=1)
+        await index.upsert([fresh])
+        doc = await index.fetch("new", tenant="a")
+        assert doc is not None and len(doc["embedding"]) == DIM and doc["terms"] == ["new", "badger"]
+        assert await ids(source, q("badger")) == ["new", "old"]
+        assert await ids(source, q("sett", vector=VECTORS[1])) == ["old", "new"]
+        before = [(h.id, h.score) for h in await source.search(q("badger", vector=near(VECTORS[1])))]
+
+        new = await index.new_collection()
+        await index.upsert([old, fresh], collection=new, fresh=True)
+        assert await index.switch_alias(new) == legacy["name"]
+        assert await client.get_alias(index.vectors_alias) == f"{new}_vectors"
+        await index.drop_collection(legacy["name"])
+        assert await client.get_collection(legacy["name"]) is None
+        doc = await index.fetch("new", tenant="a")
+        assert doc is not None and "embedding" not in doc
+        vector = await index.fetch_vector("new", tenant="a")
+        assert vector is not None and len(vector["embedding"]) == DIM and "terms" not in vector
+        assert [(h.id, h.score) for h in await source.search(q("badger", vector=near(VECTORS[1])))] == before
+        await index.delete([("a", "old")])
+        assert await index.fetch_vector("old", tenant="a") is None
+        assert await ids(source, q("sett", vector=VECTORS[0])) == ["new"]
+    finally:
+        await client.delete_collection(legacy["name"])
+        if new:
+            await client.delete_collection(new)
+            await client.delete_collection(f"{new}_vectors")
+
+
+@pytest.mark.anyio
 async def test_term_hits_and_max_terms_bound_the_keyword_searches(
     index: TypesenseIndex, source: TypesenseSource, config: ConfigHolder
 ) -> None:
@@ -772,11 +825,49 @@ async def test_upsert_sends_one_document_with_a_vector_per_import(typesense_url:
         assert await idx.count() == 6
         doc = await idx.fetch("r5", tenant="a")
         assert doc is not None and doc["content"] == "rewrite number 5 again"
+        assert "embedding" not in doc
+        vector = await idx.fetch_vector("r5", tenant="a")
+        assert vector is not None and len(vector["embedding"]) == DIM
     finally:
         await ts.aclose()
         await counting.aclose()
-    # Sent concurrently: in any order. The plain document joins the one before it.
-    assert sorted(counting.imports) == [1] * 10 + [2]
+    # The keyword documents of each upsert in one request (no vector), then the
+    # vector documents, sent concurrently: in any order. The plain one joins the
+    # one before it.
+    assert sorted(counting.imports) == [1] * 10 + [2] + [6, 6]
+
+
+@pytest.mark.anyio
+async def test_without_vectors_typesense_holds_and_searches_keyword_documents_only(
+    typesense_url: str, client: TypesenseClient, config: ConfigHolder
+) -> None:
+    """``typesense.vectors: none``: no vectors collection, one import request
+    a write, and the source's list is its keyword list."""
+    counting = CountingTransport()
+    ts = TypesenseClient([typesense_url], API_KEY, transport=counting)
+    idx = TypesenseIndex(ts, f"mem_{uuid.uuid4().hex[:12]}", DIM, vectors=False)
+    config.config = msgspec.structs.replace(
+        config.config, typesense=msgspec.structs.replace(config.config.typesense, vectors="none")
+    )
+    try:
+        name = await idx.ensure()
+        assert await client.get_alias(idx.vectors_alias) is None
+        assert await client.get_collection(f"{name}_vectors") is None
+        await idx.upsert([record(f"k{i}", f"keyword kestrel number {i}", i=i) for i in range(4)])
+        assert counting.imports == [4]
+        doc = await idx.fetch("k1", tenant="a")
+        assert doc is not None and "embedding" not in doc
+        source = TypesenseSource(ts, idx.alias, config)
+        sent = SentSearches(ts)
+        assert sorted(await ids(source, q("kestrel", vector=VECTORS[2]))) == ["k0", "k1", "k2", "k3"]
+        assert await ids(source, q("nothing matches", vector=VECTORS[2])) == []
+        assert sent.calls and not any("vector_query" in search for call in sent.calls for search in call)
+        await idx.delete([("a", "k0")])
+        assert await idx.count() == 3
+    finally:
+        await ts.aclose()
+        await counting.aclose()
+        await client.delete_collection(name)
 
 
 @pytest.mark.anyio
@@ -809,7 +900,7 @@ async def test_fresh_upsert_into_a_new_collection_is_one_request(typesense_url: 
     finally:
         await ts.aclose()
         await counting.aclose()
-    assert counting.imports == [5]
+    assert counting.imports == [5, 5]  # the keyword documents, then the vector ones
     assert str(info.value) == "fresh needs the collection named: the live one has had deletes"
 
 
