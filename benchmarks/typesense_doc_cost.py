@@ -8,6 +8,12 @@ fields the source asks for) for 300 queries to each collection, at 100 and
 250 candidates, twice in turn, and prints the Typesense process's CPU per
 search. Typesense reads each hit's stored document whole before it keeps
 the asked fields, so the 384 floats are read for every candidate.
+
+It measured the Braid that kept embeddings in its keyword documents
+(``benchmarks/results/typesense-doc-cost.md``). Since ``typesense.vectors``
+they live in a vectors collection, so on this Braid both collections it
+compares hold documents without them; ``benchmarks.typesense_split``
+compares the layouts.
 """
 
 import asyncio

@@ -58,11 +58,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from deploy.embedded import EmbeddedTypesense, Supervisor
+from deploy.embedded import EmbeddedTypesense
+from deploy.supervisor import Supervisor
 from indexers.base import BackendError, MemoryRecord
-from indexers.typesense import TypesenseClient, TypesenseIndex, record_document
+from indexers.typesense import TypesenseClient, TypesenseIndex
+from indexers.typesense.documents import vector_document, vectors_collection
 
-from .recall_latency import ROOT
+from .common import ROOT
 
 __all__ = ["main", "run"]
 
@@ -94,10 +96,11 @@ async def _write(
     if via_braid:
         await index.upsert(records)
         return
-    docs = [record_document(r) for r in records]
+    # The vector documents, into the vectors collection: the one with an HNSW index.
+    docs = [vector_document(r) for r in records]
     step = per_import or len(docs)
     for start in range(0, len(docs), step):
-        await index.client.import_documents(collection, docs[start : start + step])
+        await index.client.import_documents(vectors_collection(collection), docs[start : start + step])
 
 
 async def _load(url: str, api_key: str, args: argparse.Namespace, supervisor: Supervisor) -> dict[str, Any]:
@@ -156,7 +159,7 @@ async def _timing(url: str, api_key: str, args: argparse.Namespace) -> dict[int,
 
     try:
         for _start in range(0, args.preload, 200):
-            await client.import_documents(collection, [record_document(r) for r in batch(200)])
+            await client.import_documents(vectors_collection(collection), [vector_document(r) for r in batch(200)])
         out: dict[int, dict[str, float]] = {}
         for size in args.sizes:
             times: dict[str, list[float]] = {"one request": [], "shipped": []}
@@ -167,7 +170,9 @@ async def _timing(url: str, api_key: str, args: argparse.Namespace) -> dict[int,
                     if way == "shipped":
                         await index.upsert(records)
                     else:
-                        await client.import_documents(collection, [record_document(r) for r in records])
+                        await client.import_documents(
+                            vectors_collection(collection), [vector_document(r) for r in records]
+                        )
                     times[way].append((time.perf_counter() - t0) * 1000)
             out[size] = {way: statistics.median(t) for way, t in times.items()}
     finally:

@@ -10,7 +10,7 @@ from indexers.base import RECORD_FIELDS, SHOWN_FIELDS, Hit, MemoryRecord, Shown
 from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput
 from indexers.results import RecallItem
 from indexers.typesense import metadata
-from indexers.typesense.documents import TERM_FIELDS, collection_schema, document_field
+from indexers.typesense.documents import TERM_FIELDS, collection_schema, document_field, vectors_schema
 from service.schemas import MemoryIn
 
 
@@ -29,12 +29,17 @@ def test_sql_columns_are_the_model_fields() -> None:
     assert RECORD_COLUMNS == ", ".join(f"m.{n}" for n in RECORD_FIELDS)
 
 
-def test_the_typesense_schema_has_a_field_for_every_stored_field() -> None:
-    fields = {f["name"] for f in collection_schema("c", 4)["fields"]}
+def test_the_typesense_schemas_have_a_field_for_every_stored_field() -> None:
+    keyword = {f["name"] for f in collection_schema("c")["fields"]}
+    vectors = {f["name"] for f in vectors_schema("c_vectors", 4)["fields"]}
+    stored = {document_field(n) for n in RECORD_FIELDS}
     # The document's own id is tenant-qualified; the memory's id is `memory_id`;
     # metadata is held as the containment filter's tokens (indexers/typesense/metadata.py);
     # the bm25 keyword mode's terms and length are derived from content and context.
-    assert fields == {document_field(n) for n in RECORD_FIELDS} | {"id", *TERM_FIELDS}
+    # A keyword document holds every stored field but the embedding...
+    assert keyword == (stored - {"embedding"}) | {"id", *TERM_FIELDS}
+    # ...and a vector document the embedding with what filters and hits read.
+    assert vectors == (stored - {"context", "superseded_by"}) | {"id"}
     assert document_field("metadata") == metadata.FIELD
 
 
