@@ -169,6 +169,7 @@ def memory_writes(body: MemoriesIn, cfg: BraidConfig) -> list[MemoryWrite]:
                 model=_embedding_model(m.embedding, m.embedding_model, where),
                 mem_key=None if m.mem_key is None else _blank_key(m.mem_key, f"{where}.mem_key"),
                 expires_at=expires_at,
+                stamped=m.created_at is None,
             )
         )
     return out

@@ -38,6 +38,11 @@ class MemoryInput(msgspec.Struct, frozen=True):
     mem_key: str | None = None
     #: When the memory expires (UTC); ``None``: never by itself.
     expires_at: datetime | None = None
+    #: ``created_at`` is the service's "now", not the writer's: a keyed memory
+    #: is then stamped again once its key's lock is held, so writers of a key
+    #: are dated in the order they commit (an earlier stamp would retire a
+    #: memory on arrival behind a writer that took the lock first).
+    stamped: bool = False
 
 
 class EntityInput(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import anyio
+import msgspec
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
@@ -137,6 +138,15 @@ class PostgresStore(GraphWrites):
         async with tenant_transaction(self.pool, tenant) as conn:
             # Each key's lock first, in one order: writers of a key queue here.
             await lock_keys(conn, tenant, [m.mem_key for m in memories if m.mem_key is not None])
+            if any(m.stamped and m.mem_key is not None for m in memories):
+                # Dated now, under the key's lock: in commit order (Postgres' clock, one for every replica).
+                row = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
+                assert row is not None
+                stamp = row[0]
+                memories = [
+                    msgspec.structs.replace(m, created_at=stamp) if m.stamped and m.mem_key is not None else m
+                    for m in memories
+                ]
             if new_entities:
                 await upsert_entities(conn, tenant, new_entities, overwrite=False)
             # A decayed tier's folded vector, with its tier's newest epoch (.fold).

@@ -48,5 +48,6 @@ def test_writes_carry_every_stored_field() -> None:
     # The tenant comes from the key, the lifecycle from the write's mem_key
     # (indexers.postgres.lifecycle); everything else is written.
     assert set(RECORD_FIELDS) - {"tenant", "superseded_at", "superseded_by"} <= written
-    # The API accepts every written field except what the engine fills in.
-    assert written - {"model"} <= set(names(MemoryIn))
+    # The API accepts every written field except what the service fills in
+    # (the model; whether created_at was its own "now").
+    assert written - {"model", "stamped"} <= set(names(MemoryIn))
