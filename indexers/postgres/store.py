@@ -361,6 +361,37 @@ class PostgresStore(GraphWrites):
         (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, params, dict_row)])
         return [hit_from_row(r, r["created_at"].timestamp()) for r in rows]
 
+    async def unindexed(
+        self,
+        tenant: str,
+        filters: Filters,
+        *,
+        min_confidence: float,
+        memory_tiers: Sequence[str],
+        limit: int,
+        forgetting: Forgetting | None = None,
+    ) -> list[MemoryRecord]:
+        """The tenant's memories written but not yet in Typesense (an outbox
+        ``upsert`` row still pending: new, or rewritten since their document
+        was made) that match ``filters``: the newest ``limit`` pending rows'
+        memories, as stored now. One statement, a backward scan of the
+        pending rows' partial index; one round trip."""
+        where, params = filter_clause(
+            filters, min_confidence=min_confidence, memory_tiers=memory_tiers, forgetting=forgetting
+        )
+        params.update({"tenant": tenant, "limit": limit})
+        sql = f"""
+            SELECT {RECORD_COLUMNS} FROM memories m
+            WHERE m.tenant = %(tenant)s AND m.id = ANY(ARRAY(
+                SELECT o.memory_id FROM outbox o
+                WHERE o.processed_at IS NULL AND o.tenant = %(tenant)s AND o.op = 'upsert'
+                ORDER BY o.id DESC LIMIT %(limit)s
+            )) AND {where}
+            ORDER BY m.id
+        """
+        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, params, dict_row)])
+        return [record_from_row(r) for r in rows]
+
     async def sweep(self, forgetting: Forgetting, batch: int) -> dict[str, int]:
         """Remove up to ``batch`` expired memories, of any tenant, in one
         transaction: their rows and mentions (mention counts kept), an outbox
