@@ -638,6 +638,12 @@ def _result(
         degraded=degraded,
         embedding_ms=embedding_ms,
         embedding_status=embedding_status,
-        query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates), current=plan.current),
+        query=QueryInfo(
+            text=plan.text,
+            speakers=list(plan.speakers),
+            dates=list(plan.dates),
+            current=plan.current,
+            addressed=list(plan.addressed),
+        ),
         strategy=strategy,
     )
