@@ -396,14 +396,17 @@ class Engine:
         embedding_ms = 0.0
         vector = opts.embedding if "vector" in allowed else None
         embedding_status: EmbeddingStatus = "client" if "vector" in allowed else "none"
+        covering = self._covering.intersection(wanted)
         unindexed: tuple[MemoryRecord, ...] = ()
         async with anyio.create_task_group() as tg:
-            if self._derived.intersection(wanted):
+            if derived := self._derived.intersection(wanted):
                 # Read while the query is embedded: it adds no wait of its own.
+                # Their embeddings only for a source that searches by vector itself.
+                embeddings = "vector" in allowed and any(not covering - {n} for n in derived)
 
                 async def read_unindexed() -> None:
                     nonlocal unindexed
-                    unindexed = await self._unindexed(tenant, opts, min_conf)
+                    unindexed = await self._unindexed(tenant, opts, min_conf, embeddings)
 
                 tg.start_soon(read_unindexed)
             if vector is None and "vector" in allowed:
@@ -422,7 +425,6 @@ class Engine:
                 embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
                 embedding_status = "ok" if vector is not None else "error" if failed else "timeout"
 
-        covering = self._covering.intersection(wanted)
         queries = {
             name: SearchQuery(
                 tenant=tenant,
@@ -539,12 +541,15 @@ class Engine:
             for n, r in results.items()
         }
 
-    async def _unindexed(self, tenant: str, opts: RecallOptions, min_confidence: float) -> tuple[MemoryRecord, ...]:
+    async def _unindexed(
+        self, tenant: str, opts: RecallOptions, min_confidence: float, embeddings: bool
+    ) -> tuple[MemoryRecord, ...]:
         """The memories matching the recall's filters that are written but not
         yet in the derived sources' copies (:meth:`PostgresStore.unindexed`, the
-        newest :data:`UNINDEXED_LIMIT`); none when Postgres does not answer
-        within ``query.speakerLookupMs`` (those sources then rank without them,
-        as before they catch up)."""
+        newest :data:`UNINDEXED_LIMIT`, with their embeddings if
+        ``embeddings``); none when Postgres does not answer within
+        ``query.speakerLookupMs`` (those sources then rank without them, as
+        before they catch up)."""
         cfg = self.config.current
         read = self.store.unindexed(
             tenant,
@@ -553,6 +558,7 @@ class Engine:
             memory_tiers=cfg.memory_tiers,
             limit=UNINDEXED_LIMIT,
             forgetting=Forgetting.from_config(cfg),
+            embeddings=embeddings,
         )
         return tuple(await self._ranking_read(read, "memories not yet indexed", []))
 

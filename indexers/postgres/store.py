@@ -33,6 +33,7 @@ from .pool import NOTIFY_CHANNEL, PING_TIMEOUT_S, Read, tenant_reads, tenant_tra
 from .sql import (
     HIT_COLUMNS,
     RECORD_COLUMNS,
+    RECORD_COLUMNS_NO_EMBEDDING,
     filter_clause,
     hit_from_row,
     lifecycle_clause,
@@ -370,18 +371,22 @@ class PostgresStore(GraphWrites):
         memory_tiers: Sequence[str],
         limit: int,
         forgetting: Forgetting | None = None,
+        embeddings: bool = True,
     ) -> list[MemoryRecord]:
         """The tenant's memories written but not yet in Typesense (an outbox
         ``upsert`` row still pending: new, or rewritten since their document
         was made) that match ``filters``: the newest ``limit`` pending rows'
-        memories, as stored now. One statement, a backward scan of the
-        pending rows' partial index; one round trip."""
+        memories, as stored now, without their embeddings unless
+        ``embeddings`` (reading and converting a vector costs more than the
+        rest of the row). One statement, a backward scan of the pending rows'
+        partial index; one round trip."""
         where, params = filter_clause(
             filters, min_confidence=min_confidence, memory_tiers=memory_tiers, forgetting=forgetting
         )
         params.update({"tenant": tenant, "limit": limit})
+        columns = RECORD_COLUMNS if embeddings else RECORD_COLUMNS_NO_EMBEDDING
         sql = f"""
-            SELECT {RECORD_COLUMNS} FROM memories m
+            SELECT {columns} FROM memories m
             WHERE m.tenant = %(tenant)s AND m.id = ANY(ARRAY(
                 SELECT o.memory_id FROM outbox o
                 WHERE o.processed_at IS NULL AND o.tenant = %(tenant)s AND o.op = 'upsert'

@@ -49,6 +49,11 @@ async def test_only_memories_whose_outbox_rows_are_pending(store: PostgresStore)
     assert [(r.id, r.content) for r in records] == [("new", "not yet"), ("old", "rewritten since")]
     assert records[0].embedding is not None and len(records[0].embedding) == DIM
     assert records[0].tenant == "t"
+    light = await store.unindexed("t", Filters(), min_confidence=0.5, memory_tiers=TIERS, limit=256, embeddings=False)
+    assert [(r.id, r.content, r.embedding, r.model) for r in light] == [
+        ("new", "not yet", None, "synthetic"),
+        ("old", "rewritten since", None, "synthetic"),
+    ]
 
 
 async def test_the_recall_filters_and_the_tenant_apply(store: PostgresStore) -> None:
