@@ -510,7 +510,7 @@ def similarity_floor(similarities: Sequence[float], minimum: float | None, relat
     """
     floor = -1.0 if minimum is None else minimum
     best = max(similarities, default=0.0)
-    return max(floor, relative * best) if best > 0 else floor
+    return max(floor, relative * best) if relative > 0 and best > 0 else floor
 
 
 #: Searches a recall may start over because a tier's folds changed meanwhile.
