@@ -145,7 +145,7 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
 
 
 async def test_a_speaker_the_query_addresses_is_not_boosted(braid: Braid) -> None:
-    """"Thanks, Melanie!" talks to Melanie: her memories get no speaker
+    """ "Thanks, Melanie!" talks to Melanie: her memories get no speaker
     factor (the block used to fill with her generic "Thanks, Caroline!"
     lines); "What did Melanie paint?" is about her: they do."""
     said = [
