@@ -75,10 +75,10 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: ``bm25``: a keyword candidate scoring below this share of the best
     #: candidate's BM25 is left out of the keyword list (0: every document
     #: holding a query term stays).
-    relative_floor: Share = 0.0
+    relative_floor: Share = 0.25
     #: The vector list keeps only memories at least this cosine-similar to the
     #: query (below it a memory was not matched, only listed); ``None``: all.
-    min_similarity: Similarity | None = None
+    min_similarity: Similarity | None = 0.15
 
 
 class PgvectorSourceConfig(SourceConfig, frozen=True):
@@ -86,9 +86,9 @@ class PgvectorSourceConfig(SourceConfig, frozen=True):
 
     #: Memories less cosine-similar to the query than this are not returned
     #: (``None``: no floor).
-    min_similarity: Similarity | None = None
+    min_similarity: Similarity | None = 0.15
     #: Nor those below this share of the best hit's similarity.
-    relative_floor: Share = 0.0
+    relative_floor: Share = 0.3
 
 
 class GraphSourceConfig(SourceConfig, frozen=True):
@@ -96,7 +96,7 @@ class GraphSourceConfig(SourceConfig, frozen=True):
 
     #: Memories whose score (the PageRank share the walk passed them) is below
     #: this share of the best memory's are not returned.
-    relative_floor: Share = 0.0
+    relative_floor: Share = 0.05
 
 
 #: Defaults of each registered source, in the order recalls report them.

@@ -120,15 +120,15 @@ async def test_a_fresh_memory_is_not_outranked_for_being_found_by_fewer_indexes(
 async def test_typesense_ranks_a_rewritten_memory_by_what_it_says_now(braid: Braid) -> None:
     """A memory rewritten while its old document is still in Typesense is
     ranked by its new text: the old words no longer find it, the new ones do."""
-    await braid.remember({"id": "m1", "content": "The meeting is in the blue room"}, *TURNS)
+    await braid.remember({"id": "m1", "content": "The meeting is in the Kestrel suite"}, *TURNS)
     await braid.synced()
     async with lagging(braid):
-        await braid.remember({"id": "m1", "content": "The meeting moved to the orange room"})
+        await braid.remember({"id": "m1", "content": "The meeting moved to the Heron hall"})
         await until_refused(braid)
-        old = await braid.recall("blue room", sources=["typesense"], strategy="keyword")
-        new = await braid.recall("orange room", sources=["typesense"], strategy="keyword")
+        old = await braid.recall("Kestrel suite", sources=["typesense"], strategy="keyword")
+        new = await braid.recall("Heron hall", sources=["typesense"], strategy="keyword")
     assert old["items"] == []
-    assert [(i["id"], i["content"]) for i in new["items"]] == [("m1", "The meeting moved to the orange room")]
+    assert [(i["id"], i["content"]) for i in new["items"]] == [("m1", "The meeting moved to the Heron hall")]
 
 
 async def test_a_memory_outside_the_filters_stays_out_while_unindexed(braid: Braid) -> None:
