@@ -197,9 +197,12 @@ class QueryInfo(msgspec.Struct, frozen=True):
     """What the service's query analysis made of the query."""
 
     text: str
+    #: Known speakers the query is about (their memories are boosted).
     speakers: list[str]
     dates: list[tuple[date, date]]
     current: bool = False
+    #: Known speakers the query only addresses or names as who says it (not boosted).
+    addressed: list[str] = msgspec.field(default_factory=list)
 
 
 class Recall(msgspec.Struct, frozen=True):

@@ -30,6 +30,8 @@ from .schema import (
     is_safe_name,
 )
 from .sources import (
+    GraphSourceConfig,
+    PgvectorSourceConfig,
     SourceConfig,
     TypesenseSourceConfig,
     register_source_config,
@@ -55,6 +57,8 @@ __all__ = [
     "DEFAULT_CONFIG_PATH",
     "EmbeddingConfig",
     "GraphConfig",
+    "GraphSourceConfig",
+    "PgvectorSourceConfig",
     "LifecycleConfig",
     "LimitsConfig",
     "MetricsConfig",

@@ -19,6 +19,8 @@ from msgspec import Meta
 from .base import Section
 
 __all__ = [
+    "GraphSourceConfig",
+    "PgvectorSourceConfig",
     "SourceConfig",
     "TypesenseSourceConfig",
     "parse_sources",
@@ -30,6 +32,10 @@ __all__ = [
 log = logging.getLogger("braid.config")
 
 DeadlineMs = Annotated[int, Meta(ge=1, le=60_000)]
+#: A share of a list's best score (0: no cut).
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]
+#: A cosine similarity floor (``None``: no floor).
+Similarity = Annotated[float, Meta(ge=-1.0, le=1.0)]
 
 
 class SourceConfig(Section, frozen=True):
@@ -66,14 +72,39 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: ``always``: the source runs its own vector search in every recall.
     #: ``alone``: only in recalls where no other source covers the vectors.
     vector_search: Literal["always", "alone"] = "alone"
+    #: ``bm25``: a keyword candidate scoring below this share of the best
+    #: candidate's BM25 is left out of the keyword list (0: every document
+    #: holding a query term stays).
+    relative_floor: Share = 0.25
+    #: The vector list keeps only memories at least this cosine-similar to the
+    #: query (below it a memory was not matched, only listed); ``None``: all.
+    min_similarity: Similarity | None = 0.15
+
+
+class PgvectorSourceConfig(SourceConfig, frozen=True):
+    """The pgvector source's floors: what it returns must be near the query."""
+
+    #: Memories less cosine-similar to the query than this are not returned
+    #: (``None``: no floor).
+    min_similarity: Similarity | None = 0.15
+    #: Nor those below this share of the best hit's similarity.
+    relative_floor: Share = 0.3
+
+
+class GraphSourceConfig(SourceConfig, frozen=True):
+    """The graph source's floor: what the walk reached only faintly stays out."""
+
+    #: Memories whose score (the PageRank share the walk passed them) is below
+    #: this share of the best memory's are not returned.
+    relative_floor: Share = 0.05
 
 
 #: Defaults of each registered source, in the order recalls report them.
 _DEFAULTS: dict[str, SourceConfig] = {
     "typesense": TypesenseSourceConfig(),
-    "pgvector": SourceConfig(),
+    "pgvector": PgvectorSourceConfig(),
     # The graph's list overlaps the keyword list, so it counts less.
-    "graph": SourceConfig(weight=0.3),
+    "graph": GraphSourceConfig(weight=0.3),
 }
 
 

@@ -17,7 +17,7 @@ from datetime import date
 
 import msgspec
 
-__all__ = ["QueryPlan", "analyze_query", "asks_current", "date_ranges"]
+__all__ = ["QueryPlan", "addressed", "analyze_query", "asks_current", "date_ranges"]
 
 _MONTHS = {
     name: number for number, full in enumerate(calendar.month_name) if full for name in (full.lower(), full[:3].lower())
@@ -71,6 +71,10 @@ class QueryPlan(msgspec.Struct, frozen=True):
     dates: tuple[tuple[date, date], ...] = ()
     #: The query asks how things stand now (:func:`asks_current`).
     current: bool = False
+    #: Known speakers the query only addresses ("Thanks, Melanie!") or
+    #: labels as its speaker ("Melanie: ..."): taken out of the searched text
+    #: like the others, but not boosted (:func:`addressed`).
+    addressed: tuple[str, ...] = ()
 
 
 def _valid(year: int, month: int, day: int | None = None) -> bool:
@@ -120,6 +124,52 @@ def _name_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w){re.escape(name)}(?:'s|’s)?(?!\w)", re.I)
 
 
+#: Words that address whoever follows them directly: "Thanks Melanie", "Hi Melanie".
+#: (With a comma between, "No, Melanie ...", the clause rule of :func:`addressed` decides.)
+_GREETINGS = (
+    "thanks thank you thx ty hi hey hello hiya howdy yo dear bye goodbye cheers congrats congratulations "
+    "sorry welcome morning afternoon evening night"
+).split()
+_GREETING_AT_END = re.compile(r"(?:^|[\s,])(?:" + "|".join(_GREETINGS) + r")\s+$", re.I)
+#: What closes an address: a comma, the end of a sentence, a colon or a dash.
+_CLOSES = re.compile(r"\s*(?:$|[,!?.:;)\u2014\u2013]|\s-\s|\n)")
+#: A sentence's start, for the words before a name.
+_SENTENCE_END = re.compile(r"[.!?\n]")
+
+
+def addressed(text: str, start: int, end: int, speakers: Iterable[str] = ()) -> bool:
+    """Whether the name at ``text[start:end]`` addresses someone (or labels
+    who speaks) rather than being what the text is about.
+
+    Addressed: right after a greeting ("Thanks Melanie for ...", "Hi
+    Melanie"), or alone in its clause: at the start of a sentence or after
+    a comma, and followed by a comma, the end of the sentence, a colon or a
+    dash ("Thanks, Melanie!", "Melanie, what do you think?", "What do you
+    think, Melanie?", "Melanie: ..."). Not addressed: a possessive
+    ("Melanie's dog"), a name inside its clause ("What did Melanie paint?",
+    "No, Melanie painted it", "Did you call Melanie?"), and the first of a
+    list of names ("Melanie, Caroline and Jon went hiking": a known
+    ``speakers`` name, or "and", follows the comma).
+    """
+    name = text[start:end]
+    if name.endswith(("'s", "’s")):
+        return False
+    before = text[:start]
+    clause = _SENTENCE_END.split(before)[-1]
+    if _GREETING_AT_END.search(clause):
+        return True
+    if clause.strip() and not clause.rstrip().endswith(","):
+        return False
+    after = text[end:]
+    if not _CLOSES.match(after):
+        return False
+    if after.lstrip().startswith(","):
+        following = after.lstrip()[1:].lstrip().lower()
+        listed = any(following.startswith(s.lower()) for s in speakers if s.strip())
+        return not (listed or following.startswith(("and ", "or ", "& ")))
+    return True
+
+
 def analyze_query(
     text: str,
     speakers: Iterable[str] = (),
@@ -129,10 +179,15 @@ def analyze_query(
 ) -> QueryPlan:
     """Find the known ``speakers`` and the dates ``text`` names.
 
-    With ``strip_*`` they are removed from the searched text, unless nothing
-    would be left, in which case the text stays whole.
+    A speaker the text is about goes to ``speakers`` (boosted after fusion);
+    one it only addresses or labels as its speaker (:func:`addressed`) to
+    ``addressed`` (not boosted), unless the text is also about them. With
+    ``strip_*`` both, and the dates, are removed from the searched text,
+    unless nothing would be left, in which case the text stays whole. A
+    text that is nothing but the name is about them.
     """
     named: list[str] = []
+    spoken_to: list[str] = []
     spans: list[tuple[int, int]] = []
     lowered = text.lower()
     # A plain substring test first: a tenant may have thousands of speakers.
@@ -141,7 +196,11 @@ def analyze_query(
         found = [(m.start(), m.end()) for m in _name_pattern(name).finditer(text)]
         found = [f for f in found if not any(a < f[1] and f[0] < b for a, b in spans)]
         if found:
-            named.append(name)
+            alone = not any(c.isalnum() for c in text[: found[0][0]] + text[found[0][1] :]) and len(found) == 1
+            if alone or not all(addressed(text, a, b, candidates) for a, b in found):
+                named.append(name)
+            else:
+                spoken_to.append(name)
             if strip_speakers:
                 spans.extend(found)
     ranges, date_spans = date_ranges(text)
@@ -153,4 +212,10 @@ def analyze_query(
     searched = _SPACES.sub(" ", searched).strip()
     if not any(c.isalnum() for c in searched):
         searched = text
-    return QueryPlan(text=searched, speakers=tuple(sorted(named)), dates=tuple(ranges), current=asks_current(text))
+    return QueryPlan(
+        text=searched,
+        speakers=tuple(sorted(named)),
+        dates=tuple(ranges),
+        current=asks_current(text),
+        addressed=tuple(sorted(spoken_to)),
+    )

@@ -91,6 +91,12 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: The model ``vector`` was made by: a vector search compares it only with
     #: memories (and entities) whose stored embedding that model made.
     model: str = ""
+    #: For a source that searches a copy of Postgres (``SourceSpec.derived``):
+    #: the memories matching the recall's filters that were written but are
+    #: not in its copy yet (their outbox rows pending), as stored now. The
+    #: source ranks them as it would once they arrive, so a memory written a
+    #: moment ago is not pushed down by an index that has not caught up.
+    unindexed: tuple[MemoryRecord, ...] = ()
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):

@@ -65,11 +65,17 @@ from .results import (
 if TYPE_CHECKING:
     from .tracing import Tracing
 
-__all__ = ["Engine", "EngineObserver", "GraphWrite", "MemoryWrite", "WRITE_TIMEOUT_S"]
+__all__ = ["Engine", "EngineObserver", "GraphWrite", "MemoryWrite", "UNINDEXED_LIMIT", "WRITE_TIMEOUT_S"]
 
 log = logging.getLogger("braid")
 
 T = TypeVar("T")
+
+#: Memories written but not yet in a derived source (Typesense) that a recall
+#: hands it to rank as it would (:attr:`indexers.base.SearchQuery.unindexed`):
+#: the newest ones. A longer backlog (Typesense down, a bulk import) is found
+#: by the other sources until the outbox catches up.
+UNINDEXED_LIMIT = 256
 
 #: Tenants whose speaker lists one process keeps (cleared whole when full).
 _SPEAKER_CACHE_TENANTS = 10_000
@@ -380,25 +386,6 @@ class Engine:
         plan = await self.plan(tenant, opts.query)
         allowed = STRATEGY_MATCHES[opts.strategy]
 
-        embedding_ms = 0.0
-        vector = opts.embedding if "vector" in allowed else None
-        embedding_status: EmbeddingStatus = "client" if "vector" in allowed else "none"
-        if vector is None and "vector" in allowed:
-            # The query lane never waits for writes, but it can be busy with other
-            # recalls' queries or short of CPU: past the deadline the recall goes
-            # on without a vector (the inference still finishes and is cached).
-            # A hosted embedder that fails (indexers.hosted_embedding) degrades the
-            # recall the same way, as `error`.
-            start = time.perf_counter()
-            failed = False
-            with anyio.move_on_after(cfg.embedding.query_deadline_ms / 1000.0):
-                try:
-                    vector = await self.embedder.embed_query(plan.text)
-                except (EmbeddingUnavailable, EmbeddingRefused):
-                    failed = True
-            embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
-            embedding_status = "ok" if vector is not None else "error" if failed else "timeout"
-
         wanted = [
             name
             for name in self.sources
@@ -406,7 +393,38 @@ class Engine:
             and (opts.sources is None or name in opts.sources)
             and self._matches[name] & allowed
         ]
+        embedding_ms = 0.0
+        vector = opts.embedding if "vector" in allowed else None
+        embedding_status: EmbeddingStatus = "client" if "vector" in allowed else "none"
         covering = self._covering.intersection(wanted)
+        unindexed: tuple[MemoryRecord, ...] = ()
+        async with anyio.create_task_group() as tg:
+            if derived := self._derived.intersection(wanted):
+                # Read while the query is embedded: it adds no wait of its own.
+                # Their embeddings only for a source that searches by vector itself.
+                embeddings = "vector" in allowed and any(not covering - {n} for n in derived)
+
+                async def read_unindexed() -> None:
+                    nonlocal unindexed
+                    unindexed = await self._unindexed(tenant, opts, min_conf, embeddings)
+
+                tg.start_soon(read_unindexed)
+            if vector is None and "vector" in allowed:
+                # The query lane never waits for writes, but it can be busy with other
+                # recalls' queries or short of CPU: past the deadline the recall goes
+                # on without a vector (the inference still finishes and is cached).
+                # A hosted embedder that fails (indexers.hosted_embedding) degrades the
+                # recall the same way, as `error`.
+                start = time.perf_counter()
+                failed = False
+                with anyio.move_on_after(cfg.embedding.query_deadline_ms / 1000.0):
+                    try:
+                        vector = await self.embedder.embed_query(plan.text)
+                    except (EmbeddingUnavailable, EmbeddingRefused):
+                        failed = True
+                embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
+                embedding_status = "ok" if vector is not None else "error" if failed else "timeout"
+
         queries = {
             name: SearchQuery(
                 tenant=tenant,
@@ -420,6 +438,7 @@ class Engine:
                 reference_time=now,
                 matches=self._matches[name] & allowed,
                 model=(opts.embedding_model if opts.embedding is not None else None) or self.embedder.model,
+                unindexed=unindexed if name in self._derived else (),
             )
             for name in wanted
         }
@@ -522,6 +541,27 @@ class Engine:
             for n, r in results.items()
         }
 
+    async def _unindexed(
+        self, tenant: str, opts: RecallOptions, min_confidence: float, embeddings: bool
+    ) -> tuple[MemoryRecord, ...]:
+        """The memories matching the recall's filters that are written but not
+        yet in the derived sources' copies (:meth:`PostgresStore.unindexed`, the
+        newest :data:`UNINDEXED_LIMIT`, with their embeddings if
+        ``embeddings``); none when Postgres does not answer within
+        ``query.speakerLookupMs`` (those sources then rank without them, as
+        before they catch up)."""
+        cfg = self.config.current
+        read = self.store.unindexed(
+            tenant,
+            opts.filters,
+            min_confidence=min_confidence,
+            memory_tiers=cfg.memory_tiers,
+            limit=UNINDEXED_LIMIT,
+            forgetting=Forgetting.from_config(cfg),
+            embeddings=embeddings,
+        )
+        return tuple(await self._ranking_read(read, "memories not yet indexed", []))
+
     async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
         """The recall counts of ``ids``; none (the usage factor is left out)
         when Postgres is slow or down."""
@@ -604,6 +644,12 @@ def _result(
         degraded=degraded,
         embedding_ms=embedding_ms,
         embedding_status=embedding_status,
-        query=QueryInfo(text=plan.text, speakers=list(plan.speakers), dates=list(plan.dates), current=plan.current),
+        query=QueryInfo(
+            text=plan.text,
+            speakers=list(plan.speakers),
+            dates=list(plan.dates),
+            current=plan.current,
+            addressed=list(plan.addressed),
+        ),
         strategy=strategy,
     )

@@ -50,7 +50,7 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from config import BraidConfig
+from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
@@ -67,7 +67,7 @@ from .postgres import (
 )
 from .registry import register
 
-__all__ = ["GraphSource", "fact_sentence", "personalized_pagerank"]
+__all__ = ["GraphSource", "above_share", "fact_sentence", "personalized_pagerank"]
 
 log = logging.getLogger("braid.graph")
 
@@ -184,6 +184,18 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
         """
 
 
+def above_share(hits: list[Hit], share: float) -> list[Hit]:
+    """The ``hits`` scoring at least ``share`` of the best one's score (all of
+    them at 0). The walk passes some PageRank to every memory of every entity
+    it reaches, so without a cut the list holds most of a small tenant;
+    facts and memories are scored on different scales and each cut against
+    their own best."""
+    best = max((h.score for h in hits), default=0.0)
+    if share <= 0 or best <= 0:
+        return hits
+    return [h for h in hits if h.score >= share * best]
+
+
 class GraphSource(PoolSource):
     name = "graph"
     #: Without a vector it is seeded by the entities the query names.
@@ -199,8 +211,10 @@ class GraphSource(PoolSource):
             if not seeds:
                 return []
             ppr = await _pagerank([(e[1], e[2], e[4]) for e in edges], seeds, cfg.graph.damping)
-            hits = self._facts(cfg, query, edges, ppr)
-            hits += await self._memories(cfg, query, ppr)
+            section = cfg.source(self.name)
+            share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
+            hits = above_share(self._facts(cfg, query, edges, ppr), share)
+            hits += above_share(await self._memories(cfg, query, ppr), share)
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         hits.sort(key=lambda h: (-h.score, h.id))

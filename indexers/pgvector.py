@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from time import monotonic
 from typing import Any, NamedTuple
@@ -40,7 +40,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from config import BraidConfig, TierConfig, is_safe_name
+from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
@@ -73,6 +73,7 @@ __all__ = [
     "search_plans",
     "search_settings",
     "set_search_params",
+    "similarity_floor",
     "SearchPlan",
     "WALK_AHEAD",
     "WALK_MEMORY_S",
@@ -399,6 +400,15 @@ def nearest_sql(
     """
 
 
+def _cosine(row: dict[str, Any]) -> float:
+    return 1.0 - float(row["distance"])
+
+
+def _similarity(row: dict[str, Any]) -> float:
+    """A folded row's cosine similarity to the query (its ``similarity`` column)."""
+    return float(row["similarity"])
+
+
 class SearchPlan(NamedTuple):
     """One statement of a tier search and how its rows' scores are made."""
 
@@ -408,10 +418,13 @@ class SearchPlan(NamedTuple):
     #: The same search walking the index without counting (None when a
     #: ``created_before`` makes the walk's rows ahead count).
     walk: str | None = None
+    #: A row's cosine similarity to the query, whatever the score ranks by
+    #: (what the source's floors compare).
+    similarity: Callable[[dict[str, Any]], float] = _cosine
 
 
-def _cosine(row: dict[str, Any]) -> float:
-    return 1.0 - float(row["distance"])
+#: The cosine similarity of a folded row, selected beside its objective.
+_FOLDED_COLUMNS = f"{HIT_COLUMNS}, 1.0 - (m.embedding <=> %(vec)s) AS similarity"
 
 
 def _decayed(scale: float) -> Callable[[dict[str, Any]], float]:
@@ -449,7 +462,8 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
         walk = None
         if walkable and ahead is None:
             walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False)
-        return SearchPlan(nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk)
+        similarity = _cosine if op == "<=>" else _similarity
+        return SearchPlan(nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk, similarity)
 
     if not live:
         return [plan(_cosine, where)]
@@ -460,6 +474,7 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
             "m.folded",
             "<#>",
             None if ahead is None else f"{ahead} AND m.fold_epoch = {int(e.epoch)}",
+            columns=_FOLDED_COLUMNS,
         )
         for e in live
     ]
@@ -481,6 +496,21 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
             )
         )
     return plans
+
+
+def similarity_floor(similarities: Sequence[float], minimum: float | None, relative: float) -> float:
+    """The least cosine similarity a hit needs to be returned: ``minimum``
+    (``None``: -1, no floor), or ``relative`` times the best of
+    ``similarities`` when that is higher (a share of a best hit that is
+    itself no match, at or below 0, cuts nothing more).
+
+    Without a floor a vector list holds every memory of a small tenant, and
+    fusion then counts "listed by two sources" as agreement; the floor keeps
+    a vector list to the memories that are near the query.
+    """
+    floor = -1.0 if minimum is None else minimum
+    best = max(similarities, default=0.0)
+    return max(floor, relative * best) if relative > 0 and best > 0 else floor
 
 
 #: Searches a recall may start over because a tier's folds changed meanwhile.
@@ -530,7 +560,10 @@ class PgvectorSource(PoolSource):
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         rows.sort(key=lambda r: (-r["score"], r["id"]))
-        return [hit_from_row(r, r["score"]) for r in rows[:limit]]
+        section = cfg.source(self.name)
+        assert isinstance(section, PgvectorSourceConfig)
+        floor = similarity_floor([r["similarity"] for r in rows], section.min_similarity, section.relative_floor)
+        return [hit_from_row(r, r["score"]) for r in rows if r["similarity"] >= floor][:limit]
 
     async def _search_tiers(
         self,
@@ -550,7 +583,7 @@ class PgvectorSource(PoolSource):
         retired an epoch since the folds were last read)."""
         reference = query.reference_time or datetime.now(UTC)
         reads = [Read(EPOCHS_SQL)]
-        scores: list[Callable[[dict[str, Any]], float] | None] = [None]
+        plans: list[SearchPlan | None] = [None]
         counted: list[tuple[str, str, str, float] | None] = [None]
         first: dict[str, str] | None = None  # the first tier's settings go with the tenant scope
         settings: dict[str, str] | None = None
@@ -585,23 +618,24 @@ class PgvectorSource(PoolSource):
                 first = wanted
             elif wanted != settings:
                 reads.append(Read(_SET_SEARCH_SQL, list(wanted.values())))
-                scores.append(None)
+                plans.append(None)
                 counted.append(None)
             settings = wanted
             for plan in search_plans(where, guess.get(tier, []), reference, ahead):
                 statement, key = self._statement(plan, query)
                 reads.append(Read(statement, params, dict_row))
-                scores.append(plan.score)
+                plans.append(plan)
                 counted.append(key)
         results = await tenant_reads(self._pool, query.tenant, reads, settings=first, repeatable_read=True)
         rows: list[dict[str, Any]] = []
-        for found, score, key in zip(results[1:], scores[1:], counted[1:], strict=True):
-            if score is None:
+        for found, made_by, key in zip(results[1:], plans[1:], counted[1:], strict=True):
+            if made_by is None:
                 continue
             if key is not None and found:
                 self._remember(key, bool(found[0]["exact"]))
             for row in found:
-                row["score"] = score(row)
+                row["score"] = made_by.score(row)
+                row["similarity"] = made_by.similarity(row)
                 rows.append(row)
         return rows, epochs_from_rows(results[0])
 

@@ -77,11 +77,15 @@ class QueryInfo(msgspec.Struct):
 
     #: The text the sources searched (and the query embedding was made of).
     text: str
+    #: Known speakers the query is about: their memories are boosted.
     speakers: list[str]
     #: Inclusive ``[first, last]`` day ranges the query names.
     dates: list[tuple[date, date]]
     #: The query asks how things stand now (the order factor applies).
     current: bool = False
+    #: Known speakers the query only addresses ("Thanks, Melanie!") or names
+    #: as who says it ("Melanie: ..."): taken out of the searched text, not boosted.
+    addressed: list[str] = msgspec.field(default_factory=list)
 
 
 EmbeddingStatus = Literal["ok", "client", "timeout", "error", "none"]

@@ -128,6 +128,13 @@ def markdown(report: dict[str, Any]) -> str:
         + ".",
     ]
 
+    if ceiling := report.get("ceilings"):
+        lines += [
+            "",
+            f"Ceilings (`benchmarks/quality/ceilings.py`): an oracle picking the best single source per question "
+            f"R@10 {_f(ceiling['oracle R@10'])}; the union of the three top-10s (up to 30 memories) "
+            f"R {_f(ceiling['union R@10'])}; fused R@10 {_f(configs['fused']['overall']['R@10'])}.",
+        ]
     lines += ["", "## Targets", ""]
     for passed, what in targets(report):
         lines.append(f"- {'PASS' if passed else 'not checked' if passed is None else '**FAIL**'}: {what}")
@@ -165,8 +172,33 @@ def markdown(report: dict[str, Any]) -> str:
         for row in sweep:
             o = row["score"]["overall"]
             lines.append(f"| {row['name']} | {' | '.join(_f(o[m]) for m in METRICS)} | {row['score']['degraded']} |")
+        lines += _sweep_sources(sweep)
     lines += ["", f"`{summary_line(report)}`", ""]
     return "\n".join(lines)
+
+
+def _sweep_sources(sweep: list[dict[str, Any]]) -> list[str]:
+    """The sweep's rows with every source alone and the ceilings (``--sweep-sources``)."""
+    rows = [r for r in sweep if "configs" in r["score"]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Each source alone under each set, and the ceilings (R@10; union: R over the three top-10s):",
+        "",
+        "| set | typesense | pgvector | graph | fused | fused - best single | oracle | union | per category (fused) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        s = row["score"]
+        singles = [s["configs"][n]["R@10"] for n in SINGLE]
+        fused = s["overall"]["R@10"]
+        cats = ", ".join(f"{k} {_f(v['R@10'])}" for k, v in s["by_category"].items())
+        lines.append(
+            f"| {row['name']} | {' | '.join(_f(v) for v in singles)} | {_f(fused)} | {fused - max(singles):+.3f} "
+            f"| {_f(s['ceilings']['oracle R@10'])} | {_f(s['ceilings']['union R@10'])} | {cats} |"
+        )
+    return lines
 
 
 def _per_conv(convs: list[dict[str, Any]], key: str) -> str:

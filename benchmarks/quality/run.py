@@ -19,6 +19,7 @@ import httpx
 from benchmarks.common import LOCOMO_DATA, ROOT, pct
 
 from .api import ConfigRun, post_retrying, recall_many
+from .ceilings import SINGLE, locomo_ceilings
 from .locomo import Conversation, MappingOptions, Question, conversation_memories, load_conversations
 from .metrics import hit_ranks, mean
 from .naive import MAX_K, naive_reference, summarize
@@ -79,6 +80,12 @@ async def recall_all(
     for (conv, _), answer in zip(jobs, run.answers, strict=True):
         answer.ranked = [d for d in (conv.dia_id(m) for m in answer.ranked) if d is not None]
     return run
+
+
+def ceilings(jobs: list[Job], runs: dict[str, ConfigRun]) -> dict[str, float]:
+    """The oracle's and the union's R@10 over the single-source runs (:mod:`.ceilings`)."""
+    per_source = {name: [a.ranked for a in r.answers] for name, r in runs.items() if name in SINGLE}
+    return locomo_ceilings([q.evidence for _, q in jobs], per_source)
 
 
 def score(jobs: list[Job], run: ConfigRun) -> dict[str, Any]:
@@ -157,12 +164,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
                 async def fused() -> dict[str, Any]:
                     again = await recall_all(client, svc, jobs, None, args.concurrency, track=track(False))
-                    return score(jobs, again)
+                    if not args.sweep_sources:
+                        return score(jobs, again)
+                    # Every source alone too: what a setting does to each list, and to the ceilings.
+                    alone = {
+                        name: await recall_all(client, svc, jobs, sources, args.concurrency, track=track(False))
+                        for name, sources in CONFIGS.items()
+                        if sources is not None
+                    }
+                    return {
+                        **score(jobs, again),
+                        "configs": {name: score(jobs, r)["overall"] for name, r in alone.items()},
+                        "ceilings": ceilings(jobs, alone),
+                    }
 
                 report["sweep"] = await run_sweep(client, svc, load_sweep(args.sweep), fused)
     finally:
         await asyncio.to_thread(svc.stop)
     report["configs"] = {name: score(jobs, r) for name, r in runs.items()}
+    report["ceilings"] = ceilings(jobs, runs)
     report["questions"] = [
         {
             "conversation": c.id,
@@ -229,5 +249,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.yaml",
         help="after the run, reload each override set of FILE and ask the fused recalls again (tuning.py)",
+    )
+    parser.add_argument(
+        "--sweep-sources",
+        action="store_true",
+        help="with --sweep: ask each source alone again under every set too, and report the ceilings per set",
     )
     parser.add_argument("--no-track", action="store_true", help="send no `track` field (a service without it)")

@@ -18,6 +18,7 @@ from ..lifecycle import Forgetting
 __all__ = [
     "HIT_COLUMNS",
     "RECORD_COLUMNS",
+    "RECORD_COLUMNS_NO_EMBEDDING",
     "filter_clause",
     "lifecycle_clause",
     "hit_from_row",
@@ -32,6 +33,12 @@ def _columns(names: Sequence[str]) -> str:
 
 #: The memory columns :func:`record_from_row` reads: every stored field.
 RECORD_COLUMNS = _columns(RECORD_FIELDS)
+
+#: :data:`RECORD_COLUMNS` with the embedding left out (read as ``NULL``): a
+#: vector costs more to read and convert than the rest of the row.
+RECORD_COLUMNS_NO_EMBEDDING = ", ".join(
+    "NULL::vector AS embedding" if name == "embedding" else f"m.{name}" for name in RECORD_FIELDS
+)
 
 #: The memory columns :func:`hit_from_row` reads: the shown fields.
 HIT_COLUMNS = _columns(SHOWN_FIELDS)

@@ -174,11 +174,24 @@ class Bm25Plan:
         chosen = select_terms(self.terms, self.dfs, self.budget)
         return None if chosen == self.sent else self._candidates(chosen)
 
-    def ranking(self, docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    def ranking(self, docs: Sequence[Mapping[str, Any]], floor: float = 0.0) -> list[str]:
         """The candidates' memory ids by BM25 over every query term, best
-        first (ties keep Typesense's order: shorter first)."""
+        first (ties keep Typesense's order: shorter first), without those
+        scoring below ``floor`` times the best score (0: none left out)."""
+        scored = self.scores(docs)
+        best = max(scored.values(), default=0.0)
+        return [m for m, score in scored.items() if score >= floor * best]
+
+    def holds_sent(self, doc: Mapping[str, Any]) -> bool:
+        """Whether the last candidate search (its ``terms:=[...]`` filter)
+        would have found ``doc``: it holds one of the terms it was sent for."""
+        return self.sent is not None and not set(self.sent).isdisjoint(doc.get("terms", ()))
+
+    def scores(self, docs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The candidates' memory ids and BM25 scores over every query term,
+        best first (ties keep the order of ``docs``)."""
         if not docs:
-            return []
+            return {}
         w = self.context_weight
         total = self.stats.total if self.stats is not None else len(docs)
         idfs = {t: idf(self.dfs.get(t, 0), total) for t in self.terms}
@@ -213,7 +226,7 @@ class Bm25Plan:
         avgdl = avgdl or 1.0
         scores = [bm25_score(self.terms, tf, length, idfs, avgdl) for tf, length in zip(tfs, lengths, strict=True)]
         order = sorted(range(len(docs)), key=lambda i: -scores[i])
-        return [docs[i]["memory_id"] for i in order]
+        return {docs[i]["memory_id"]: scores[i] for i in order}
 
 
 class Bm25Keywords:

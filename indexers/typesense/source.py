@@ -10,8 +10,10 @@ is read by the role of the search it answers, never by its position.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
@@ -22,7 +24,15 @@ from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
 from .bm25 import Bm25Keywords, Bm25Plan
 from .client import SOURCE, TypesenseClient
-from .documents import NO_EXPIRY, document_field, hit_from_document, narrow_filter, vector_literal, vectors_alias
+from .documents import (
+    NO_EXPIRY,
+    combined_document,
+    document_field,
+    hit_from_document,
+    narrow_filter,
+    vector_literal,
+    vectors_alias,
+)
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
@@ -132,12 +142,23 @@ class TypesenseSource:
             # terms the counts that came back choose.
             answered[again[0]] = (await self.client.multi_search([{**common, **again[1]}]))[0]
 
-        # Hits outside the allowed tiers or under the confidence floor go first.
+        # Hits outside the allowed tiers or under the confidence floor go first,
+        # and so do the documents of memories rewritten since (their outbox rows
+        # pending): the memory as stored now stands in for them, as one
+        # document with its terms and, if read, its embedding.
+        pending = {r.id: combined_document(r) for r in query.unindexed}
         results: dict[str, dict[str, Any]] = {
-            role: {**answer, "hits": [h for h in answer.get("hits", []) if allowed_doc(h["document"])]}
+            role: {
+                **answer,
+                "hits": [
+                    h
+                    for h in answer.get("hits", [])
+                    if allowed_doc(h["document"]) and h["document"]["memory_id"] not in pending
+                ],
+            }
             for role, answer in answered.items()
         }
-        docs: dict[str, dict[str, Any]] = {}
+        docs: dict[str, dict[str, Any]] = dict(pending)
         for result in results.values():
             for h in result["hits"]:
                 docs.setdefault(h["document"]["memory_id"], h["document"])
@@ -146,25 +167,57 @@ class TypesenseSource:
             rankings["keyword"] = _ids(results["single"])
         elif bm25 is not None:
             found = [h["document"] for h in results[BM25_CANDIDATES]["hits"]]
-            rankings["keyword"] = bm25.ranking(found)[:candidates]
+            # Not in Typesense yet: scored as the candidate search would have found them.
+            found += [d for d in pending.values() if bm25.holds_sent(d)]
+            rankings["keyword"] = bm25.ranking(found, ts.relative_floor)[:candidates]
         elif terms:
             if total is None:
                 total = int(results["count"].get("found", 0))
                 self._totals.put(filter_by, total)
             rankings["keyword"] = idf_ranking([results[f"term:{t}"] for t in terms], total)[:candidates]
-        if "vector" in results:
-            # Only vectors of the query's model count: a document whose
-            # embedding another model made is dropped from this list (checked
-            # on the hits, as the tiers are: the clause would match nearly
-            # every document), never compared. Its keyword matches stand.
-            same_model = [h for h in results["vector"]["hits"] if h["document"].get("model") == query.model]
-            rankings["vector"] = [h["document"]["memory_id"] for h in same_model]
+        if "vector" in results and query.vector is not None:
+            rankings["vector"] = _vector_ranking(
+                results["vector"]["hits"], query, pending.values(), ts.min_similarity, candidates
+            )
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+def _vector_ranking(
+    hits: Sequence[Mapping[str, Any]],
+    query: SearchQuery,
+    pending: Iterable[Mapping[str, Any]],
+    min_similarity: float | None,
+    candidates: int,
+) -> list[str]:
+    """The vector search's memory ids, nearest first, with the ``pending``
+    documents (not in Typesense yet) placed by their own cosine similarity to
+    the query, and none less similar than ``min_similarity``.
+
+    Only vectors of the query's model count: a document whose embedding
+    another model made is dropped from this list (checked on the hits, as
+    the tiers are: the clause would match nearly every document), never
+    compared. Its keyword matches stand. Typesense's ``vector_distance`` is
+    the cosine distance, ``1 - similarity`` (``None``: no floor).
+    """
+    q = np.asarray(query.vector, dtype=np.float64)
+    near: list[tuple[float, int, str]] = [
+        (1.0 - float(h.get("vector_distance", 0.0)), -i, h["document"]["memory_id"])
+        for i, h in enumerate(hits)
+        if h["document"].get("model") == query.model
+    ]
+    near += [
+        (float(np.dot(q, np.asarray(d["embedding"], dtype=np.float64))), -len(hits), d["memory_id"])
+        for d in pending
+        if d.get("model") == query.model and "embedding" in d
+    ]
+    near.sort(key=lambda n: (-n[0], -n[1], n[2]))
+    floor = -1.0 if min_similarity is None else min_similarity
+    return [memory_id for similarity, _, memory_id in near if similarity >= floor][:candidates]
 
 
 def _searches(

@@ -249,7 +249,9 @@ async def test_recall_filters_and_strategies_pass_through(connect: Connect) -> N
         assert [i["id"] for i in filtered.structured_content["items"]] == ["database"]
         assert text_of(filtered).startswith("[Memory: decision | 2026-01-15]\nWe chose Postgres")
         nothing = await client.call_tool("recall", {"query": CAR_QUESTION, "session_id": "no-such-session"})
-        tight = await client.call_tool("recall", {"query": CAR_QUESTION, "top_k": 2, "budget_tokens": 1})
+        tight = await client.call_tool(
+            "recall", {"query": "What does Alex do every week?", "top_k": 2, "budget_tokens": 1}
+        )
     assert not nothing.is_error
     assert text_of(nothing) == "(no memories)"
     assert nothing.structured_content["items"] == []

@@ -127,6 +127,7 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
         "speakers": ["Caroline"],
         "dates": [["2023-07-01", "2023-07-31"]],
         "current": False,
+        "addressed": [],
     }
     items = {i["id"]: i for i in out["items"]}
     assert set(items) == set(ids)
@@ -141,6 +142,33 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
             product *= f
         assert item["score"] == pytest.approx(item["rrf_score"] * product)
     assert [i["score"] for i in out["items"]] == sorted((i["score"] for i in out["items"]), reverse=True)
+
+
+async def test_a_speaker_the_query_addresses_is_not_boosted(braid: Braid) -> None:
+    """ "Thanks, Melanie!" talks to Melanie: her memories get no speaker
+    factor (the block used to fill with her generic "Thanks, Caroline!"
+    lines); "What did Melanie paint?" is about her: they do."""
+    said = [
+        ("Melanie", "Thanks, Caroline!"),
+        ("Melanie", "I painted a lake at sunset."),
+        ("Caroline", "Thanks, Melanie! That means a lot."),
+        ("Caroline", "I painted a sunflower."),
+    ]
+    ids = await braid.remember(*({"content": t, "speaker": s} for s, t in said))
+    await braid.synced()
+    thanks = await braid.recall("Thanks, Melanie!", top_k=4)
+    assert (thanks["query"]["text"], thanks["query"]["speakers"], thanks["query"]["addressed"]) == (
+        "Thanks, !",
+        [],
+        ["Melanie"],
+    )
+    assert [i for i in thanks["items"] if "speaker" in i["factors"]] == []
+    paint = await braid.recall("What did Melanie paint?", top_k=4)
+    assert (paint["query"]["speakers"], paint["query"]["addressed"]) == (["Melanie"], [])
+    boosted = {i["id"]: i["factors"].get("speaker") for i in paint["items"]}
+    assert boosted[ids[1]] == 1.5
+    assert paint["items"][0]["id"] == ids[1]
+    assert all(boosted[i] is None for i in (ids[2], ids[3]) if i in boosted)
 
 
 @pytest.mark.parametrize("fault", ["error", "stall"])

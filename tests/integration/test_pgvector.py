@@ -49,7 +49,10 @@ RARE_SHARE = 0.05
 
 
 def make_config(**tier_changes: TierConfig) -> BraidConfig:
-    cfg = load_config()
+    # Random unit vectors are about orthogonal (cosine near 0): without its
+    # floors the source returns its nearest ones, which these tests compare
+    # with an exact search (the floors: tests/unit/test_source_floors.py).
+    cfg = load_config().with_source("pgvector", min_similarity=None, relative_floor=0.0)
     tiers = {**cfg.tiers, **tier_changes}
     return msgspec.structs.replace(cfg, embedding=msgspec.structs.replace(cfg.embedding, dim=DIM), tiers=tiers)
 

@@ -909,7 +909,8 @@ async def test_fresh_upsert_into_a_new_collection_is_one_request(typesense_url: 
 
 @pytest.fixture
 def bm25(config: ConfigHolder) -> ConfigHolder:
-    with_typesense(config, keyword_mode="bm25")
+    # No floor: these tests count every candidate (the floor has its own test).
+    with_typesense(config, keyword_mode="bm25", relative_floor=0.0)
     return config
 
 
@@ -945,6 +946,22 @@ async def test_bm25_ranks_a_rare_term_above_a_common_one(
     )
     found = await ids(source, q("river quokka"))
     assert found[0] == "rare" and len(found) == 7
+
+
+@pytest.mark.anyio
+async def test_bm25_relative_floor_leaves_out_weak_matches(
+    index: TypesenseIndex, source: TypesenseSource, bm25: ConfigHolder
+) -> None:
+    """A document holding only a term most documents hold scores a small
+    share of the best: past the floor it is not listed."""
+    await index.upsert(
+        [record("rare", "quokka seen near the river bank", i=0)]
+        + [record(f"c{i}", f"river number {i}", i=i) for i in range(1, 7)]
+    )
+    with_typesense(bm25, keyword_mode="bm25", relative_floor=0.25)
+    assert await ids(source, q("river quokka")) == ["rare"]
+    # A query of the common term alone: every holder scores alike, all stay.
+    assert len(await ids(source, q("river"))) == 7
 
 
 @pytest.mark.anyio

@@ -140,3 +140,61 @@ def test_apply_factors_reranks_every_candidate() -> None:
         ("x", {}),
     ]
     assert [s.score for s in ranked] == pytest.approx([1.5 * 1.6 / 63, 1.6 / 62, 1 / 61])
+
+
+SPEAKERS = ["Melanie", "Caroline", "Jon"]
+
+
+@pytest.mark.parametrize(
+    ("text", "about", "spoken_to", "searched"),
+    [
+        # Addressed: a greeting right before the name, or the name alone in its clause.
+        ("Thanks, Melanie!", (), ("Melanie",), "Thanks, !"),
+        ("Thank you Melanie", (), ("Melanie",), "Thank you"),
+        ("Thanks Melanie for the tip", (), ("Melanie",), "Thanks for the tip"),
+        ("Hi Melanie", (), ("Melanie",), "Hi"),
+        ("Good morning Melanie!", (), ("Melanie",), "Good morning !"),
+        ("Melanie, what do you think?", (), ("Melanie",), ", what do you think?"),
+        ("What do you think, Melanie?", (), ("Melanie",), "What do you think, ?"),
+        ("So, Melanie, how was camping?", (), ("Melanie",), "So, , how was camping?"),
+        ("I love it, Melanie. What did you paint?", (), ("Melanie",), "I love it, . What did you paint?"),
+        # A speaker label says who speaks, not whom the text is about.
+        ("Melanie: thanks, Caroline!", (), ("Caroline", "Melanie"), ": thanks, !"),
+        # About them: a name inside its clause, a possessive, a list of names.
+        ("What did Melanie paint?", ("Melanie",), (), "What did paint?"),
+        ("Did you call Melanie?", ("Melanie",), (), "Did you call ?"),
+        ("No, Melanie painted it.", ("Melanie",), (), "No, painted it."),
+        ("So Melanie went home", ("Melanie",), (), "So went home"),
+        ("Melanie's dog", ("Melanie",), (), "dog"),
+        ("Melanie, Caroline and Jon went hiking", ("Caroline", "Jon", "Melanie"), (), ", and went hiking"),
+        ("When did Caroline meet Melanie?", ("Caroline", "Melanie"), (), "When did meet ?"),
+        # Both in one text: whom it talks to, and whom it is about.
+        ("Thanks, Melanie! What did Caroline paint?", ("Caroline",), ("Melanie",), "Thanks, ! What did paint?"),
+        ("Hey Melanie, what did Caroline paint?", ("Caroline",), ("Melanie",), "Hey , what did paint?"),
+        # Nothing but the name: it is what the text is about (and the text stays whole).
+        ("Melanie?", ("Melanie",), (), "Melanie?"),
+    ],
+)
+def test_a_name_used_to_address_someone_is_not_what_the_query_is_about(
+    text: str, about: tuple[str, ...], spoken_to: tuple[str, ...], searched: str
+) -> None:
+    plan = analyze_query(text, SPEAKERS)
+    assert (plan.speakers, plan.addressed, plan.text) == (about, spoken_to, searched)
+
+
+def test_an_addressed_speaker_is_not_boosted() -> None:
+    said = datetime(2023, 5, 1, tzinfo=UTC)
+    addressed = analyze_query("Thanks, Melanie!", SPEAKERS)
+    about = analyze_query("What did Melanie paint?", SPEAKERS)
+    for plan, factors in ((addressed, {}), (about, {"speaker": 1.5})):
+        assert (
+            score_factors(
+                speaker="Melanie",
+                created_at=said,
+                speakers=plan.speakers,
+                dates=plan.dates,
+                speaker_boost=0.5,
+                time_boost=0.6,
+            )
+            == factors
+        )

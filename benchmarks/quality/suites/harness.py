@@ -39,6 +39,7 @@ import yaml
 from benchmarks.common import ROOT, CpuMeter, cpu_used, pct
 
 from ..api import ApiError, ConfigRun, Progress, post_retrying, recall_many
+from ..ceilings import SINGLE, suite_ceilings
 from ..embed_cache import CACHE_PATH, EmbeddingCache, embed_cached
 from ..locomo import MappingOptions
 from ..metrics import mean
@@ -347,7 +348,21 @@ async def run_suite(suite: Suite, args: argparse.Namespace) -> dict[str, Any]:
                 async def fused() -> dict[str, Any]:
                     requests = recall_requests(svc, queries, args, None, False)
                     run = await recall_many(client, requests, args.concurrency, "recall fused")
-                    return {**suite.score([a.ranked for a in run.answers]), **answer_stats(run)}
+                    out = {**suite.score([a.ranked for a in run.answers]), **answer_stats(run)}
+                    if args.sweep_sources:
+                        # Every source alone too: what a setting does to each list, and to the ceilings.
+                        alone = {}
+                        for name, sources in CONFIGS.items():
+                            if sources is not None:
+                                requests = recall_requests(svc, queries, args, sources, False)
+                                run = await recall_many(client, requests, args.concurrency, f"recall {name}")
+                                alone[name] = [a.ranked for a in run.answers]
+                        scores = {name: suite.score(r) for name, r in alone.items()}
+                        out["configs"] = {
+                            n: {"overall": s["overall"], "by_kind": s["by_kind"]} for n, s in scores.items()
+                        }
+                        out["ceilings"] = suite_ceilings(suite.name, suite.score, alone)
+                    return out
 
                 with phase("sweep"):
                     report["sweep"] = await run_sweep(client, svc, load_sweep(args.sweep), fused)
@@ -358,6 +373,9 @@ async def run_suite(suite: Suite, args: argparse.Namespace) -> dict[str, Any]:
     report["configs"] = {
         name: {**suite.score([a.ranked for a in run.answers]), **answer_stats(run)} for name, run in runs.items()
     }
+    report["ceilings"] = suite_ceilings(
+        suite.name, suite.score, {name: [a.ranked for a in r.answers] for name, r in runs.items() if name in SINGLE}
+    )
     return report
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS, pyplot, write_results
 
+from ..ceilings import ORACLE_KEYS
 from .common import Column, Suite
 
 __all__ = ["markdown", "value", "write_outputs"]
@@ -105,6 +106,7 @@ def markdown(report: Mapping[str, Any], suite: Suite) -> str:
         "",
         *_table(report, suite, suite.headline, extra=True),
     ]
+    lines += _ceilings(report, suite)
     for title, columns in suite.tables.items():
         lines += ["", f"## {title[0].upper()}{title[1:]}", "", *_table(report, suite, columns)]
     headline_metrics = [m for kind, m in suite.headline if kind == "all"]
@@ -153,8 +155,72 @@ def markdown(report: Mapping[str, Any], suite: Suite) -> str:
         for row in sweep:
             cells = [_f(value(row["score"], c)) for c in suite.headline]
             lines.append(f"| {row['name']} | " + " | ".join(cells) + f" | {row['score']['degraded']} |")
+        lines += _sweep_sources(sweep, suite)
     lines += ["", f"`{suite.summary_line(report)}`", ""]
     return "\n".join(lines)
+
+
+def _ceilings(report: Mapping[str, Any], suite: Suite) -> list[str]:
+    """The oracle's figures beside the fused ones, and the union's (:mod:`..ceilings`)."""
+    ceiling = report.get("ceilings")
+    if not ceiling:
+        return []
+    columns = suite.headline
+    fused = report["configs"]["fused"]
+    lines = [
+        "",
+        "## Ceilings",
+        "",
+        "What fusion could reach with these lists (`benchmarks/quality/ceilings.py`): an oracle picking the best "
+        "single source per question; the union of the three top-10s (up to 30 memories, as one list).",
+        "",
+        "| | " + " | ".join(_label(c) for c in columns) + " |",
+        "|---|" + "---|" * len(columns),
+        "| fused | " + " | ".join(_f(value(fused, c)) for c in columns) + " |",
+        "| oracle | " + " | ".join(_f(value(ceiling["oracle"], c)) for c in columns) + " |",
+    ]
+    union = ceiling.get("union", {})
+    if union:
+        lines.append(
+            "| union of top-10s | "
+            + " | ".join(_f(union.get(c[1], math.nan)) if c[0] == "all" else "–" for c in columns)
+            + " |"
+        )
+    return lines
+
+
+def _sweep_sources(sweep: Sequence[Mapping[str, Any]], suite: Suite) -> list[str]:
+    """Each sweep row's sources alone, fused and ceilings (``--sweep-sources``):
+    the headline figures, and the first overall one per question kind."""
+    rows = [r for r in sweep if "configs" in r["score"]]
+    if not rows:
+        return []
+    columns = suite.headline
+    # Per kind, the figure the oracle picks a source by first (LongMemEval: turn all@10).
+    per_kind = ORACLE_KEYS.get(suite.name, (None,))[0]
+    kinds = list(rows[0]["score"]["by_kind"]) if per_kind else []
+    head = [_label(c) for c in columns] + [f"{k} {per_kind}" for k in kinds]
+    lines = [
+        "",
+        "Each source alone under each set, fused, and the ceilings (oracle: the best source per question; "
+        "union: the three top-10s as one list):",
+        "",
+        "| set | list | " + " | ".join(head) + " |",
+        "|---|---|" + "---|" * len(head),
+    ]
+    for row in rows:
+        s = row["score"]
+        union = s["ceilings"].get("union", {})
+        named = [*((n, s["configs"][n]) for n in ("typesense", "pgvector", "graph")), ("fused", s)]
+        named.append(("oracle", s["ceilings"]["oracle"]))
+        for name, score in named:
+            cells = [_f(value(score, c)) for c in columns]
+            cells += [_f(score["by_kind"][k].get(per_kind or "", math.nan)) for k in kinds]
+            lines.append(f"| {row['name']} | {name} | " + " | ".join(cells) + " |")
+        if union:
+            cells = [_f(union.get(c[1], math.nan)) if c[0] == "all" else "–" for c in columns] + ["–"] * len(kinds)
+            lines.append(f"| {row['name']} | union | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(report: Mapping[str, Any], suite: Suite, path: Path) -> None:
