@@ -250,7 +250,8 @@ class GraphSource(PoolSource):
                 seeds[row[1]] = row[5]
             else:
                 edges.append(row)
-        return seeds, edges
+        # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
+        return dict(sorted(seeds.items())), edges
 
     def _facts(
         self,
@@ -329,11 +330,13 @@ def _memories_sql(filters: Filters, where: str) -> str:
         ),
         -- ...of which only the newest few are read.
         linked AS (
-            SELECT mn.memory_id, s.share
+            SELECT mn.memory_id, s.entity_id, s.share
             FROM s CROSS JOIN LATERAL ({_capped_mentions(filters, where)}) mn
         ),
         ranked AS (
-            SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
+            -- Summed in one order: memories naming the same entities tie
+            -- exactly (then by id), whatever plan Postgres picks.
+            SELECT memory_id, sum(share ORDER BY entity_id) AS score FROM linked GROUP BY memory_id
         )
         -- Best first, then the memory rows: the join stops at the limit
         -- instead of fetching every candidate.
