@@ -171,10 +171,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "category": q.category,
             "evidence": sorted(q.evidence),
             "hit_ranks": {name: hit_ranks(r.answers[i].ranked, q.evidence) for name, r in runs.items()},
+            # Each evidence item's rank (in `evidence` order), None when not returned.
+            "item_ranks": {
+                name: [_rank_of(r.answers[i].ranked, e) for e in sorted(q.evidence)] for name, r in runs.items()
+            },
         }
         for i, (c, q) in enumerate(jobs)
     ]
     return report
+
+
+def _rank_of(ranked: list[str], item: str) -> int | None:
+    """1-based rank of ``item`` in ``ranked``, None when absent."""
+    return ranked.index(item) + 1 if item in ranked else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
