@@ -94,6 +94,17 @@ async def test_relation_weights_count_the_memories_that_state_them(plain: Braid)
     assert rows(plain, "SELECT count(*) FROM relation_support WHERE memory_id = 'b'") == [(0,)]
 
 
+async def test_a_swept_memory_takes_its_support_back(plain: Braid) -> None:
+    await plain.remember(
+        {"content": "Sam flew from Porto to Berlin.", "id": "kept"},
+        {"content": "Sam flew from Porto to Berlin again.", "id": "gone", "expires_at": "2020-01-01T00:00:00Z"},
+    )
+    assert derived(plain)[("Berlin", "mentioned_with", "Porto")] == 2.0
+    assert await plain.runtime.sweeper.sweep() == 1
+    assert derived(plain)[("Berlin", "mentioned_with", "Porto")] == 1.0
+    assert rows(plain, "SELECT memory_id FROM relation_support GROUP BY memory_id") == [("kept",)]
+
+
 async def test_client_entities_merge_with_extracted_ones(plain: Braid) -> None:
     assert (await plain.post("/v1/graph", {"entities": [{"name": "Lisbon", "type": "city"}]})).status_code == 201
     await plain.remember({"content": LISBON, "id": "m", "entities": ["google", "Project Atlas", "ALEX"]})
