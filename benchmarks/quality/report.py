@@ -160,8 +160,7 @@ def markdown(report: dict[str, Any]) -> str:
         lat = c["latency_ms"]
         lines.append(f"| {name} | {lat['p50']:.1f} | {lat['p95']:.1f} | {c['recalls_per_s']:.0f} | {src} |")
     if sweep := report.get("sweep"):
-        asked = ", ".join(report.get("sweep_sources") or ()) or "fused"
-        lines += ["", f"## Sweep ({asked}, `track` false, after one ingestion)", ""]
+        lines += ["", "## Sweep (fused, `track` false, after one ingestion)", ""]
         lines += [f"| set | {' | '.join(METRICS)} | degraded |", "|---|" + "---|" * (len(METRICS) + 1)]
         for row in sweep:
             o = row["score"]["overall"]

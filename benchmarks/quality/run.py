@@ -108,7 +108,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     jobs: list[Job] = [(c, q) for c in convs for q in c.questions[: args.max_questions or None]]
     report: dict[str, Any] = {
-        "sweep_sources": args.sweep_sources,
         "data": str(args.data),
         "concurrency": args.concurrency,
         "scored": len(jobs),
@@ -155,9 +154,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.sweep:
 
                 async def fused() -> dict[str, Any]:
-                    again = await recall_all(
-                        client, svc, jobs, args.sweep_sources, args.concurrency, track=track(False)
-                    )
+                    again = await recall_all(client, svc, jobs, None, args.concurrency, track=track(False))
                     return score(jobs, again)
 
                 report["sweep"] = await run_sweep(client, svc, load_sweep(args.sweep), fused)
@@ -171,19 +168,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "category": q.category,
             "evidence": sorted(q.evidence),
             "hit_ranks": {name: hit_ranks(r.answers[i].ranked, q.evidence) for name, r in runs.items()},
-            # Each evidence item's rank (in `evidence` order), None when not returned.
-            "item_ranks": {
-                name: [_rank_of(r.answers[i].ranked, e) for e in sorted(q.evidence)] for name, r in runs.items()
-            },
         }
         for i, (c, q) in enumerate(jobs)
     ]
     return report
-
-
-def _rank_of(ranked: list[str], item: str) -> int | None:
-    """1-based rank of ``item`` in ``ranked``, None when absent."""
-    return ranked.index(item) + 1 if item in ranked else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,11 +236,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.yaml",
         help="after the run, reload each override set of FILE and ask the fused recalls again (tuning.py)",
-    )
-    parser.add_argument(
-        "--sweep-sources",
-        type=lambda v: v.split(","),
-        metavar="NAME[,NAME]",
-        help="locomo: the sweep's recalls ask these sources only (e.g. graph), not the fused list",
     )
     parser.add_argument("--no-track", action="store_true", help="send no `track` field (a service without it)")
