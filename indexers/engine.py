@@ -284,12 +284,14 @@ class Engine:
         """
         graph = self.config.current.graph
         self.extraction.extractor = graph.extract
-        extractor = self.extractors.get(graph.extract)
-        if extractor is None or not memories:
+        if graph.extract == "none" or not memories:
             return None
         speakers = [*await self.tenant_speakers(tenant), *(m.speaker for m in memories if m.speaker)]
         skip = frozenset(normalize_name(s) for s in speakers)
         try:
+            extractor = self.extractors.get(graph.extract)
+            if extractor is None:
+                return None
             out = await extractor.extract(
                 [m.content for m in memories], skip=skip, max_entities=graph.extract_max_entities
             )
