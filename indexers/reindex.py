@@ -308,12 +308,15 @@ class ReindexJobs:
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
             return
-        await self._set(job_id, status="done")
         await self._finish(job_id)
 
     async def _finish(self, job_id: str) -> None:
+        """``done`` with its finishing time, in one statement: a reader never
+        sees a job done without ``finished_at``."""
         async with self._store.pool.connection() as conn:
-            await conn.execute("UPDATE reindex_jobs SET finished_at = clock_timestamp() WHERE id = %s", (job_id,))
+            await conn.execute(
+                "UPDATE reindex_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = %s", (job_id,)
+            )
 
     async def _pgvector(self, tier: str | None, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         cfg = self._config.current
