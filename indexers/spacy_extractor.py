@@ -85,13 +85,15 @@ _DISABLED = ("senter",)
 
 _loaded: Any = None
 _load_lock = threading.Lock()
+#: One parse at a time in the process: a spaCy pipeline is not documented as
+#: safe to run from two threads, and a process has one extractor lane anyway
+#: (several only where several runtimes share a process, as in tests).
+_parse_lock = threading.Lock()
 
 
 def load_pipeline() -> Any:
     """The spaCy pipeline, offline, from the installed model package: loaded
-    once per process (about a second), shared by every extractor. A spaCy
-    pipeline may run in one thread at a time per extractor lane; extractors
-    of several runtimes in one process (tests) each have their lane."""
+    once per process (about a second), shared by every extractor."""
     global _loaded
     with _load_lock:
         if _loaded is None:
@@ -268,9 +270,9 @@ class SpacyExtractor:
         nlp = load_pipeline()
         start = time.thread_time()
         try:
-            return [
-                extract_doc(doc, skip=skip, max_entities=max_entities) for doc in nlp.pipe(texts, batch_size=PIPE_BATCH)
-            ]
+            with _parse_lock:
+                docs = list(nlp.pipe(texts, batch_size=PIPE_BATCH))
+            return [extract_doc(doc, skip=skip, max_entities=max_entities) for doc in docs]
         finally:
             self.seconds += time.thread_time() - start
 
