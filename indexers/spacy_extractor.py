@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
@@ -260,21 +259,15 @@ class SpacyExtractor:
 
     def __init__(self) -> None:
         self.lane = Lane("extract")
-        #: CPU seconds the lane's thread spent extracting.
-        self.seconds = 0.0
 
     def load(self) -> None:
         load_pipeline()
 
     def _run(self, texts: list[str], skip: frozenset[str], max_entities: int) -> list[Extraction]:
         nlp = load_pipeline()
-        start = time.thread_time()
-        try:
-            with _parse_lock:
-                docs = list(nlp.pipe(texts, batch_size=PIPE_BATCH))
-            return [extract_doc(doc, skip=skip, max_entities=max_entities) for doc in docs]
-        finally:
-            self.seconds += time.thread_time() - start
+        with _parse_lock:
+            docs = list(nlp.pipe(texts, batch_size=PIPE_BATCH))
+        return [extract_doc(doc, skip=skip, max_entities=max_entities) for doc in docs]
 
     async def extract(
         self, texts: Sequence[str], *, skip: frozenset[str] = frozenset(), max_entities: int = 16
