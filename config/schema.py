@@ -171,6 +171,14 @@ class GraphConfig(_Base, frozen=True):
     max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
     #: Memories read per reached entity (newest first); shares still use its full count.
     mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
+    #: Who extracts entities and relations from each written memory's content
+    #: (:mod:`indexers.extraction`): ``spacy`` (spaCy's small English model,
+    #: offline) or ``none``. Merged with the entities a client names. Read at
+    #: every write: a reload turns it on or off (the model loads on first use).
+    extract: Literal["none", "spacy"] = "spacy"
+    #: Most entities extracted from one memory (named entities first, then
+    #: noun compounds, then head nouns); a client's own entities come on top.
+    extract_max_entities: Annotated[int, Meta(ge=1, le=64)] = 16
 
 
 class LifecycleConfig(_Base, frozen=True):

@@ -36,6 +36,7 @@ from .base import (
 from .bookkeeping import Bookkeeper
 from .cache import RecallCache, cache_key
 from .embedding import Embedder
+from .extraction import Extraction, ExtractionStats, Extractors
 from .lifecycle import Forgetting
 from .postgres import (
     Deleted,
@@ -113,8 +114,13 @@ class Engine:
         sources: Mapping[str, Source],
         embedder: Embedder,
         bookkeeper: Bookkeeper | None = None,
+        extractors: Extractors | None = None,
     ) -> None:
         self.config = config
+        #: What extracts entities and relations on write (``graph.extract``).
+        self.extractors = Extractors() if extractors is None else extractors
+        #: This process's extraction counts (``/health``).
+        self.extraction = ExtractionStats(extractor=config.current.graph.extract)
         #: Records what recalls return; None: no usage is read or recorded.
         self.bookkeeper = bookkeeper
         self.store = store
@@ -210,28 +216,104 @@ class Engine:
             raise WriteTimeout(self.write_timeout_s) from exc
 
     async def write_memories(self, tenant: str, memories: Sequence[MemoryWrite]) -> Written:
+        """Store ``memories``: each embedded (unless it brings its vector),
+        linked to the entities it names and those extracted from its content
+        (``graph.extract``), in one transaction (:meth:`PostgresStore.write_memories`).
+
+        The entities a client names and the extracted ones are merged by
+        normalised name (the client's spelling kept); a new entity takes the
+        extractor's type. An extraction that fails does not fail the write:
+        the memories are stored with the client's entities only, the failure
+        is logged and counted (``/health``: ``extraction.failed``), and
+        ``POST /admin/reindex {"target": "graph"}`` extracts them again."""
         model = self.embedder.model
         missing = [m.content for m in memories if m.embedding is None]
-        vectors = iter(await self.embedder.embed(missing))
+        # Extraction and embedding run at once, each on its own thread; an
+        # embedding error is raised as it is (not in a task group's exception group).
+        embedded: list[list[tuple[float, ...]]] = []
+        failed: list[Exception] = []
+
+        async def embed() -> None:
+            try:
+                embedded.append(await self.embedder.embed(missing))
+            except Exception as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(embed)
+            extracted = await self._extract(tenant, memories)
+        if failed:
+            raise failed[0]
+        vectors = iter(embedded[0])
         inputs = [
             msgspec.structs.replace(m, embedding=next(vectors), model=model)
             if m.embedding is None
             else msgspec.structs.replace(m, model=m.model or model)
             for m in memories
         ]
-        named = sorted({" ".join(n.split()) for m in memories for n in m.entities})
-        existing = await self._bounded(self.store.existing_entities(tenant, named))
-        new_names = [n for n in named if normalize_name(n) not in existing]
-        new_entities = [
-            EntityInput(name=n, embedding=v, model=model)
-            for n, v in zip(new_names, await self.embedder.embed(new_names), strict=True)
-        ]
-        written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities))
+        named: dict[str, str] = {}
+        types: dict[str, str] = {}
+        for m in memories:
+            for n in m.entities:
+                named.setdefault(normalize_name(n), " ".join(n.split()))
+        for x in extracted or ():
+            for e in x.entities:
+                named.setdefault(normalize_name(e.name), e.name)
+                types.setdefault(normalize_name(e.name), e.type)
+        new_entities = await self._new_entities(tenant, named, types)
+        written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities, extracted))
         if any(m.speaker for m in memories):
             self._speakers.pop(tenant, None)
         if self.observer is not None:
             self.observer.wrote(written)
         return written
+
+    async def _new_entities(self, tenant: str, named: Mapping[str, str], types: Mapping[str, str]) -> list[EntityInput]:
+        """The entities of ``named`` (normalised name -> spelling) that the
+        tenant does not have yet, embedded, typed from ``types``."""
+        ordered = sorted(named.values(), key=normalize_name)
+        existing = await self._bounded(self.store.existing_entities(tenant, ordered))
+        new_names = [n for n in ordered if normalize_name(n) not in existing]
+        vectors = await self.embedder.embed(new_names)
+        return [
+            EntityInput(name=n, embedding=v, model=self.embedder.model, type=types.get(normalize_name(n)))
+            for n, v in zip(new_names, vectors, strict=True)
+        ]
+
+    async def _extract(self, tenant: str, memories: Sequence[MemoryWrite]) -> list[Extraction] | None:
+        """What ``graph.extract`` finds in each memory's content (not its
+        context), aligned with ``memories``; None when it is ``none`` or fails.
+
+        The tenant's speakers (and the batch's) are not extracted: who said a
+        memory is its ``speaker``, and a speaker's name in a turn mostly
+        addresses them ("Thanks, Caroline!") rather than says what it is about.
+        """
+        graph = self.config.current.graph
+        self.extraction.extractor = graph.extract
+        if graph.extract == "none" or not memories:
+            return None
+        speakers = [*await self.tenant_speakers(tenant), *(m.speaker for m in memories if m.speaker)]
+        skip = frozenset(normalize_name(s) for s in speakers)
+        try:
+            extractor = self.extractors.get(graph.extract)
+            if extractor is None:
+                return None
+            out = await extractor.extract(
+                [m.content for m in memories], skip=skip, max_entities=graph.extract_max_entities
+            )
+        except Exception as exc:  # the write lands without extraction: counted, logged, re-extractable
+            self.extraction.failed += len(memories)
+            log.warning(
+                "entity extraction (%s) failed, %d memories stored with the client's entities only: %s",
+                graph.extract,
+                len(memories),
+                str(exc) or type(exc).__name__,
+            )
+            return None
+        self.extraction.memories += len(out)
+        self.extraction.entities += sum(len(x.entities) for x in out)
+        self.extraction.relations += sum(len(x.relations) for x in out)
+        return out
 
     async def write_graph(self, tenant: str, graph: GraphWrite) -> dict[str, int]:
         model = self.embedder.model

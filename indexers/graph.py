@@ -17,7 +17,9 @@ tenant; PageRank runs in Python between them.
    relation weights as edge weights. PPR was chosen over hop decay because it
    rewards entities reached by many paths and damps hubs, and it needs no
    per-hop tuning: distance is already in the restart probability.
-4. **Results.** Each relation becomes a fact ("Alex prefers TypeScript."),
+4. **Results.** Each relation a client wrote becomes a fact ("Alex prefers
+   TypeScript."; relations extracted from memories, ``graph.extract``, are
+   walked but are not facts: the memories stating them are the evidence),
    scored ``weight * (ppr(source) + ppr(target))``; each memory that mentions
    reached entities gets a share of their PPR, each entity's split evenly
    among the memories mentioning it (a walk step from entity to memory), so
@@ -108,8 +110,9 @@ def _instant(relation_id: int, seconds: float) -> datetime | None:
 
 
 #: A relation the walk reached: id, source id, target id, relation, weight,
-#: time (epoch seconds of ``valid_from``, else ``created_at``), source name, target name.
-_Edge = tuple[int, int, int, str, float, float, str, str]
+#: time (epoch seconds of ``valid_from``, else ``created_at``), source name,
+#: target name, derived (extracted from memories: walked, never a fact).
+_Edge = tuple[int, int, int, str, float, float, str, str, bool]
 
 
 @functools.cache
@@ -123,11 +126,13 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
     relations in both directions, skipping those not valid now, or with
     ``as_of`` not valid then or written after it; of the relations among the
     entities reached, the ``%(max_edges)s`` heaviest are read. Rows: a seed
-    as ``(NULL, id, NULL, NULL, NULL, weight, NULL, NULL)``, then each
+    as ``(NULL, id, NULL, NULL, NULL, weight, NULL, NULL, NULL)``, then each
     relation as an :data:`_Edge` (its weight as stored, ``real``).
     """
     at = "%(as_of)s" if as_of else "now()"
     valid = f"(r.valid_from IS NULL OR r.valid_from <= {at}) AND (r.valid_to IS NULL OR r.valid_to > {at})"
+    # A derived relation no memory supports any more weighs nothing (indexers.postgres.derived).
+    valid += " AND (r.weight > 0 OR NOT r.derived)"
     if as_of:
         valid += " AND r.created_at <= %(as_of)s"
     near = ""
@@ -161,7 +166,7 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
         ),
         reached AS (SELECT DISTINCT entity_id FROM walk),
         edges AS (
-            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight,
+            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.derived,
                    -- As seconds: a row whose time Python cannot hold is
                    -- skipped in _facts instead of failing the whole read.
                    extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
@@ -173,10 +178,10 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
             ORDER BY r.weight DESC, r.id
             LIMIT %(max_edges)s
         )
-        SELECT NULL::bigint, id, NULL::bigint, NULL::text, NULL::real, weight, NULL::text, NULL::text
+        SELECT NULL::bigint, id, NULL::bigint, NULL::text, NULL::real, weight, NULL::text, NULL::text, NULL::bool
         FROM seeds
         UNION ALL
-        (SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.seconds, s.name, t.name
+        (SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.seconds, s.name, t.name, r.derived
          FROM edges r
          JOIN entities s ON s.tenant = %(tenant)s AND s.id = r.source_id
          JOIN entities t ON t.tenant = %(tenant)s AND t.id = r.target_id
@@ -259,7 +264,8 @@ class GraphSource(PoolSource):
                 seeds[row[1]] = row[5]
             else:
                 edges.append(row)
-        return seeds, edges
+        # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
+        return dict(sorted(seeds.items())), edges
 
     def _facts(
         self,
@@ -278,7 +284,9 @@ class GraphSource(PoolSource):
         if f.tiers is not None and cfg.entity_tier not in f.tiers:
             return []
         hits = []
-        for rel_id, source_id, target_id, relation, weight, seconds, source, target in edges:
+        for rel_id, source_id, target_id, relation, weight, seconds, source, target, derived in edges:
+            if derived:
+                continue
             created = _instant(rel_id, seconds)
             if created is None:
                 continue
@@ -336,11 +344,13 @@ def _memories_sql(filters: Filters, where: str) -> str:
         ),
         -- ...of which only the newest few are read.
         linked AS (
-            SELECT mn.memory_id, s.share
+            SELECT mn.memory_id, s.entity_id, s.share
             FROM s CROSS JOIN LATERAL ({_capped_mentions(filters, where)}) mn
         ),
         ranked AS (
-            SELECT memory_id, sum(share) AS score FROM linked GROUP BY memory_id
+            -- Summed in one order: memories naming the same entities tie
+            -- exactly (then by id), whatever plan Postgres picks.
+            SELECT memory_id, sum(share ORDER BY entity_id) AS score FROM linked GROUP BY memory_id
         )
         -- Best first, then the memory rows: the join stops at the limit
         -- instead of fetching every candidate.

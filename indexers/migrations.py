@@ -184,7 +184,7 @@ def _v4(dim: int) -> list[sql.Composable]:
 #: The tables migration v5 put under row-level security (later ones add their own).
 _V5_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
 #: Every table holding tenant rows: each has the ``tenant_rows`` policy.
-TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations")
+TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations", "relation_support")
 TENANT_ROLE = "braid_tenant"
 
 
@@ -394,6 +394,30 @@ def _v14(dim: int) -> list[sql.Composable]:
     return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
 
 
+def _v15(dim: int) -> list[sql.Composable]:
+    """Relations extracted from memories' texts (``graph.extract``,
+    :mod:`indexers.postgres.derived`): ``relations.derived`` marks them, and
+    ``relation_support`` records which memories state each one, so its weight
+    is their number, kept exact as memories are rewritten, deleted or swept."""
+    return [
+        sql.SQL("ALTER TABLE relations ADD COLUMN derived boolean NOT NULL DEFAULT false"),
+        sql.SQL(
+            """
+            CREATE TABLE relation_support (
+                tenant      text   NOT NULL,
+                memory_id   text   NOT NULL,
+                relation_id bigint NOT NULL REFERENCES relations (id) ON DELETE CASCADE,
+                PRIMARY KEY (tenant, memory_id, relation_id),
+                FOREIGN KEY (tenant, memory_id) REFERENCES memories (tenant, id) ON DELETE CASCADE
+            )
+            """
+        ),
+        # A relation's delete cascades here: found by this index, not a scan.
+        sql.SQL("CREATE INDEX relation_support_relation ON relation_support (relation_id)"),
+        *_tenant_policy("relation_support"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -410,6 +434,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     12: _v12,
     13: _v13,
     14: _v14,
+    15: _v15,
 }
 
 

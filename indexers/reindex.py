@@ -18,6 +18,8 @@ them. While a job runs, recalls keep using the old index:
   transaction with its outbox rows (:mod:`indexers.postgres.reembed`).
   Progress counts both kinds; a row re-written or deleted meanwhile is left
   as its writer left it.
+* **graph**: entities and relations extracted again from every memory by
+  the extractor ``graph.extract`` names (:mod:`indexers.reextract`).
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in. A decayed tier whose
   fold needs a new epoch (a new half-life, re-centring, a tier folded for the
@@ -57,6 +59,7 @@ from config import BraidError, ConfigHolder
 
 from .base import BackendError, postgres_errors
 from .embedding import Embedder
+from .extraction import Extractors
 from .pgvector import rebuild_index
 from .postgres import RECORD_COLUMNS, PostgresStore, entity_text, record_from_row
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
@@ -67,6 +70,7 @@ from .postgres.reembed import (
     stale_entities,
     stale_memories,
 )
+from .reextract import reextract
 from .sync import OutboxSync
 from .typesense import TypesenseIndex
 
@@ -106,6 +110,7 @@ class ReindexJobs:
         sync: OutboxSync,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         embedder: Embedder | None = None,
+        extractors: Extractors | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -114,6 +119,8 @@ class ReindexJobs:
         self._spawn = spawn
         #: The service's model: what an ``embeddings`` job embeds with.
         self._embedder = embedder
+        #: What a ``graph`` job extracts with (``graph.extract``).
+        self._extractors = extractors
 
     async def mark_interrupted(self) -> int:
         """At start-up: a job left queued or running whose lock is free died
@@ -301,16 +308,21 @@ class ReindexJobs:
                 await self._typesense(report)
             if target == "embeddings":
                 await self._embeddings(report)
+            if target == "graph":
+                await self._graph(report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
             return
-        await self._set(job_id, status="done")
         await self._finish(job_id)
 
     async def _finish(self, job_id: str) -> None:
+        """``done`` with its finishing time, in one statement: a reader never
+        sees a job done without ``finished_at``."""
         async with self._store.pool.connection() as conn:
-            await conn.execute("UPDATE reindex_jobs SET finished_at = clock_timestamp() WHERE id = %s", (job_id,))
+            await conn.execute(
+                "UPDATE reindex_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = %s", (job_id,)
+            )
 
     async def _pgvector(self, tier: str | None, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         cfg = self._config.current
@@ -355,6 +367,13 @@ class ReindexJobs:
             replaced = await replace_entities(pool, entity_rows, await embedder.embed(texts), model)
             last = entity_rows[-1].id
             await step("entities", entities, replaced, len(entity_rows))
+
+    async def _graph(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        cfg = self._config.current
+        extractor = None if self._extractors is None else self._extractors.get(cfg.graph.extract)
+        if extractor is None or self._embedder is None:
+            raise RuntimeError("graph.extract is `none`: there is no extractor to extract with")
+        await reextract(self._store, self._embedder, extractor, cfg, report)
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()

@@ -2,7 +2,8 @@
 
 ``open_runtime`` connects to Postgres (migrating its schema), makes sure the
 HNSW indexes and the Typesense collection exist, opens the embedder (the
-local model or a hosted one, ``embedding.provider``),
+local model or a hosted one, ``embedding.provider``) and loads the entity
+extractor ``graph.extract`` names,
 starts the outbox worker and the sweeper, and yields a :class:`Runtime`. On exit it stops
 the worker and closes every pool and client.
 """
@@ -24,6 +25,7 @@ from .bookkeeping import Bookkeeper
 from .embedders import open_embedder
 from .embedding import Embedder
 from .engine import Engine
+from .extraction import Extractors
 from .pgvector import ensure_indexes
 from .postgres import PostgresStore, open_pool
 from .registry import SourceDeps, SourceSpec, build_sources, registered
@@ -144,7 +146,12 @@ async def _open_runtime(
             batch_size=cfg.bookkeeping.batch_size,
             flush_ms=cfg.bookkeeping.flush_ms,
         )
-        engine = Engine(config, store, sources, embedder, bookkeeper)
+        extractors = Extractors()
+        extractor = extractors.get(cfg.graph.extract)
+        if extractor is not None:
+            # Loaded now (about a second), not on a client's first write.
+            await anyio.to_thread.run_sync(extractor.load)
+        engine = Engine(config, store, sources, embedder, bookkeeper, extractors)
         sync = OutboxSync(
             store,
             index,
@@ -157,7 +164,7 @@ async def _open_runtime(
             def spawn(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(job)
 
-            jobs = ReindexJobs(config, store, index, sync, spawn, embedder)
+            jobs = ReindexJobs(config, store, index, sync, spawn, embedder, extractors)
             await jobs.mark_interrupted()
             tg.start_soon(sync.run)
             # Decayed tiers' folds re-centred before their float range ends.
@@ -180,6 +187,8 @@ async def _open_runtime(
                 )
             finally:
                 tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(extractors.close)
     finally:
         await client.aclose()
         await pool.close()

@@ -353,6 +353,7 @@ async def health(state: State) -> Response[HealthOut]:
         bookkeeping=rt.bookkeeper.stats(),
         lifecycle=rt.sweeper.stats(),
         cache=rt.engine.cache.stats(),
+        extraction=rt.engine.extraction,
     )
     return Response(body, status_code=200 if ok else 503)
 

@@ -22,6 +22,7 @@ from msgspec import Meta
 from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
 from indexers.cache import CacheStats
+from indexers.extraction import ExtractionStats
 from indexers.postgres import TenantCounts
 from indexers.results import RecallResult
 from indexers.sweep import SweepStats
@@ -348,8 +349,10 @@ class ReindexIn(_In, frozen=True):
     #: ``typesense``: the collection rebuilt from Postgres; ``pgvector``: the
     #: HNSW indexes (of ``tier``, or every tier); ``all``: both;
     #: ``embeddings``: every memory and entity whose embedding another model
-    #: made, embedded again by the service's ``embedding.model``.
-    target: Literal["typesense", "pgvector", "all", "embeddings"]
+    #: made, embedded again by the service's ``embedding.model``; ``graph``:
+    #: entities and relations extracted again from every memory by the
+    #: extractor ``graph.extract`` names (links made before stay).
+    target: Literal["typesense", "pgvector", "all", "embeddings", "graph"]
     #: Only with ``pgvector`` or ``all``: the one tier whose index is rebuilt.
     tier: Label | None = None
 
@@ -388,6 +391,9 @@ class HealthOut(msgspec.Struct):
     lifecycle: SweepStats
     #: This process's recall result cache (``cache.ttlMs``).
     cache: CacheStats
+    #: This process's entity extraction on write (``graph.extract``): memories
+    #: extracted from, and those whose extraction failed (stored all the same).
+    extraction: ExtractionStats
 
 
 class StatsCountsOut(msgspec.Struct):

@@ -341,6 +341,10 @@ def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
         raise InputError("tier applies to pgvector indexes; Typesense is rebuilt whole")
     if body.tier is not None and body.target == "embeddings":
         raise InputError("tier applies to pgvector indexes; an embeddings job re-embeds every tier")
+    if body.tier is not None and body.target == "graph":
+        raise InputError("tier applies to pgvector indexes; a graph job extracts from every memory")
+    if body.target == "graph" and cfg.graph.extract == "none":
+        raise InputError("target graph extracts with graph.extract, which is `none`; set an extractor (`spacy`)")
 
 
 def tenant(value: str | None) -> str | None:

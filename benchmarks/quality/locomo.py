@@ -56,7 +56,8 @@ _EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
 
 @dataclass(frozen=True)
 class MappingOptions:
-    """How much of the surrounding session each memory's ``context`` holds.
+    """How much of the surrounding session each memory's ``context`` holds, and
+    whether the benchmark names entities (``--derived-entities``).
 
     ``context``: up to ``context_before`` preceding and ``context_after``
     following turns of the same session, one per line (preceding first, in
@@ -66,8 +67,11 @@ class MappingOptions:
 
     context_before: int = 2
     context_after: int = 1
-    #: Name the turn's entities (see :func:`turn_entities`) for the graph.
-    entities: bool = True
+    #: Name the turn's entities as the benchmark derives them (see
+    #: :func:`turn_entities`). Off by default: a memory is sent as an agent
+    #: runtime sends a turn (text, speaker, date, session, context), and the
+    #: graph knows what Braid extracts itself (``graph.extract``).
+    entities: bool = False
 
     def __post_init__(self) -> None:
         if self.context_before < 0 or self.context_after < 0:

@@ -220,10 +220,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"same-session turns {when} the turn in each memory's indexed-only context",
         )
     parser.add_argument(
+        "--derived-entities",
+        dest="entities",
+        action="store_true",
+        default=False,
+        help="name entities the benchmark derives from each turn (proper names and content words: "
+        "the mapping before Braid extracted its own), for comparison; default: plain turns, as an "
+        "agent runtime sends them (text, speaker, date, session, neighbouring turns as context)",
+    )
+    parser.add_argument(
         "--no-entities",
         dest="entities",
         action="store_false",
-        help="name no entities in the memories (the graph source then finds nothing)",
+        help="plain turns (the default; kept for older command lines)",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (BM25, MiniLM, RRF)")
     parser.add_argument("--max-questions", type=int, default=0, help="per conversation, for a quick look (0: all)")

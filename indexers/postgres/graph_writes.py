@@ -77,6 +77,9 @@ class GraphWrites:
     ) -> dict[str, int]:
         """Upsert entities, then relations between entities by name, in one transaction.
 
+        A relation extracted from memories with the same identity becomes the
+        client's: no longer derived, weighted as the client says.
+
         Every name a relation uses must be in ``entities`` or already exist;
         the caller makes sure of that (it embeds the missing names).
         """
@@ -96,7 +99,8 @@ class GraphWrites:
                           AND t.tenant = %(tenant)s AND t.name_norm = %(target)s
                         ON CONFLICT (tenant, source_id, relation, target_id,
                                      coalesce(valid_from, '-infinity'))
-                        DO UPDATE SET weight = EXCLUDED.weight, valid_to = EXCLUDED.valid_to
+                        DO UPDATE SET weight = EXCLUDED.weight, valid_to = EXCLUDED.valid_to,
+                                      derived = false
                         """,
                         [
                             {

@@ -23,7 +23,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..base import Filters, Hit, MemoryRecord
+from ..extraction import Extraction
 from ..lifecycle import Forgetting
+from .derived import SupportRow, count_support, drop_support, link_mentions, replace_support
 from .fold import folds_for_write
 from .generations import bump_generations
 from .graph_writes import GraphWrites, upsert_entities
@@ -124,11 +126,15 @@ class PostgresStore(GraphWrites):
         tenant: str,
         memories: Sequence[MemoryInput],
         new_entities: Sequence[EntityInput] = (),
+        extracted: Sequence[Extraction] | None = None,
     ) -> Written:
         """Upsert memories, their mentions and outbox rows in one transaction.
 
         ``new_entities`` are entities named by the memories that do not exist
-        yet, with their embeddings computed by the caller. A memory with a
+        yet, with their embeddings computed by the caller. ``extracted``
+        (aligned with ``memories``) adds what was extracted from each text:
+        its entities are linked like named ones, and the memory supports its
+        relations (:mod:`.derived`), replacing what it supported before. A memory with a
         ``mem_key`` retires its key's current memory, or is retired at once
         if that one is newer (:func:`.lifecycle.supersede`); every memory
         whose lifecycle changed gets an outbox row too.
@@ -203,7 +209,8 @@ class PostgresStore(GraphWrites):
                         "INSERT INTO speakers (tenant, name) SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING",
                         (tenant, speakers),
                     )
-                # Mentions: the names given explicitly plus known entity names in the text.
+                # Mentions: the names given explicitly, the extracted ones, and
+                # known entity names in the text.
                 await cur.execute(
                     "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s) RETURNING entity_id",
                     (tenant, ids),
@@ -211,31 +218,21 @@ class PostgresStore(GraphWrites):
                 delta: Counter[int] = Counter()
                 delta.subtract(eid for (eid,) in await cur.fetchall())
                 links: list[tuple[str, str]] = []
-                for mid, m in zip(ids, memories, strict=True):
+                support: list[SupportRow] = []
+                found: Sequence[Extraction | None] = [None] * len(ids) if extracted is None else extracted
+                for mid, m, x in zip(ids, memories, found, strict=True):
                     names = {normalize_name(n) for n in m.entities}
                     names.update(name_candidates(m.content))
+                    if x is not None:
+                        names.update(normalize_name(e.name) for e in x.entities)
+                        support.extend(
+                            (mid, normalize_name(r.source), r.relation, normalize_name(r.target)) for r in x.relations
+                        )
                     links.extend((mid, n) for n in names)
-                if links:
-                    # created_at is the memory's (copied for the newest-first
-                    # fetch); the memory row is locked by the upsert above.
-                    await cur.execute(
-                        """
-                        INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
-                        SELECT %(tenant)s, l.memory_id, e.id, m.created_at
-                        FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
-                        JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
-                        JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
-                        ON CONFLICT DO NOTHING
-                        RETURNING entity_id
-                        """,
-                        {
-                            "tenant": tenant,
-                            "mids": [mid for mid, _ in links],
-                            "names": [n for _, n in links],
-                        },
-                    )
-                    delta.update(eid for (eid,) in await cur.fetchall())
+                delta.update(await link_mentions(conn, tenant, links))
                 await _count_mentions(conn, delta)
+                # A rewritten memory supports what its new text states, and no more.
+                await replace_support(conn, tenant, ids, support)
                 superseded, touched = await supersede(conn, tenant, ids, memories)
                 await cur.execute(
                     """
@@ -248,6 +245,32 @@ class PostgresStore(GraphWrites):
             # Supersessions included: a cached answer never outlives a retirement.
             await bump_generations(conn, [tenant])
         return Written(ids=ids, superseded=superseded)
+
+    async def apply_extraction(
+        self,
+        tenant: str,
+        ids: Sequence[str],
+        extracted: Sequence[Extraction],
+        new_entities: Sequence[EntityInput] = (),
+    ) -> None:
+        """Re-extraction of stored memories (``POST /admin/reindex {"target":
+        "graph"}``), one transaction: the extracted entities are created
+        (``new_entities``, embedded by the caller) and linked, links made
+        before (named by a client, found in the text) stay, and each memory
+        supports exactly the relations extracted now. A memory deleted
+        meanwhile is skipped."""
+        async with tenant_transaction(self.pool, tenant) as conn:
+            if new_entities:
+                await upsert_entities(conn, tenant, new_entities, overwrite=False)
+            links = [(mid, normalize_name(e.name)) for mid, x in zip(ids, extracted, strict=True) for e in x.entities]
+            await _count_mentions(conn, await link_mentions(conn, tenant, links))
+            support = [
+                (mid, normalize_name(r.source), r.relation, normalize_name(r.target))
+                for mid, x in zip(ids, extracted, strict=True)
+                for r in x.relations
+            ]
+            await replace_support(conn, tenant, ids, support)
+            await bump_generations(conn, [tenant])
 
     async def delete_memory(self, tenant: str, memory_id: str, *, restore_previous: bool = False) -> Deleted | None:
         """Delete a memory for good; ``None`` if the tenant has none of that id.
@@ -269,6 +292,7 @@ class PostgresStore(GraphWrites):
             delta: Counter[int] = Counter()
             delta.subtract(eid for (eid,) in await cur.fetchall())
             await _count_mentions(conn, delta)
+            await count_support(conn, await drop_support(conn, tenant, [memory_id]))
             await conn.execute("DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id))
             restored = None
             if restore_previous and current and mem_key is not None:
@@ -448,6 +472,14 @@ class PostgresStore(GraphWrites):
             delta: Counter[int] = Counter()
             delta.subtract(eid for (eid,) in await cur.fetchall())
             await _count_mentions(conn, delta)
+            cur = await conn.execute(
+                "DELETE FROM relation_support rs USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
+                " WHERE rs.tenant = k.tenant AND rs.memory_id = k.id RETURNING rs.relation_id",
+                (tenants, ids),
+            )
+            support: Counter[int] = Counter()
+            support.subtract(rid for (rid,) in await cur.fetchall())
+            await count_support(conn, support)
             await conn.execute(
                 "DELETE FROM memories m USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
                 " WHERE m.tenant = k.tenant AND m.id = k.id",

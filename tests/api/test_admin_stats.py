@@ -32,8 +32,10 @@ def stamp(dt: datetime) -> str:
 @pytest.fixture
 async def braid(postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any) -> AsyncIterator[Braid]:
     """Session memories kept 30 days (the rag tier keeps them for ever); no
-    sweep runs by itself during a test."""
+    sweep runs by itself during a test; no entity extracted (the entities
+    counted are the ones the memories name)."""
     cfg = conftest.test_config("unused")
+    cfg = msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, extract="none"))
     tiers = {**cfg.tiers, "session": msgspec.structs.replace(cfg.tiers["session"], retention_days=30.0)}
     cfg = msgspec.structs.replace(cfg, tiers=tiers, lifecycle=LifecycleConfig(sweep_interval_s=3600.0))
     app, dsn, alias = make_app(postgres, typesense, embedder, cfg)

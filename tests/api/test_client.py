@@ -158,6 +158,9 @@ def test_admin_reindex_follow_wait_stats_reload_health(admin: braid.Client, clie
         "session",
         {"done": 1, "total": 1, "tier": "session"},
     )
+    graph = admin.wait_reindex(admin.start_reindex("graph").job_id, poll_s=0.05)
+    assert (graph.status, graph.progress["graph"]["extractor"]) == ("done", "spacy")
+    assert graph.progress["graph"]["done"] == graph.progress["graph"]["total"] >= 3
     with pytest.raises(braid.NotFound) as unknown:
         admin.reindex_job("no-such-job")
     assert unknown.value.detail == "no reindex job 'no-such-job'"
@@ -175,6 +178,8 @@ def test_admin_reindex_follow_wait_stats_reload_health(admin: braid.Client, clie
     assert isinstance(health, braid.Health) and health.ok
     assert health.backends["pgvector"]["status"] == "up"
     assert health.bookkeeping is not None and health.cache is not None
+    assert health.extraction is not None and health.extraction.extractor == "spacy"
+    assert health.extraction.memories >= 3 and health.extraction.failed == 0
 
 
 def test_the_client_has_a_call_for_every_route_of_the_service(client: braid.Client) -> None:

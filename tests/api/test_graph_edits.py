@@ -77,7 +77,9 @@ async def test_delete_entity_takes_its_relations_and_mentions(braid: Braid) -> N
         assert conn.execute("SELECT count(*) FROM mentions WHERE memory_id = 'm1'").fetchone() == (2,)
 
     status, body = await delete(braid, "/v1/graph/entities/lisbon")
-    assert (status, body) == (200, {"deleted": "lisbon", "relations": 1})
+    # The client's relation, and the two the memory's text states (extracted:
+    # Alex move_to Lisbon, Alex mentioned_with Lisbon).
+    assert (status, body) == (200, {"deleted": "lisbon", "relations": 3})
     assert await facts(braid) == ["Alex prefers TypeScript.", "Alex uses TypeScript."]
     with psycopg.connect(braid.dsn) as conn:
         # The memory stays, with its mention of Alex only.

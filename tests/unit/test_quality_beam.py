@@ -97,7 +97,9 @@ def test_mapping_ids_dates_speakers_sessions(suite: Beam) -> None:
     assert [m["session_id"] for m in memories] == ["batch-1"] * 4 + ["batch-2"] * 2
     assert memories[2]["context"] == "message 0 about budgets\nmessage 1 about budgets\nmessage 3 about budgets"
     assert memories[4]["context"] == "message 5 about budgets"  # the session's first message
-    assert memories[0]["entities"] == ["message", "budgets"]
+    assert "entities" not in memories[0]  # plain turns by default
+    derived, _ = suite.memories("beam-3", MappingOptions(entities=True), 32768, 64)
+    assert derived[0]["entities"] == ["message", "budgets"]
 
 
 def test_questions_asked_a_day_after_the_last_session_and_skips_recorded(suite: Beam) -> None:

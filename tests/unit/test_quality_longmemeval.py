@@ -87,9 +87,11 @@ def test_mapping_keys_turns_by_position_and_dates_them(suite: LongMemEval) -> No
     # Context: two turns before, one after, within the session only.
     assert m["context"] == "I parked on level 2\nthanks"
     assert "context" not in suite.memories("lme-q1", MappingOptions(context_before=0, context_after=0), 99, 64)[0][0]
-    assert m["entities"] == ["noted", "level"]
-    assert suite.memories("lme-q1", MappingOptions(), 99, 1)[0][3]["entities"] == ["noted"]
-    assert "entities" not in suite.memories("lme-q1", MappingOptions(entities=False), 99, 64)[0][0]
+    # Plain turns by default: no entities; derived ones on request.
+    assert "entities" not in m
+    derived = MappingOptions(entities=True)
+    assert suite.memories("lme-q1", derived, 99, 64)[0][3]["entities"] == ["noted", "level"]
+    assert suite.memories("lme-q1", derived, 99, 1)[0][3]["entities"] == ["noted"]
 
 
 def test_mapping_cuts_to_the_service_limit(suite: LongMemEval) -> None:

