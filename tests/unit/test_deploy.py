@@ -551,15 +551,21 @@ def test_dockerfile_base_images() -> None:
     assert froms and all(f == "python:3.11-slim" for f in froms), froms
 
 
+#: ``pip install [options] .`` or ``".[extra,...]"``: the project itself.
+_PROJECT_INSTALL = r'pip install (--\S+ )*("\.\[[\w,-]+\]"|\.)(\s|$)'
+
+
 def test_dockerfile_installs_torch_cpu_before_the_project() -> None:
     runs = [i for i in _dockerfile() if i.op == "RUN"]
     torch_at = [n for n, i in enumerate(runs) if re.search(r"pip install .*\btorch==", i.args)]
-    project_at = [n for n, i in enumerate(runs) if re.search(r"pip install (--\S+ )*\.(\s|$)", i.args)]
+    project_at = [n for n, i in enumerate(runs) if re.search(_PROJECT_INSTALL, i.args)]
     assert torch_at and project_at, "torch or the project is never installed"
     assert torch_at[0] < project_at[0], "torch must be installed before the project"
     torch_run = runs[torch_at[0]].args
     assert f"torch=={_pin('torch')}" in torch_run, "the Dockerfile's torch pin differs from pyproject.toml"
     assert "--index-url" in torch_run
+    project_run = runs[project_at[0]].args
+    assert '".[traces]"' in project_run, "the image lacks the traces extra: traces.enabled would not start"
     index = [i.args for i in _dockerfile() if i.op == "ARG" and i.args.startswith("TORCH_INDEX_URL=")]
     assert "$" not in torch_run or (index and index[0].rstrip("/").endswith("/whl/cpu"))
 
