@@ -18,7 +18,7 @@ from fusion.factors import (
     usage_factor,
     with_usage,
 )
-from fusion.query import QueryPlan, analyze_query, asks_current, date_ranges
+from fusion.query import QueryPlan, addressed, analyze_query, asks_current, date_ranges
 from fusion.rrf import Fused, rrf
 from fusion.tokens import Encoding, get_encoding
 
@@ -36,6 +36,7 @@ __all__ = [
     "Fused",
     "QueryPlan",
     "Scored",
+    "addressed",
     "analyze_query",
     "asks_current",
     "apply_factors",

@@ -106,6 +106,48 @@ class EngineObserver(Protocol):
     def wrote(self, written: Written) -> None: ...
 
 
+class _Unindexed:
+    """The memories not yet in the derived sources' copies, read once per
+    recall while the sources search; none until the read is done."""
+
+    def __init__(self) -> None:
+        self.records: tuple[MemoryRecord, ...] = ()
+        self._done = anyio.Event()
+
+    async def read(self, records: Awaitable[tuple[MemoryRecord, ...]]) -> None:
+        try:
+            self.records = await records
+        finally:
+            self._done.set()
+
+    async def wait(self, timeout_s: float) -> tuple[MemoryRecord, ...]:
+        """The memories read, waiting at most ``timeout_s`` for the read
+        (none if it is not done by then)."""
+        with anyio.move_on_after(timeout_s):
+            await self._done.wait()
+        return self.records
+
+
+class _AfterUnindexed:
+    """A derived source searching with the recall's unindexed memories
+    (:attr:`SearchQuery.unindexed`), waiting for them at most ``wait_s``:
+    past that it searches without them, as before its copy catches up."""
+
+    def __init__(self, source: Source, unindexed: _Unindexed, wait_s: float) -> None:
+        self.source = source
+        self.name = source.name
+        self.needs_vector = source.needs_vector
+        self.unindexed = unindexed
+        self.wait_s = wait_s
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        records = await self.unindexed.wait(self.wait_s)
+        return await self.source.search(msgspec.structs.replace(query, unindexed=records))
+
+    async def aclose(self) -> None:
+        """Nothing to release: the source is closed by the engine."""
+
+
 class Engine:
     def __init__(
         self,
@@ -479,18 +521,16 @@ class Engine:
         vector = opts.embedding if "vector" in allowed else None
         embedding_status: EmbeddingStatus = "client" if "vector" in allowed else "none"
         covering = self._covering.intersection(wanted)
-        unindexed: tuple[MemoryRecord, ...] = ()
-        async with anyio.create_task_group() as tg:
-            if derived := self._derived.intersection(wanted):
-                # Read while the query is embedded: it adds no wait of its own.
+        derived = self._derived.intersection(wanted)
+        unindexed = _Unindexed()
+        async with anyio.create_task_group() as reads:
+            if derived:
+                # Read while the query is embedded and the other sources search:
+                # a derived source waits for it at most half its own deadline
+                # (_AfterUnindexed), so a slow Postgres costs no wait of its own.
                 # Their embeddings only for a source that searches by vector itself.
                 embeddings = "vector" in allowed and any(not covering - {n} for n in derived)
-
-                async def read_unindexed() -> None:
-                    nonlocal unindexed
-                    unindexed = await self._unindexed(tenant, opts, min_conf, embeddings)
-
-                tg.start_soon(read_unindexed)
+                reads.start_soon(unindexed.read, self._unindexed(tenant, opts, min_conf, embeddings))
             if vector is None and "vector" in allowed:
                 # The query lane never waits for writes, but it can be busy with other
                 # recalls' queries or short of CPU: past the deadline the recall goes
@@ -507,28 +547,34 @@ class Engine:
                 embedding_ms = round((time.perf_counter() - start) * 1000.0, 3)
                 embedding_status = "ok" if vector is not None else "error" if failed else "timeout"
 
-        queries = {
-            name: SearchQuery(
-                tenant=tenant,
-                text=plan.text,
-                vector=vector,
-                limit=max(top_k, cfg.source(name).candidates),
-                filters=opts.filters,
-                min_confidence=min_conf,
-                hops=opts.hops,
-                vectors_covered=bool(covering - {name}),
-                reference_time=now,
-                matches=self._matches[name] & allowed,
-                model=(opts.embedding_model if opts.embedding is not None else None) or self.embedder.model,
-                unindexed=unindexed if name in self._derived else (),
-            )
-            for name in wanted
-        }
-        if self.tracing is not None and embedding_status not in ("client", "none"):
-            self.tracing.embedded(embedding_ms, embedding_status)
-        results = await self._current_only(
-            tenant, await search_all(self.sources, queries, cfg, self.tracing), opts.filters.as_of
-        )
+            queries = {
+                name: SearchQuery(
+                    tenant=tenant,
+                    text=plan.text,
+                    vector=vector,
+                    limit=max(top_k, cfg.source(name).candidates),
+                    filters=opts.filters,
+                    min_confidence=min_conf,
+                    hops=opts.hops,
+                    vectors_covered=bool(covering - {name}),
+                    reference_time=now,
+                    matches=self._matches[name] & allowed,
+                    model=(opts.embedding_model if opts.embedding is not None else None) or self.embedder.model,
+                )
+                for name in wanted
+            }
+            if self.tracing is not None and embedding_status not in ("client", "none"):
+                self.tracing.embedded(embedding_ms, embedding_status)
+            sources: dict[str, Source] = {
+                name: _AfterUnindexed(source, unindexed, cfg.source(name).deadline_ms / 2000.0)
+                if name in derived
+                else source
+                for name, source in self.sources.items()
+            }
+            searched = await search_all(sources, queries, cfg, self.tracing)
+            # A read still waiting is of no use now.
+            reads.cancel_scope.cancel()
+        results = await self._current_only(tenant, searched, opts.filters.as_of)
         ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,

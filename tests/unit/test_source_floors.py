@@ -11,7 +11,7 @@ from indexers.base import Hit, MemoryRecord, SearchQuery
 from indexers.graph import above_share
 from indexers.pgvector import similarity_floor
 from indexers.typesense.bm25 import Bm25Plan, CorpusStats
-from indexers.typesense.documents import record_document
+from indexers.typesense.documents import combined_document
 from indexers.typesense.keywords import idf
 from indexers.typesense.source import _vector_ranking
 
@@ -105,9 +105,9 @@ def test_unindexed_memories_take_their_places_in_the_vector_list() -> None:
         {"vector_distance": 0.9, "document": {"memory_id": "c", "model": "m"}},
     ]
     pending = [
-        record_document(_record("new", (0.8, 0.6))),
-        record_document(_record("newer-model", (1.0, 0.0), model="x")),
-        record_document(_record("far", (0.0, 1.0))),
+        combined_document(_record("new", (0.8, 0.6))),
+        combined_document(_record("newer-model", (1.0, 0.0), model="x")),
+        combined_document(_record("far", (0.0, 1.0))),
     ]
     assert _vector_ranking(hits, query, pending, None, 10) == ["a", "new", "b", "c", "far"]
     assert _vector_ranking(hits, query, pending, 0.5, 10) == ["a", "new", "b"]
