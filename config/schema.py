@@ -165,7 +165,7 @@ def _default_tiers() -> dict[str, TierConfig]:
 
 class GraphConfig(_Base, frozen=True):
     max_hops: Annotated[int, Meta(ge=0, le=5)] = 2
-    seed_limit: Annotated[int, Meta(ge=0, le=100)] = 5
+    seed_limit: Annotated[int, Meta(ge=0, le=100)] = 10
     seed_min_similarity: Annotated[float, Meta(ge=-1.0, le=1.0)] = 0.3
     damping: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.85
     max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
