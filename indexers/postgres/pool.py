@@ -136,18 +136,40 @@ async def tenant_reads(
     """The rows of each of ``reads``, run in order in one transaction scoped
     to ``tenant`` (:func:`scope_to_tenant`, with ``settings``), in one round trip.
 
-    BEGIN, the scope, the statements and COMMIT go out together in pipeline
-    mode and their results come back together; no statement runs outside
-    the scope. An error in any of them rolls the transaction back and is
-    raised. ``repeatable_read``: one snapshot for every statement.
+    The scope and the statements go out together in pipeline mode and their
+    results come back together; no statement runs outside the scope. They
+    form the implicit transaction that the pipeline's Sync ends (the pool's
+    connections are in autocommit), so no BEGIN or COMMIT is sent: the
+    scope's transaction-local settings end at the Sync. ``repeatable_read``:
+    one snapshot for every statement, in an explicit transaction opened by one
+    ``BEGIN ISOLATION LEVEL REPEATABLE READ`` (Postgres refuses the level in
+    an implicit one). An error in any statement rolls the transaction back
+    and is raised; the connection goes back to the pool outside a transaction.
     """
     async with pool.connection() as conn:
-        async with conn.pipeline(), conn.transaction():
-            if repeatable_read:
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            await scope_to_tenant(conn, tenant, settings)
-            cursors = [await conn.cursor(row_factory=r.row_factory).execute(r.sql, r.params) for r in reads]
+        try:
+            async with conn.pipeline():
+                if repeatable_read:
+                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                cursors = await _scoped(conn, tenant, reads, settings)
+                if repeatable_read:
+                    await conn.execute("COMMIT")
+        except psycopg.Error:
+            if conn.info.transaction_status in _IN_TRANSACTION:
+                await conn.rollback()
+            raise
         return [await cur.fetchall() for cur in cursors]
+
+
+_IN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+
+async def _scoped(
+    conn: psycopg.AsyncConnection, tenant: str, reads: Sequence[Read], settings: Mapping[str, str] | None
+) -> list[psycopg.AsyncCursor[Any]]:
+    """The scope, then ``reads``, queued on ``conn``'s pipeline: their cursors, in order."""
+    await scope_to_tenant(conn, tenant, settings)
+    return [await conn.cursor(row_factory=r.row_factory).execute(r.sql, r.params) for r in reads]
 
 
 class PoolSource:

@@ -176,9 +176,27 @@ async def test_tenant_reads_run_scoped_in_one_transaction_and_leave_nothing_behi
         settings={"hnsw.ef_search": "77"},
     )
     assert rows == [[("braid_tenant", "acme", "77")], [("acme",)], [(0,)]]
+    # One transaction, whether implicit (the pipeline's) or repeatable read.
+    for repeatable_read in (False, True):
+        xids = await tenant_reads(
+            pool, "acme", [Read("SELECT txid_current()"), Read("SELECT txid_current()")], repeatable_read=repeatable_read
+        )
+        assert xids[0] == xids[1], repeatable_read
+    isolation = await tenant_reads(pool, "acme", [Read("SELECT current_setting('transaction_isolation')")])
+    assert isolation == [[("read committed",)]]
+    isolation = await tenant_reads(
+        pool, "acme", [Read("SELECT current_setting('transaction_isolation')")], repeatable_read=True
+    )
+    assert isolation == [[("repeatable read",)]]
     # An error in any statement: nothing of the scope stays on the pooled connection.
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        await tenant_reads(pool, "acme", [Read("SELECT 1"), Read("SELECT 1 / 0"), Read("SELECT 2")])
+    for repeatable_read in (False, True):
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await tenant_reads(
+                pool,
+                "acme",
+                [Read("SELECT 1"), Read("SELECT 1 / 0"), Read("SELECT 2")],
+                repeatable_read=repeatable_read,
+            )
     for _ in range(4):  # every pooled connection
         async with pool.connection() as conn:
             cur = await conn.execute("SELECT current_user <> 'braid_tenant', current_setting('braid.tenant', true)")
