@@ -74,7 +74,9 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
     return {"samples": total, "self": share(self_c), "inclusive": share(incl), "stages": share(stage)}
 
 
-async def profile(size: int, seconds: float, clients: int, rate: int, out: Path) -> dict[str, Any]:
+async def profile(
+    size: int, seconds: float, clients: int, rate: int, out: Path, native: bool = False
+) -> dict[str, Any]:
     corpus = build_corpus(size)
     report: dict[str, Any] = {"size": size, "seconds": seconds, "clients": clients, "rate": rate}
     print("profile: loading", flush=True)
@@ -104,7 +106,7 @@ async def profile(size: int, seconds: float, clients: int, rate: int, out: Path)
                     str(int(seconds)),
                     "--output",
                     str(raw),
-                    "--nonblocking",
+                    *(["--native"] if native else ["--nonblocking"]),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -162,10 +164,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--name", default="", help="report name suffix")
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("recall-profile" + (f"-{args.name}" if args.name else "") + ".md")
-    report = asyncio.run(profile(args.size, args.seconds, args.clients, args.rate, out))
+    report = asyncio.run(profile(args.size, args.seconds, args.clients, args.rate, out, args.native))
     command = "python -m benchmarks.recall_profile " + " ".join(sys.argv[1:])
     out.write_text(markdown(report, command))
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
