@@ -169,6 +169,10 @@ class GraphConfig(_Base, frozen=True):
     seed_min_similarity: Annotated[float, Meta(ge=-1.0, le=1.0)] = 0.3
     damping: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.85
     max_edges: Annotated[int, Meta(ge=1, le=100_000)] = 2000
+    #: Relations an entity is walked through, its heaviest first; the
+    #: relations read are those walked. 0: every relation of every entity
+    #: reached is walked, and every relation among them read.
+    fanout: Annotated[int, Meta(ge=0, le=100_000)] = 0
     #: Memories read per reached entity (newest first); shares still use its full count.
     mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
     #: Who extracts entities and relations from each written memory's content

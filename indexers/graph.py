@@ -116,7 +116,7 @@ _Edge = tuple[int, int, int, str, float, float, str, str, bool]
 
 
 @functools.cache
-def _walk_sql(seeded: bool, as_of: bool) -> str:
+def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
     """The seeds and the relations within ``%(hops)s`` hops of them, in one statement.
 
     Seeds: the entities named by ``%(names)s`` (weight 1), and when
@@ -125,7 +125,12 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
     ``%(min_similarity)s``; the larger weight when both). The walk follows
     relations in both directions, skipping those not valid now, or with
     ``as_of`` not valid then or written after it; of the relations among the
-    entities reached, the ``%(max_edges)s`` heaviest are read. Rows: a seed
+    entities reached, the ``%(max_edges)s`` heaviest are read. ``bounded``
+    (``graph.fanout``): an entity is walked through its ``%(fanout)s``
+    heaviest relations only (ties by id), and the relations read are those
+    the walk went through (for ``hops`` 0, the seeds' own among themselves),
+    so a hub's hundreds of light co-occurrences are neither walked nor read.
+    Rows: a seed
     as ``(NULL, id, NULL, NULL, NULL, weight, NULL, NULL, NULL)``, then each
     relation as an :data:`_Edge` (its weight as stored, ``real``).
     """
@@ -142,6 +147,34 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
             UNION ALL
             SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
             WHERE 1.0 - n.distance >= %(min_similarity)s"""
+    if bounded:
+        # Both directions, heaviest first; {of} is the entity walked from.
+        neighbours = f"""
+                SELECT n.entity_id, n.id FROM (
+                    SELECT r.target_id AS entity_id, r.id, r.weight FROM relations r
+                    WHERE r.tenant = %(tenant)s AND r.source_id = {{of}} AND {valid}
+                    UNION ALL
+                    SELECT r.source_id, r.id, r.weight FROM relations r
+                    WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}
+                ) n
+                ORDER BY n.weight DESC, n.id
+                LIMIT %(fanout)s"""
+        walked = f"""
+        walked AS (
+            SELECT DISTINCT nb.id FROM (
+                SELECT DISTINCT entity_id FROM walk WHERE depth < greatest(%(hops)s, 1)
+            ) x
+            CROSS JOIN LATERAL ({neighbours.format(of="x.entity_id")}) nb
+        ),"""
+        only_walked = "\n              AND r.id IN (SELECT id FROM walked)"
+    else:
+        neighbours = f"""
+                SELECT r.target_id AS entity_id FROM relations r
+                WHERE r.tenant = %(tenant)s AND r.source_id = {{of}} AND {valid}
+                UNION
+                SELECT r.source_id FROM relations r
+                WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}"""
+        walked = only_walked = ""
     return f"""
         WITH RECURSIVE seeds AS MATERIALIZED (
             SELECT id, max(weight) AS weight FROM (
@@ -155,23 +188,17 @@ def _walk_sql(seeded: bool, as_of: bool) -> str:
             UNION
             SELECT nb.entity_id, w.depth + 1
             FROM walk w
-            CROSS JOIN LATERAL (
-                SELECT r.target_id AS entity_id FROM relations r
-                WHERE r.tenant = %(tenant)s AND r.source_id = w.entity_id AND {valid}
-                UNION
-                SELECT r.source_id FROM relations r
-                WHERE r.tenant = %(tenant)s AND r.target_id = w.entity_id AND {valid}
-            ) nb
+            CROSS JOIN LATERAL ({neighbours.format(of="w.entity_id")}) nb
             WHERE w.depth < %(hops)s
         ),
-        reached AS (SELECT DISTINCT entity_id FROM walk),
+        reached AS (SELECT DISTINCT entity_id FROM walk),{walked}
         edges AS (
             SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.derived,
                    -- As seconds: a row whose time Python cannot hold is
                    -- skipped in _facts instead of failing the whole read.
                    extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
             FROM relations r
-            WHERE r.tenant = %(tenant)s
+            WHERE r.tenant = %(tenant)s{only_walked}
               AND r.source_id IN (SELECT entity_id FROM reached)
               AND r.target_id IN (SELECT entity_id FROM reached)
               AND {valid}
@@ -235,6 +262,7 @@ class GraphSource(PoolSource):
             "names": name_candidates(query.text),
             "hops": hops,
             "max_edges": cfg.graph.max_edges,
+            "fanout": cfg.graph.fanout,
             "as_of": query.filters.as_of,
         }
         settings = None
@@ -254,7 +282,7 @@ class GraphSource(PoolSource):
         (rows,) = await tenant_reads(
             self._pool,
             query.tenant,
-            [Read(_walk_sql(seeded, query.filters.as_of is not None), params)],
+            [Read(_walk_sql(seeded, query.filters.as_of is not None, cfg.graph.fanout > 0), params)],
             settings=settings,
         )
         seeds: dict[int, float] = {}

@@ -333,6 +333,50 @@ async def test_max_edges_keeps_the_heaviest_relations_first(
     ]
 
 
+async def test_a_fanout_above_every_degree_walks_as_without_one(
+    pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
+) -> None:
+    # On `ga` every relation between reached entities is one the walk goes
+    # through, so the bounded statement reads the same relations.
+    for hops in (0, 1, 2):
+        unbounded = await search(pool, graph_config(seed_min_similarity=0.99, max_hops=hops), "ga", ALEX_LIKES)
+        bounded = await search(pool, graph_config(seed_min_similarity=0.99, max_hops=hops, fanout=50), "ga", ALEX_LIKES)
+        assert summary(bounded) == summary(unbounded), hops
+        assert [h.score for h in bounded] == pytest.approx([h.score for h in unbounded], abs=1e-9), hops
+
+
+async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    # Grace is a hub: five relations of weights 1..5; Mars (behind her lightest)
+    # links on to Venus, and two of her neighbours know each other.
+    w = Writer(PostgresStore(pool), embedder)
+    planets = ["Mercury", "Mars", "Jupiter", "Saturn", "Neptune"]
+    await w.graph(
+        "gh",
+        ["Grace", *planets, "Venus"],
+        [
+            *(RelationInput("Grace", "studies", p, weight=float(i + 1)) for i, p in enumerate(planets)),
+            RelationInput("Mars", "orbits_near", "Venus", weight=9.0),
+            RelationInput("Saturn", "outshines", "Mercury", weight=6.0),
+        ],
+    )
+    question = "What does Grace study?"
+    unbounded = summary(await search(pool, NAMES_ONLY, "gh", question))
+    assert ("fact", "Grace studies Mercury.") in unbounded
+    assert ("fact", "Mars orbits near Venus.") in unbounded  # two hops, through her lightest relation
+    bounded = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2), "gh", question))
+    # Her two heaviest: Neptune (5) and Saturn (4); from them on, their own two
+    # heaviest (Saturn's lead back to Grace and to Mercury): Mars, Jupiter and
+    # Venus are never reached, Mercury only through Saturn.
+    assert bounded[:2] == [("fact", "Grace studies Neptune."), ("fact", "Grace studies Saturn.")]
+    facts = {content for kind, content in bounded if kind == "fact"}
+    assert facts == {"Grace studies Neptune.", "Grace studies Saturn.", "Saturn outshines Mercury."}
+    assert {"Grace studies Mars.", "Grace studies Jupiter.", "Saturn outshines Mercury."} <= set(c for _, c in unbounded)
+    one_hop = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2, max_hops=1), "gh", question))
+    assert {c for k, c in one_hop if k == "fact"} == {"Grace studies Neptune.", "Grace studies Saturn."}
+
+
 async def test_relations_outside_their_validity_window_are_skipped(
     pool: AsyncConnectionPool, graph: dict[str, dict[str, int]]
 ) -> None:
