@@ -28,14 +28,14 @@ from litestar.exceptions import (
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Components, Example, SecurityScheme
-from litestar.params import Body, FromPath, FromQuery, JSONBody
+from litestar.params import Body, FromPath, FromQuery, HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError, ConfigHolder, MetricsConfig, TracesConfig
 from indexers.base import postgres_errors
 from indexers.engine import Engine
 from indexers.lifecycle import Forgetting
-from indexers.postgres import PING_TIMEOUT_S, tenant_counts
+from indexers.postgres import PING_TIMEOUT_S, format_lsn, parse_lsn, tenant_counts
 from indexers.runtime import Backends, Runtime, open_runtime
 
 from . import validate
@@ -145,16 +145,35 @@ GraphBody = Annotated[GraphIn, _json("Two entities and their relation", GRAPH_EX
 RecallBody = Annotated[RecallIn, _json("What to remember for this turn", RECALL_EXAMPLE)]
 
 
+#: A write's answer carries the primary's WAL position after it (with
+#: ``postgres.replicaDsn``); a recall that brings it back reads a replica only
+#: once it has replayed that far, whichever process serves it.
+LSN_HEADER = "Braid-Lsn"
+
+#: A recall's ``Braid-Lsn`` request header (optional).
+LsnHeader = Annotated[
+    str | None,
+    HeaderParameter(name=LSN_HEADER, description="A write's `Braid-Lsn`: the recall sees that write", required=False),
+]
+
+
+def _lsn(engine: Engine, tenant: str) -> dict[str, str]:
+    """The ``Braid-Lsn`` header of a write's answer (none without a replica)."""
+    lsn = engine.last_write(tenant)
+    return {} if lsn is None else {LSN_HEADER: format_lsn(lsn)}
+
+
 # --- handlers -----------------------------------------------------------------
 
 
 @v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_memories(
     data: WriteBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> IdsOut:
+) -> Response[IdsOut]:
     writes = memory_writes(data, engine.config.current)
     written = await engine.write_memories(principal.tenant, writes)
-    return IdsOut(ids=written.ids, superseded=written.superseded)
+    body = IdsOut(ids=written.ids, superseded=written.superseded)
+    return Response(body, status_code=HTTP_201_CREATED, headers=_lsn(engine, principal.tenant))
 
 
 @v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503)
@@ -197,9 +216,10 @@ async def list_versions(
 @v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
 async def write_graph(
     data: GraphBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> GraphOut:
+) -> Response[GraphOut]:
     graph = validate.graph_write(data, engine.config.current)
-    return GraphOut(**await engine.write_graph(principal.tenant, graph))
+    body = GraphOut(**await engine.write_graph(principal.tenant, graph))
+    return Response(body, status_code=HTTP_201_CREATED, headers=_lsn(engine, principal.tenant))
 
 
 @v1(
@@ -248,9 +268,20 @@ async def delete_entity(
 
 
 @v1(post, "/v1/recall", "Recall: the pre-inference memory block", 400, 401, 413, 415, 429, 503)
-async def recall(data: RecallBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
+async def recall(
+    data: RecallBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine], lsn: LsnHeader = None
+) -> RecallOut:
     opts = recall_options(data, engine.config.current)
-    return await engine.recall(principal.tenant, opts)
+    return await engine.recall(principal.tenant, opts, at_least=_at_least(lsn))
+
+
+def _at_least(header: str | None) -> int:
+    if header is None:
+        return 0
+    try:
+        return parse_lsn(header)
+    except ValueError as exc:
+        raise validate.InputError(f"{LSN_HEADER}: {exc}") from None
 
 
 @post(
@@ -354,6 +385,8 @@ async def health(state: State) -> Response[HealthOut]:
         lifecycle=rt.sweeper.stats(),
         cache=rt.engine.cache.stats(),
         extraction=rt.engine.extraction,
+        # Never a 503 for the replica: recalls read the primary while it is down.
+        replica=None if rt.engine.replica is None else rt.engine.replica.router.stats(),
     )
     return Response(body, status_code=200 if ok else 503)
 
