@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Literal
 
 import anyio
 import msgspec
@@ -96,7 +97,7 @@ async def primary_lsn(pool: AsyncConnectionPool) -> int:
 
 class ReplicaStats(msgspec.Struct, frozen=True):
     #: ``up``: recalls may read it; ``down``: a read or probe failed, retried in the background.
-    status: str
+    status: Literal["up", "down"]
     #: Its replay position when last read (None before the first read).
     replayed_lsn: str | None
     #: Recalls answered from the replica, and from the primary, by this process.
