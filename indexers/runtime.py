@@ -31,7 +31,7 @@ from .embedding import Embedder
 from .engine import Engine, ReplicaReads
 from .extraction import Extractors
 from .pgvector import ensure_indexes
-from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool
+from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool, primary_lsn
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexJobs
 from .sweep import Sweeper
@@ -157,8 +157,11 @@ async def _open_runtime(
             specs = registered()
             on_postgres = [n for n in sources if n in specs and specs[n].store == "postgres"]
             rebuilt = build_sources(SourceDeps(pool=replica_pool, typesense=client, get_config=config), on_postgres)
+            router = ReplicaRouter(replica_pool, pool)
+            # Writes made before this start (the last run's, whose positions it kept) are waited for too.
+            router.wrote_before(await primary_lsn(pool))
             replica = ReplicaReads(
-                router=ReplicaRouter(replica_pool, pool),
+                router=router,
                 store=PostgresStore(replica_pool),
                 sources={n: rebuilt.get(n, source) for n, source in sources.items()},
             )

@@ -155,6 +155,12 @@ class ReplicaRouter:
         if lsn > self._written.get(tenant, 0):
             self._written[tenant] = lsn
 
+    def wrote_before(self, lsn: int) -> None:
+        """Every tenant's recalls wait for ``lsn``: the primary's position when
+        the process started, so that writes made before (by an earlier run of
+        it, which kept their positions in memory) are not missed after a restart."""
+        self._floor = max(self._floor, lsn)
+
     def wrote_unknown(self, tenant: str) -> None:
         """``tenant``'s write committed but the primary's position could not be
         read: its recalls read the primary until :meth:`run` reads a position
