@@ -16,7 +16,7 @@ import anyio
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.connection import ASGIConnection
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import NamedDependency, Provide
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import (
@@ -128,11 +128,38 @@ AGENT = [authenticate]
 ADMIN = [authenticate, require_admin]
 
 
+#: A write's answer carries the primary's WAL position after it (with
+#: ``postgres.replicaDsn``); a recall that brings it back reads a replica only
+#: once it has replayed that far, whichever process serves it.
+LSN_HEADER = "Braid-Lsn"
+
+_LSN_DOC = ResponseHeader(
+    name=LSN_HEADER,
+    documentation_only=True,
+    description="With a read replica (`postgres.replicaDsn`): the primary's WAL position after this write; "
+    "a recall sending it back sees the write through any Braid process",
+)
+
+
 def v1(
-    kind: Callable[..., HTTPRouteHandler], path: str, summary: str, *errors: int, status_code: int = 200
+    kind: Callable[..., HTTPRouteHandler],
+    path: str,
+    summary: str,
+    *errors: int,
+    status_code: int = 200,
+    writes: bool = False,
 ) -> HTTPRouteHandler:
-    """An agent route: the key's guard, its status, and the error answers it documents."""
-    return kind(path, guards=AGENT, status_code=status_code, summary=summary, responses=problem_responses(*errors))
+    """An agent route: the key's guard, its status, and the error answers it
+    documents; ``writes``: its answer carries ``Braid-Lsn`` (with a replica)."""
+    headers = [_LSN_DOC] if writes else None
+    return kind(
+        path,
+        guards=AGENT,
+        status_code=status_code,
+        summary=summary,
+        responses=problem_responses(*errors),
+        response_headers=headers,
+    )
 
 
 def _json(summary: str, example: dict[str, Any]) -> Any:
@@ -144,11 +171,6 @@ WriteBody = Annotated[MemoriesIn, _json("A fact said in a conversation", WRITE_E
 GraphBody = Annotated[GraphIn, _json("Two entities and their relation", GRAPH_EXAMPLE)]
 RecallBody = Annotated[RecallIn, _json("What to remember for this turn", RECALL_EXAMPLE)]
 
-
-#: A write's answer carries the primary's WAL position after it (with
-#: ``postgres.replicaDsn``); a recall that brings it back reads a replica only
-#: once it has replayed that far, whichever process serves it.
-LSN_HEADER = "Braid-Lsn"
 
 #: A recall's ``Braid-Lsn`` request header (optional).
 LsnHeader = Annotated[
@@ -166,7 +188,7 @@ def _lsn(engine: Engine, tenant: str) -> dict[str, str]:
 # --- handlers -----------------------------------------------------------------
 
 
-@v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
+@v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED, writes=True)
 async def write_memories(
     data: WriteBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> Response[IdsOut]:
@@ -176,18 +198,19 @@ async def write_memories(
     return Response(body, status_code=HTTP_201_CREATED, headers=_lsn(engine, principal.tenant))
 
 
-@v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503)
+@v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503, writes=True)
 async def delete_memory(
     memory_id: FromPath[str],
     principal: NamedDependency[Principal],
     engine: NamedDependency[Engine],
     restore_previous: FromQuery[bool] = False,
-) -> DeletedOut:
+) -> Response[DeletedOut]:
     mid = validate.memory_id(memory_id)
     deleted = await engine.delete_memory(principal.tenant, mid, restore_previous=restore_previous)
     if deleted is None:
         raise NotFoundException(f"no memory {mid!r}")
-    return DeletedOut(deleted=deleted.deleted, restored=deleted.restored)
+    body = DeletedOut(deleted=deleted.deleted, restored=deleted.restored)
+    return Response(body, headers=_lsn(engine, principal.tenant))
 
 
 @v1(get, "/v1/memories/{memory_id:path}", "One memory with its lifecycle", 400, 401, 404, 429, 503)
@@ -213,7 +236,19 @@ async def list_versions(
     return VersionsOut(mem_key=key, memories=[MemoryOut.of(r) for r in records])
 
 
-@v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
+@v1(
+    post,
+    "/v1/graph",
+    "Write entities and relations",
+    400,
+    401,
+    413,
+    415,
+    429,
+    503,
+    status_code=HTTP_201_CREATED,
+    writes=True,
+)
 async def write_graph(
     data: GraphBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
 ) -> Response[GraphOut]:
@@ -231,6 +266,7 @@ async def write_graph(
     404,
     429,
     503,
+    writes=True,
 )
 async def delete_relations(
     source: FromQuery[str],
@@ -238,13 +274,13 @@ async def delete_relations(
     principal: NamedDependency[Principal],
     engine: NamedDependency[Engine],
     relation: FromQuery[str | None] = None,
-) -> RelationsDeletedOut:
+) -> Response[RelationsDeletedOut]:
     src, dst, rel = validate.relation_key(source, target, relation)
     count = await engine.delete_relations(principal.tenant, src, dst, rel)
     if count == 0:
         named = f"{rel!r} relation" if rel is not None else "relation"
         raise NotFoundException(f"no {named} from {src!r} to {dst!r}")
-    return RelationsDeletedOut(deleted=count)
+    return Response(RelationsDeletedOut(deleted=count), headers=_lsn(engine, principal.tenant))
 
 
 @v1(
@@ -256,15 +292,16 @@ async def delete_relations(
     404,
     429,
     503,
+    writes=True,
 )
 async def delete_entity(
     name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> EntityDeletedOut:
+) -> Response[EntityDeletedOut]:
     entity = validate.entity_name(name)
     relations = await engine.delete_entity(principal.tenant, entity)
     if relations is None:
         raise NotFoundException(f"no entity {entity!r}")
-    return EntityDeletedOut(deleted=entity, relations=relations)
+    return Response(EntityDeletedOut(deleted=entity, relations=relations), headers=_lsn(engine, principal.tenant))
 
 
 @v1(post, "/v1/recall", "Recall: the pre-inference memory block", 400, 401, 413, 415, 429, 503)

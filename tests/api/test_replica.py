@@ -27,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.embedded import EmbeddedPostgres, EmbeddedReplica, EmbeddedTypesense
+from indexers.postgres import parse_lsn
 
 from . import conftest
 from .conftest import AGENT_A, AGENT_B, Braid, fresh_database, make_app, serve
@@ -152,9 +153,14 @@ async def test_paused_replay_sends_the_writer_to_the_primary(
             # Still the primary while the replica stays behind A's write.
             again = await braid.recall("Where is the van parked?")
             assert again["served_by"] == "primary" and a_id in ids(again)
-            # B wrote nothing since: the replica, which has B's write, serves it.
+            # B wrote nothing since: the replica, which has B's write, serves it,
+            # without reading its replay position again (the cached one is past B's write).
+            router = braid.runtime.engine.replica
+            assert router is not None
+            probes = router.router.stats().probes
             b_out = await braid.recall("Where are the bikes?", key=AGENT_B)
             assert b_out["served_by"] == "replica" and b_id in ids(b_out)
+            assert router.router.stats().probes == probes
         finally:
             on_replica(replica, "SELECT pg_wal_replay_resume()")
         with anyio.fail_after(10):
@@ -192,6 +198,10 @@ async def test_braid_lsn_carries_the_guarantee_to_another_process(
                 )
                 assert r.status_code == 400
                 assert r.json()["detail"] == "Braid-Lsn: not a WAL position: 'zz' (expected e.g. '16/B374D848')"
+                # A delete's answer carries the position too, at or past the write's.
+                r = await first.client.delete(f"/v1/memories/{memory_id}", headers=first.headers(AGENT_A))
+                assert r.status_code == 200, r.text
+                assert parse_lsn(r.headers["Braid-Lsn"]) >= parse_lsn(lsn)
             finally:
                 on_replica(replica, "SELECT pg_wal_replay_resume()")
 
