@@ -240,6 +240,11 @@ class ReplicaRouter:
         out; read the primary's position for the tenants whose write's is unknown."""
         while True:
             if self._down:
+                if self._ever_read:
+                    # Connections left from before it went away are dropped, not
+                    # handed to the recalls that follow the probe.
+                    with anyio.move_on_after(self.probe_timeout_s):
+                        await self.pool.check()
                 await self._probe()
             if self._unknown:
                 await self._resolve_unknown()
