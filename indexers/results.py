@@ -135,6 +135,9 @@ class RecallResult(msgspec.Struct):
     #: Served from the result cache (``cache.ttlMs``): an identical earlier
     #: recall's answer, computed after the tenant's last write.
     cached: bool = False
+    #: The Postgres the recall read: ``replica`` (``postgres.replicaDsn``) once
+    #: it has replayed the tenant's writes, else ``primary``.
+    served_by: Literal["primary", "replica"] = "primary"
 
 
 class ReloadReport(msgspec.Struct):

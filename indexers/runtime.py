@@ -5,7 +5,11 @@ HNSW indexes and the Typesense collection exist, opens the embedder (the
 local model or a hosted one, ``embedding.provider``) and loads the entity
 extractor ``graph.extract`` names,
 starts the outbox worker and the sweeper, and yields a :class:`Runtime`. On exit it stops
-the worker and closes every pool and client.
+the worker and closes every pool and client. With a streaming replica
+(``postgres.replicaDsn``) it opens a second pool on it, without waiting for it,
+and the Postgres sources a second time on that pool: recalls read them once
+the replica has replayed the tenant's writes (:mod:`indexers.postgres.replica`);
+everything else (writes, the outbox worker, reindex, the sweeper) stays on the primary.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from .base import SourceUnavailable
 from .bookkeeping import Bookkeeper
 from .embedders import open_embedder
 from .embedding import Embedder
-from .engine import Engine
+from .engine import Engine, ReplicaReads
 from .extraction import Extractors
 from .pgvector import ensure_indexes
-from .postgres import PostgresStore, open_pool
+from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool, primary_lsn
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexJobs
 from .sweep import Sweeper
@@ -45,6 +49,8 @@ class Backends(msgspec.Struct, frozen=True):
     postgres_dsn: str
     typesense_nodes: tuple[str, ...]
     typesense_api_key: str
+    #: A streaming replica of ``postgres_dsn`` that recalls read (``postgres.replicaDsn``).
+    postgres_replica_dsn: str | None = None
 
 
 class Runtime(msgspec.Struct):
@@ -118,6 +124,11 @@ async def _open_runtime(
         max_size=cfg.postgres.pool_max,
     )
     store = PostgresStore(pool)
+    replica_pool = None
+    if backends.postgres_replica_dsn is not None:
+        replica_pool = await open_replica_pool(
+            backends.postgres_replica_dsn, min_size=cfg.postgres.pool_min, max_size=cfg.postgres.pool_max
+        )
     client = TypesenseClient(
         backends.typesense_nodes,
         backends.typesense_api_key,
@@ -140,6 +151,20 @@ async def _open_runtime(
 
         # Every registered source (or those named), built from the runtime's parts.
         sources = build_sources(SourceDeps(pool=pool, typesense=client, get_config=config), source_names)
+        replica = None
+        if replica_pool is not None:
+            # The Postgres sources again, on the replica's pool; the others are shared.
+            specs = registered()
+            on_postgres = [n for n in sources if n in specs and specs[n].store == "postgres"]
+            rebuilt = build_sources(SourceDeps(pool=replica_pool, typesense=client, get_config=config), on_postgres)
+            router = ReplicaRouter(replica_pool, pool)
+            # Writes made before this start (the last run's, whose positions it kept) are waited for too.
+            router.wrote_before(await primary_lsn(pool))
+            replica = ReplicaReads(
+                router=router,
+                store=PostgresStore(replica_pool),
+                sources={n: rebuilt.get(n, source) for n, source in sources.items()},
+            )
         bookkeeper = Bookkeeper(
             pool,
             queue_size=cfg.bookkeeping.queue_size,
@@ -151,7 +176,7 @@ async def _open_runtime(
         if extractor is not None:
             # Loaded now (about a second), not on a client's first write.
             await anyio.to_thread.run_sync(extractor.load)
-        engine = Engine(config, store, sources, embedder, bookkeeper, extractors)
+        engine = Engine(config, store, sources, embedder, bookkeeper, extractors, replica)
         sync = OutboxSync(
             store,
             index,
@@ -172,6 +197,8 @@ async def _open_runtime(
             tg.start_soon(bookkeeper.run)
             sweeper = Sweeper(store, config)
             tg.start_soon(sweeper.run)
+            if replica is not None:
+                tg.start_soon(replica.router.run)
             try:
                 yield Runtime(
                     engine=engine,
@@ -191,4 +218,6 @@ async def _open_runtime(
                     await anyio.to_thread.run_sync(extractors.close)
     finally:
         await client.aclose()
+        if replica_pool is not None:
+            await replica_pool.close()
         await pool.close()

@@ -74,7 +74,12 @@ def main() -> int:
         config = ConfigHolder(cfg, str(config_path()))
         settings = AppSettings(
             config=config,
-            backends=Backends(postgres_dsn=dsn, typesense_nodes=nodes, typesense_api_key=ts_key),
+            backends=Backends(
+                postgres_dsn=dsn,
+                typesense_nodes=nodes,
+                typesense_api_key=ts_key,
+                postgres_replica_dsn=cfg.postgres.replica_dsn,
+            ),
             keyring=Keyring.from_config(config, extra),
         )
         # uvloop: asyncio's loop in C (measured with the other service-side changes in

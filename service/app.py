@@ -16,7 +16,7 @@ import anyio
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.connection import ASGIConnection
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import NamedDependency, Provide
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import (
@@ -28,14 +28,14 @@ from litestar.exceptions import (
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Components, Example, SecurityScheme
-from litestar.params import Body, FromPath, FromQuery, JSONBody
+from litestar.params import Body, FromPath, FromQuery, HeaderParameter, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED
 
 from config import ConfigError, ConfigHolder, MetricsConfig, TracesConfig
 from indexers.base import postgres_errors
 from indexers.engine import Engine
 from indexers.lifecycle import Forgetting
-from indexers.postgres import PING_TIMEOUT_S, tenant_counts
+from indexers.postgres import PING_TIMEOUT_S, format_lsn, parse_lsn, tenant_counts
 from indexers.runtime import Backends, Runtime, open_runtime
 
 from . import validate
@@ -128,11 +128,38 @@ AGENT = [authenticate]
 ADMIN = [authenticate, require_admin]
 
 
+#: A write's answer carries the primary's WAL position after it (with
+#: ``postgres.replicaDsn``); a recall that brings it back reads a replica only
+#: once it has replayed that far, whichever process serves it.
+LSN_HEADER = "Braid-Lsn"
+
+_LSN_DOC = ResponseHeader(
+    name=LSN_HEADER,
+    documentation_only=True,
+    description="With a read replica (`postgres.replicaDsn`): the primary's WAL position after this write; "
+    "a recall sending it back sees the write through any Braid process",
+)
+
+
 def v1(
-    kind: Callable[..., HTTPRouteHandler], path: str, summary: str, *errors: int, status_code: int = 200
+    kind: Callable[..., HTTPRouteHandler],
+    path: str,
+    summary: str,
+    *errors: int,
+    status_code: int = 200,
+    writes: bool = False,
 ) -> HTTPRouteHandler:
-    """An agent route: the key's guard, its status, and the error answers it documents."""
-    return kind(path, guards=AGENT, status_code=status_code, summary=summary, responses=problem_responses(*errors))
+    """An agent route: the key's guard, its status, and the error answers it
+    documents; ``writes``: its answer carries ``Braid-Lsn`` (with a replica)."""
+    headers = [_LSN_DOC] if writes else None
+    return kind(
+        path,
+        guards=AGENT,
+        status_code=status_code,
+        summary=summary,
+        responses=problem_responses(*errors),
+        response_headers=headers,
+    )
 
 
 def _json(summary: str, example: dict[str, Any]) -> Any:
@@ -145,30 +172,45 @@ GraphBody = Annotated[GraphIn, _json("Two entities and their relation", GRAPH_EX
 RecallBody = Annotated[RecallIn, _json("What to remember for this turn", RECALL_EXAMPLE)]
 
 
+#: A recall's ``Braid-Lsn`` request header (optional).
+LsnHeader = Annotated[
+    str | None,
+    HeaderParameter(name=LSN_HEADER, description="A write's `Braid-Lsn`: the recall sees that write", required=False),
+]
+
+
+def _lsn(engine: Engine, tenant: str) -> dict[str, str]:
+    """The ``Braid-Lsn`` header of a write's answer (none without a replica)."""
+    lsn = engine.last_write(tenant)
+    return {} if lsn is None else {LSN_HEADER: format_lsn(lsn)}
+
+
 # --- handlers -----------------------------------------------------------------
 
 
-@v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
+@v1(post, "/v1/memories", "Write memories", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED, writes=True)
 async def write_memories(
     data: WriteBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> IdsOut:
+) -> Response[IdsOut]:
     writes = memory_writes(data, engine.config.current)
     written = await engine.write_memories(principal.tenant, writes)
-    return IdsOut(ids=written.ids, superseded=written.superseded)
+    body = IdsOut(ids=written.ids, superseded=written.superseded)
+    return Response(body, status_code=HTTP_201_CREATED, headers=_lsn(engine, principal.tenant))
 
 
-@v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503)
+@v1(delete, "/v1/memories/{memory_id:path}", "Delete a memory from every store", 400, 401, 404, 429, 503, writes=True)
 async def delete_memory(
     memory_id: FromPath[str],
     principal: NamedDependency[Principal],
     engine: NamedDependency[Engine],
     restore_previous: FromQuery[bool] = False,
-) -> DeletedOut:
+) -> Response[DeletedOut]:
     mid = validate.memory_id(memory_id)
     deleted = await engine.delete_memory(principal.tenant, mid, restore_previous=restore_previous)
     if deleted is None:
         raise NotFoundException(f"no memory {mid!r}")
-    return DeletedOut(deleted=deleted.deleted, restored=deleted.restored)
+    body = DeletedOut(deleted=deleted.deleted, restored=deleted.restored)
+    return Response(body, headers=_lsn(engine, principal.tenant))
 
 
 @v1(get, "/v1/memories/{memory_id:path}", "One memory with its lifecycle", 400, 401, 404, 429, 503)
@@ -194,12 +236,25 @@ async def list_versions(
     return VersionsOut(mem_key=key, memories=[MemoryOut.of(r) for r in records])
 
 
-@v1(post, "/v1/graph", "Write entities and relations", 400, 401, 413, 415, 429, 503, status_code=HTTP_201_CREATED)
+@v1(
+    post,
+    "/v1/graph",
+    "Write entities and relations",
+    400,
+    401,
+    413,
+    415,
+    429,
+    503,
+    status_code=HTTP_201_CREATED,
+    writes=True,
+)
 async def write_graph(
     data: GraphBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> GraphOut:
+) -> Response[GraphOut]:
     graph = validate.graph_write(data, engine.config.current)
-    return GraphOut(**await engine.write_graph(principal.tenant, graph))
+    body = GraphOut(**await engine.write_graph(principal.tenant, graph))
+    return Response(body, status_code=HTTP_201_CREATED, headers=_lsn(engine, principal.tenant))
 
 
 @v1(
@@ -211,6 +266,7 @@ async def write_graph(
     404,
     429,
     503,
+    writes=True,
 )
 async def delete_relations(
     source: FromQuery[str],
@@ -218,13 +274,13 @@ async def delete_relations(
     principal: NamedDependency[Principal],
     engine: NamedDependency[Engine],
     relation: FromQuery[str | None] = None,
-) -> RelationsDeletedOut:
+) -> Response[RelationsDeletedOut]:
     src, dst, rel = validate.relation_key(source, target, relation)
     count = await engine.delete_relations(principal.tenant, src, dst, rel)
     if count == 0:
         named = f"{rel!r} relation" if rel is not None else "relation"
         raise NotFoundException(f"no {named} from {src!r} to {dst!r}")
-    return RelationsDeletedOut(deleted=count)
+    return Response(RelationsDeletedOut(deleted=count), headers=_lsn(engine, principal.tenant))
 
 
 @v1(
@@ -236,21 +292,33 @@ async def delete_relations(
     404,
     429,
     503,
+    writes=True,
 )
 async def delete_entity(
     name: FromPath[str], principal: NamedDependency[Principal], engine: NamedDependency[Engine]
-) -> EntityDeletedOut:
+) -> Response[EntityDeletedOut]:
     entity = validate.entity_name(name)
     relations = await engine.delete_entity(principal.tenant, entity)
     if relations is None:
         raise NotFoundException(f"no entity {entity!r}")
-    return EntityDeletedOut(deleted=entity, relations=relations)
+    return Response(EntityDeletedOut(deleted=entity, relations=relations), headers=_lsn(engine, principal.tenant))
 
 
 @v1(post, "/v1/recall", "Recall: the pre-inference memory block", 400, 401, 413, 415, 429, 503)
-async def recall(data: RecallBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine]) -> RecallOut:
+async def recall(
+    data: RecallBody, principal: NamedDependency[Principal], engine: NamedDependency[Engine], lsn: LsnHeader = None
+) -> RecallOut:
     opts = recall_options(data, engine.config.current)
-    return await engine.recall(principal.tenant, opts)
+    return await engine.recall(principal.tenant, opts, at_least=_at_least(lsn))
+
+
+def _at_least(header: str | None) -> int:
+    if header is None:
+        return 0
+    try:
+        return parse_lsn(header)
+    except ValueError as exc:
+        raise validate.InputError(f"{LSN_HEADER}: {exc}") from None
 
 
 @post(
@@ -354,6 +422,8 @@ async def health(state: State) -> Response[HealthOut]:
         lifecycle=rt.sweeper.stats(),
         cache=rt.engine.cache.stats(),
         extraction=rt.engine.extraction,
+        # Never a 503 for the replica: recalls read the primary while it is down.
+        replica=None if rt.engine.replica is None else rt.engine.replica.router.stats(),
     )
     return Response(body, status_code=200 if ok else 503)
 

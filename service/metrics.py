@@ -115,6 +115,13 @@ class Metrics:
             ("strategy", "cached"),
             registry=r,
         )
+        self._served = Counter(
+            "braid_recalls_served",
+            "Recalls answered, by the Postgres they read: `replica` (postgres.replicaDsn, once it had "
+            "replayed the tenant's writes) or `primary`",
+            ("by",),
+            registry=r,
+        )
         self._degraded = Counter(
             "braid_recall_degraded", "Recalls with a degraded part (a source or the query embedding)", registry=r
         )
@@ -172,6 +179,7 @@ class Metrics:
 
     def recalled(self, result: RecallResult) -> None:
         self._recalls.labels(result.strategy, "true" if result.cached else "false").inc()
+        self._served.labels(result.served_by).inc()
         if result.degraded:
             self._degraded.inc()
         if result.cached:
@@ -256,6 +264,20 @@ class Metrics:
             _counter("braid_bookkeeping_written", "Returned memories whose use was counted", books.written),
             dropped,
         ]
+        if rt.engine.replica is not None:
+            replica = rt.engine.replica.router.stats()
+            read += [
+                _gauge(
+                    "braid_replica_up",
+                    "1 while recalls may read the streaming replica (postgres.replicaDsn), 0 while it is out",
+                    replica.status == "up",
+                ),
+                _counter(
+                    "braid_replica_fallbacks",
+                    "Recalls begun on the replica that a failed read answered from the primary",
+                    replica.fallbacks,
+                ),
+            ]
         sweep = rt.sweeper.stats()
         read.append(_counter("braid_memories_swept", "Expired memories this process's sweeper removed", sweep.swept))
         return read

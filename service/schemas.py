@@ -23,7 +23,7 @@ from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
 from indexers.cache import CacheStats
 from indexers.extraction import ExtractionStats
-from indexers.postgres import TenantCounts
+from indexers.postgres import ReplicaStats, TenantCounts
 from indexers.results import RecallResult
 from indexers.sweep import SweepStats
 
@@ -394,6 +394,10 @@ class HealthOut(msgspec.Struct):
     #: This process's entity extraction on write (``graph.extract``): memories
     #: extracted from, and those whose extraction failed (stored all the same).
     extraction: ExtractionStats
+    #: The streaming replica recalls read (``postgres.replicaDsn``): up or
+    #: down, its replay position, and recalls this process served from it and
+    #: from the primary; null without one.
+    replica: ReplicaStats | None = None
 
 
 class StatsCountsOut(msgspec.Struct):

@@ -21,6 +21,8 @@ One job a module:
 * :mod:`.generations`: the per-tenant write generation every change bumps
   (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
 * :mod:`.stats`: what is stored, counted per tenant (:func:`tenant_counts`).
+* :mod:`.replica`: which Postgres a recall reads, the primary or a streaming
+  replica past the tenant's last write (:class:`ReplicaRouter`).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from .pool import (
     PoolSource,
     Read,
     open_pool,
+    open_replica_pool,
     scope_to_tenant,
     tenant_reads,
     tenant_transaction,
 )
+from .replica import ReplicaRouter, ReplicaStats, format_lsn, parse_lsn, primary_lsn
 from .sql import (
     HIT_COLUMNS,
     RECORD_COLUMNS,
@@ -62,16 +66,22 @@ __all__ = [
     "PoolSource",
     "PostgresStore",
     "RelationInput",
+    "ReplicaRouter",
+    "ReplicaStats",
     "TenantCounts",
     "Written",
     "bump_generations",
     "filter_clause",
+    "format_lsn",
     "hit_from_row",
     "lifecycle_clause",
     "entity_text",
     "name_candidates",
     "normalize_name",
     "open_pool",
+    "open_replica_pool",
+    "parse_lsn",
+    "primary_lsn",
     "read_generation",
     "record_from_row",
     "scope_to_tenant",

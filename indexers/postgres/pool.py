@@ -23,6 +23,7 @@ __all__ = [
     "PING_TIMEOUT_S",
     "PoolSource",
     "open_pool",
+    "open_replica_pool",
     "Read",
     "scope_to_tenant",
     "tenant_reads",
@@ -62,6 +63,25 @@ async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> Asyn
         timeout=5.0,
     )
     await pool.open(wait=True, timeout=30)
+    return pool
+
+
+async def open_replica_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """A pool on a read-only streaming replica (``postgres.replicaDsn``): no
+    migration (the replica replays the primary's), and no wait for its first
+    connections: a replica that is down must not stop the service starting
+    (:class:`indexers.postgres.replica.ReplicaRouter` keeps recalls off it)."""
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        configure=_configure,
+        kwargs={"autocommit": True},
+        name="braid-replica",
+        timeout=5.0,
+    )
+    await pool.open(wait=False)
     return pool
 
 

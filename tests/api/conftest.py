@@ -98,9 +98,11 @@ def make_app(
     config_path: str | None = None,
     dsn: str | None = None,
     alias: str | None = None,
+    replica_dsn: str | None = None,
 ) -> tuple[Litestar, str, str]:
     """An app on a fresh database and Typesense alias (or on ``dsn``'s and
-    ``alias``'s). ``embedder`` None: the app opens ``cfg``'s embedding provider."""
+    ``alias``'s), its recalls reading ``replica_dsn`` when given. ``embedder``
+    None: the app opens ``cfg``'s embedding provider."""
     dsn = dsn or fresh_database(postgres)
     alias = alias or f"mem_{uuid.uuid4().hex[:10]}"
     cfg = cfg or test_config(alias)
@@ -115,6 +117,7 @@ def make_app(
             postgres_dsn=dsn,
             typesense_nodes=(typesense.url,),
             typesense_api_key=typesense.api_key,
+            postgres_replica_dsn=replica_dsn,
         ),
         keyring=ring,
         embedder=embedder,

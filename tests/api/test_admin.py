@@ -200,6 +200,14 @@ async def test_reload_names_keys_that_need_a_restart(configured: FileConfigured)
         "`embedding` cannot change without a restart; config not reloaded"
     )
 
+    # The replica's pool is opened at start-up: naming one needs a restart too.
+    configured.write("postgres:\n  replicaDsn: postgresql://127.0.0.1:5999/braid\n")
+    r = await configured.reload()
+    assert r.status_code == 400
+    assert r.json()["detail"] == (
+        "config not reloaded, the running config stays: `postgres` cannot change without a restart; config not reloaded"
+    )
+
 
 async def test_an_admin_key_acts_on_every_tenant(braid: Braid) -> None:
     """Documented decision (README, "Keys and tenants"): an admin key is an

@@ -35,6 +35,7 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg == BraidConfig(), "braid.yaml and the schema defaults differ"
     assert cfg.memory_tiers == ["session", "rag"]
     assert cfg.entity_tier == "entities"
+    assert (cfg.postgres.dsn, cfg.postgres.replica_dsn) == (None, None)
 
 
 def test_yaml_and_code_defaults_agree() -> None:
@@ -81,6 +82,18 @@ def test_yaml_and_code_defaults_agree() -> None:
             "`key` must be at least 16 characters - at `$.auth.keys[0]`",
         ),
         ("auth: {keys: [{tenant: 'a b', key: 0123456789abcdef}]}", None),
+        (
+            "postgres: {dsn: 'postgresql://db/braid', replicaDsn: 'postgresql://db/braid'}",
+            "replicaDsn is the primary's dsn; name a streaming replica of it (or null) - at `$.postgres`",
+        ),
+        (
+            "postgres: {replicaDsn: ' '}",
+            "replicaDsn is empty; name a streaming replica of dsn (or null) - at `$.postgres`",
+        ),
+        (
+            "postgres: {replicaDSN: 'postgresql://r/braid'}",
+            "Object contains unknown field `replicaDSN` - at `$.postgres`",
+        ),
         ("- 1", "the top level must be a mapping, got list"),
     ],
 )

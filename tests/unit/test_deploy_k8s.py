@@ -30,7 +30,6 @@ import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
 from config import parse_config
-from config.schema import PostgresConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -475,10 +474,5 @@ def test_overlay_config_reaches_the_primary_through_rw() -> None:
 def test_overlay_config_names_the_replicas_through_ro() -> None:
     text, cfg = _overlay_config()
     ro = f"postgresql://braid@{_cluster()['metadata']['name']}-ro:5432/braid"
-    if "replica_dsn" not in PostgresConfig.__struct_fields__:
-        # Not in Braid's config schema yet: kept commented, ready to enable.
-        assert f"# replicaDsn: {ro}" in text
-        return
-    assert cfg.postgres.replica_dsn == ro, (
-        "postgres.replicaDsn now exists: uncomment it in deploy/k8s/cnpg/braid-config.yaml"
-    )
+    assert cfg.postgres.replica_dsn == ro
+    assert f"replicaDsn: {ro}" in text
