@@ -148,14 +148,18 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
             SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
             WHERE 1.0 - n.distance >= %(min_similarity)s"""
     if bounded:
-        # Both directions, heaviest first; {of} is the entity walked from.
+        # Both directions, heaviest first; {of} is the entity walked from. Each
+        # direction's first few come in order from its index (migration 16), so
+        # a hub's relations are not all read and sorted.
         neighbours = f"""
                 SELECT n.entity_id, n.id FROM (
-                    SELECT r.target_id AS entity_id, r.id, r.weight FROM relations r
-                    WHERE r.tenant = %(tenant)s AND r.source_id = {{of}} AND {valid}
+                    (SELECT r.target_id AS entity_id, r.id, r.weight FROM relations r
+                     WHERE r.tenant = %(tenant)s AND r.source_id = {{of}} AND {valid}
+                     ORDER BY r.weight DESC, r.id LIMIT %(fanout)s)
                     UNION ALL
-                    SELECT r.source_id, r.id, r.weight FROM relations r
-                    WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}
+                    (SELECT r.source_id, r.id, r.weight FROM relations r
+                     WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}
+                     ORDER BY r.weight DESC, r.id LIMIT %(fanout)s)
                 ) n
                 ORDER BY n.weight DESC, n.id
                 LIMIT %(fanout)s"""
@@ -166,7 +170,12 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
             ) x
             CROSS JOIN LATERAL ({neighbours.format(of="x.entity_id")}) nb
         ),"""
-        only_walked = "\n              AND r.id IN (SELECT id FROM walked)"
+        # A relation walked from an entity short of the last hop ends at one
+        # reached; with no hop, only those among the seeds are read.
+        among_reached = (
+            "r.id IN (SELECT id FROM walked)\n              AND (%(hops)s > 0 OR (r.source_id IN (SELECT id FROM seeds)"
+            " AND r.target_id IN (SELECT id FROM seeds)))"
+        )
     else:
         neighbours = f"""
                 SELECT r.target_id AS entity_id FROM relations r
@@ -174,7 +183,10 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
                 UNION
                 SELECT r.source_id FROM relations r
                 WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}"""
-        walked = only_walked = ""
+        walked = ""
+        among_reached = (
+            "r.source_id IN (SELECT entity_id FROM reached)\n              AND r.target_id IN (SELECT entity_id FROM reached)"
+        )
     return f"""
         WITH RECURSIVE seeds AS MATERIALIZED (
             SELECT id, max(weight) AS weight FROM (
@@ -198,9 +210,8 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
                    -- skipped in _facts instead of failing the whole read.
                    extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
             FROM relations r
-            WHERE r.tenant = %(tenant)s{only_walked}
-              AND r.source_id IN (SELECT entity_id FROM reached)
-              AND r.target_id IN (SELECT entity_id FROM reached)
+            WHERE r.tenant = %(tenant)s
+              AND {among_reached}
               AND {valid}
             ORDER BY r.weight DESC, r.id
             LIMIT %(max_edges)s

@@ -375,6 +375,11 @@ async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(
     assert {"Grace studies Mars.", "Grace studies Jupiter.", "Saturn outshines Mercury."} <= set(c for _, c in unbounded)
     one_hop = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2, max_hops=1), "gh", question))
     assert {c for k, c in one_hop if k == "fact"} == {"Grace studies Neptune.", "Grace studies Saturn."}
+    # No hop: the relations among the seeds only, bounded or not.
+    for fanout in (0, 2):
+        cfg = graph_config(seed_min_similarity=0.99, fanout=fanout, max_hops=0)
+        seeds_only = summary(await search(pool, cfg, "gh", "Did Grace study Saturn?"))
+        assert {c for k, c in seeds_only if k == "fact"} == {"Grace studies Saturn."}, fanout
 
 
 async def test_relations_outside_their_validity_window_are_skipped(
