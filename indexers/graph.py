@@ -184,9 +184,7 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
                 SELECT r.source_id FROM relations r
                 WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}"""
         walked = ""
-        among_reached = (
-            "r.source_id IN (SELECT entity_id FROM reached)\n              AND r.target_id IN (SELECT entity_id FROM reached)"
-        )
+        among_reached = "r.source_id IN (SELECT entity_id FROM reached)\n              AND r.target_id IN (SELECT entity_id FROM reached)"
     return f"""
         WITH RECURSIVE seeds AS MATERIALIZED (
             SELECT id, max(weight) AS weight FROM (

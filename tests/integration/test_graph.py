@@ -345,9 +345,7 @@ async def test_a_fanout_above_every_degree_walks_as_without_one(
         assert [h.score for h in bounded] == pytest.approx([h.score for h in unbounded], abs=1e-9), hops
 
 
-async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(
-    pool: AsyncConnectionPool, embedder: Any
-) -> None:
+async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(pool: AsyncConnectionPool, embedder: Any) -> None:
     # Grace is a hub: five relations of weights 1..5; Mars (behind her lightest)
     # links on to Venus, and two of her neighbours know each other.
     w = Writer(PostgresStore(pool), embedder)
@@ -372,7 +370,9 @@ async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(
     assert bounded[:2] == [("fact", "Grace studies Neptune."), ("fact", "Grace studies Saturn.")]
     facts = {content for kind, content in bounded if kind == "fact"}
     assert facts == {"Grace studies Neptune.", "Grace studies Saturn.", "Saturn outshines Mercury."}
-    assert {"Grace studies Mars.", "Grace studies Jupiter.", "Saturn outshines Mercury."} <= set(c for _, c in unbounded)
+    assert {"Grace studies Mars.", "Grace studies Jupiter.", "Saturn outshines Mercury."} <= set(
+        c for _, c in unbounded
+    )
     one_hop = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2, max_hops=1), "gh", question))
     assert {c for k, c in one_hop if k == "fact"} == {"Grace studies Neptune.", "Grace studies Saturn."}
     # No hop: the relations among the seeds only, bounded or not.
