@@ -164,7 +164,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--name", default="", help="report name suffix")
-    parser.add_argument("--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)")
+    parser.add_argument(
+        "--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("recall-profile" + (f"-{args.name}" if args.name else "") + ".md")

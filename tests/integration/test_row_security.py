@@ -179,7 +179,10 @@ async def test_tenant_reads_run_scoped_in_one_transaction_and_leave_nothing_behi
     # One transaction, whether implicit (the pipeline's) or repeatable read.
     for repeatable_read in (False, True):
         xids = await tenant_reads(
-            pool, "acme", [Read("SELECT txid_current()"), Read("SELECT txid_current()")], repeatable_read=repeatable_read
+            pool,
+            "acme",
+            [Read("SELECT txid_current()"), Read("SELECT txid_current()")],
+            repeatable_read=repeatable_read,
         )
         assert xids[0] == xids[1], repeatable_read
     isolation = await tenant_reads(pool, "acme", [Read("SELECT current_setting('transaction_isolation')")])
