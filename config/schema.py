@@ -172,7 +172,7 @@ class GraphConfig(_Base, frozen=True):
     #: Relations an entity is walked through, its heaviest first; the
     #: relations read are those walked. 0: every relation of every entity
     #: reached is walked, and every relation among them read.
-    fanout: Annotated[int, Meta(ge=0, le=100_000)] = 0
+    fanout: Annotated[int, Meta(ge=0, le=100_000)] = 16
     #: Memories read per reached entity (newest first); shares still use its full count.
     mentions_per_entity: Annotated[int, Meta(ge=1, le=100_000)] = 100
     #: Who extracts entities and relations from each written memory's content
