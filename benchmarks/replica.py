@@ -60,6 +60,18 @@ def wait_replica(service: Service, timeout: float = 60.0) -> None:
     raise RuntimeError(f"the replica did not come up in {timeout:.0f} s:\n{service.log_tail()}")
 
 
+def _recall(client: httpx.Client, text: str, memory_id: str, ms: dict[str, list[float]]) -> bool:
+    """Recall ``text``: whether ``memory_id`` came back. Its time is added to
+    ``ms`` under the name of whom served it."""
+    start = time.perf_counter()
+    r = client.post("/v1/recall", json={"query": text})
+    elapsed = (time.perf_counter() - start) * 1000
+    r.raise_for_status()
+    out = r.json()
+    ms[out["served_by"]].append(elapsed)
+    return memory_id in {item["id"] for item in out["items"]}
+
+
 def run(service: Service, pairs: int, reads: int) -> dict[str, Any]:
     recall_ms: dict[str, list[float]] = {"primary": [], "replica": []}
     write_ms: list[float] = []
@@ -74,26 +86,14 @@ def run(service: Service, pairs: int, reads: int) -> dict[str, Any]:
             r.raise_for_status()
             (memory_id,) = r.json()["ids"]
             written.append((memory_id, text))
-            start = time.perf_counter()
-            r = client.post("/v1/recall", json={"query": text})
-            elapsed = (time.perf_counter() - start) * 1000
-            r.raise_for_status()
-            out = r.json()
-            recall_ms[out["served_by"]].append(elapsed)
-            if memory_id not in {item["id"] for item in out["items"]}:
+            if not _recall(client, text, memory_id, recall_ms):
                 missed.append(i)
         after_pairs = {k: len(v) for k, v in recall_ms.items()}
         read_ms: dict[str, list[float]] = {"primary": [], "replica": []}
         read_missed = 0
         for j in range(reads):
             memory_id, text = written[(j * 37) % len(written)]
-            start = time.perf_counter()
-            r = client.post("/v1/recall", json={"query": text})
-            elapsed = (time.perf_counter() - start) * 1000
-            r.raise_for_status()
-            out = r.json()
-            read_ms[out["served_by"]].append(elapsed)
-            read_missed += memory_id not in {item["id"] for item in out["items"]}
+            read_missed += not _recall(client, text, memory_id, read_ms)
     metrics = served_metrics(service)
     return {
         "pairs": pairs,

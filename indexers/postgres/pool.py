@@ -51,17 +51,7 @@ async def open_pool(dsn: str, *, dim: int, min_size: int, max_size: int) -> Asyn
             await migrate(conn, dim=dim)
     except psycopg.OperationalError as exc:
         raise SourceUnavailable("postgres", str(exc).strip()) from exc
-    pool = AsyncConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        open=False,
-        configure=_configure,
-        kwargs={"autocommit": True},
-        name="braid",
-        # How long a request waits for a connection before it fails with 503.
-        timeout=5.0,
-    )
+    pool = _pool(dsn, "braid", min_size, max_size)
     await pool.open(wait=True, timeout=30)
     return pool
 
@@ -71,18 +61,24 @@ async def open_replica_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncC
     migration (the replica replays the primary's), and no wait for its first
     connections: a replica that is down must not stop the service starting
     (:class:`indexers.postgres.replica.ReplicaRouter` keeps recalls off it)."""
-    pool = AsyncConnectionPool(
+    pool = _pool(dsn, "braid-replica", min_size, max_size)
+    await pool.open(wait=False)
+    return pool
+
+
+def _pool(dsn: str, name: str, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """An unopened pool of autocommit connections that know `vector`."""
+    return AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         open=False,
         configure=_configure,
         kwargs={"autocommit": True},
-        name="braid-replica",
+        name=name,
+        # How long a request waits for a connection before it fails with 503.
         timeout=5.0,
     )
-    await pool.open(wait=False)
-    return pool
 
 
 #: A run-time setting's name (``hnsw.ef_search``), as ``set_config`` takes it.
