@@ -139,8 +139,11 @@ async def write_all(
 
     async def write(tenant: str, chunk: list[dict[str, Any]]) -> None:
         nonlocal requests, splits
+        # A batch that keeps failing is split; a single memory is retried longer
+        # (a loaded machine can miss the write bound a few times in a row).
+        tries = 2 if len(chunk) > 1 else 5
         try:
-            await post_retrying(client, "/v1/memories", {"memories": chunk}, svc.headers_by_tenant[tenant], tries=2)
+            await post_retrying(client, "/v1/memories", {"memories": chunk}, svc.headers_by_tenant[tenant], tries=tries)
         except ApiError as exc:
             if exc.status != 503 or len(chunk) == 1:
                 raise
