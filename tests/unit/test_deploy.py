@@ -570,6 +570,23 @@ def test_dockerfile_installs_torch_cpu_before_the_project() -> None:
     assert "$" not in torch_run or (index and index[0].rstrip("/").endswith("/whl/cpu"))
 
 
+def test_dockerfile_exports_the_onnx_model_where_the_runtime_looks() -> None:
+    """``embedding.runtime: onnx`` (the default) reads the export from the
+    environment's ``share/braid``: the build stage makes it inside the venv
+    it hands to the runtime stage, after the project is installed."""
+    runs = [i for i in _dockerfile() if i.op == "RUN"]
+    export_at = [n for n, i in enumerate(runs) if "python -m indexers.onnx_minilm" in i.args]
+    project_at = [n for n, i in enumerate(runs) if re.search(_PROJECT_INSTALL, i.args)]
+    assert export_at and project_at, "the image never exports the ONNX model"
+    assert export_at[0] >= project_at[0]
+    run = runs[export_at[0]].args
+    assert run.index("python -m indexers.onnx_minilm") > re.search(_PROJECT_INSTALL, runs[project_at[0]].args).start()
+    assert runs[export_at[0]].stage < max(i.stage for i in _dockerfile())
+    copies = [i.args for i in _final_stage() if i.op == "COPY" and "--from=build" in i.args]
+    assert any("/opt/venv" in c for c in copies), "the runtime stage does not take the build's venv"
+    assert _env(_final_stage())["PATH"].startswith("/opt/venv/bin")
+
+
 def test_dockerfile_copies_everything_the_wheel_needs() -> None:
     copies = [i for i in _dockerfile() if i.op == "COPY" and "--from=" not in i.args]
     sources = []
