@@ -338,7 +338,7 @@ async def test_a_fanout_above_every_degree_walks_as_without_one(
 ) -> None:
     # On `ga` every relation between reached entities is one the walk goes
     # through, so the bounded statement reads the same relations.
-    for hops in (0, 1, 2):
+    for hops in (0, 1, 2, 3):
         unbounded = await search(pool, graph_config(seed_min_similarity=0.99, max_hops=hops), "ga", ALEX_LIKES)
         bounded = await search(pool, graph_config(seed_min_similarity=0.99, max_hops=hops, fanout=50), "ga", ALEX_LIKES)
         assert summary(bounded) == summary(unbounded), hops
@@ -375,6 +375,10 @@ async def test_fanout_walks_a_hub_through_its_heaviest_relations_only(pool: Asyn
     )
     one_hop = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2, max_hops=1), "gh", question))
     assert {c for k, c in one_hop if k == "fact"} == {"Grace studies Neptune.", "Grace studies Saturn."}
+    # A third hop walks on from Mercury (first reached at the second) through
+    # its two heaviest: back to Saturn, and to Grace by her lightest relation.
+    three = summary(await search(pool, graph_config(seed_min_similarity=0.99, fanout=2, max_hops=3), "gh", question))
+    assert {c for k, c in three if k == "fact"} == facts | {"Grace studies Mercury."}
     # No hop: the relations among the seeds only, bounded or not.
     for fanout in (0, 2):
         cfg = graph_config(seed_min_similarity=0.99, fanout=fanout, max_hops=0)
