@@ -8,14 +8,10 @@ tenant; PageRank runs in Python between them.
    normalised entity names, weight 1.0) plus the nearest entities by vector
    in the entity tier (weight = cosine similarity, kept above
    ``graph.seedMinSimilarity``).
-2. **Walk.** The same statement follows relations in both directions up to
+2. **Walk.** One recursive query follows relations in both directions up to
    ``graph.maxHops`` hops, skipping relations outside their validity window
    (at the recall's ``as_of``, when it travels in time: then relations
-   written after it are skipped too). With ``graph.fanout`` (the default) it
-   is unrolled by hop: each entity is walked from once, through its
-   ``fanout`` heaviest relations, and the relations walked are the ones
-   read; with ``fanout: 0``, a recursive walk reaches the entities and every
-   relation among them is read.
+   written after it are skipped too).
 3. **Score.** Personalized PageRank (:mod:`indexers.pagerank`) over the fetched
    neighbourhood, restarting at the seeds in proportion to their weight, with
    relation weights as edge weights. PPR was chosen over hop decay because it
@@ -119,14 +115,9 @@ def _instant(relation_id: int, seconds: float) -> datetime | None:
 _Edge = tuple[int, int, int, str, float, float, str, str, bool]
 
 
-#: A relation's time as epoch seconds: a row whose time Python cannot hold
-#: is skipped in ``_facts`` instead of failing the whole read.
-_SECONDS = "extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds"
-
-
 @functools.cache
-def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False, hops: int = 0) -> str:
-    """The seeds and the relations within ``hops`` hops of them, in one statement.
+def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
+    """The seeds and the relations within ``%(hops)s`` hops of them, in one statement.
 
     Seeds: the entities named by ``%(names)s`` (weight 1), and when
     ``seeded`` the ``%(limit)s`` entities nearest to ``%(vec)s`` among
@@ -156,75 +147,35 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False, hops: int = 0) -
             UNION ALL
             SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
             WHERE 1.0 - n.distance >= %(min_similarity)s"""
-    seeds = f"""
-        seeds AS MATERIALIZED (
-            SELECT id, max(weight) AS weight FROM (
-                SELECT e.id, 1.0::float8 AS weight FROM entities e
-                WHERE e.tenant = %(tenant)s AND e.name_norm = ANY(%(names)s::text[]){near}
-            ) s
-            GROUP BY id
-        ),"""
     if bounded:
         # Both directions, heaviest first; {of} is the entity walked from. Each
         # direction's first few come in order from its index (migration 16), so
         # a hub's relations are not all read and sorted.
-        # A walked relation's row is kept as read: it is not read again.
-        columns = f"r.id, r.source_id, r.target_id, r.relation, r.weight, r.derived, {_SECONDS}"
         neighbours = f"""
-                SELECT n.* FROM (
-                    (SELECT r.target_id AS entity_id, {columns} FROM relations r
+                SELECT n.entity_id, n.id FROM (
+                    (SELECT r.target_id AS entity_id, r.id, r.weight FROM relations r
                      WHERE r.tenant = %(tenant)s AND r.source_id = {{of}} AND {valid}
                      ORDER BY r.weight DESC, r.id LIMIT %(fanout)s)
                     UNION ALL
-                    (SELECT r.source_id, {columns} FROM relations r
+                    (SELECT r.source_id, r.id, r.weight FROM relations r
                      WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}
                      ORDER BY r.weight DESC, r.id LIMIT %(fanout)s)
                 ) n
                 ORDER BY n.weight DESC, n.id
                 LIMIT %(fanout)s"""
-        # Unrolled by level: level k holds the entities first reached at hop
-        # k, and each is walked from once (a recursive walk would look up an
-        # entity again at every depth it is reached at, and once more to list
-        # the relations walked). The levels short of the last hop are walked
-        # from (with no hop, the seeds, for the relations among them).
-        levels = [
-            """
-        l0 AS (SELECT id AS entity_id FROM seeds),"""
-        ]
-        steps = []
-        for k in range(max(hops, 1)):
-            steps.append(
-                f"""
-        n{k} AS MATERIALIZED (
-            SELECT nb.* FROM l{k} x
+        walked = f"""
+        walked AS (
+            SELECT DISTINCT nb.id FROM (
+                SELECT DISTINCT entity_id FROM walk WHERE depth < greatest(%(hops)s, 1)
+            ) x
             CROSS JOIN LATERAL ({neighbours.format(of="x.entity_id")}) nb
         ),"""
-            )
-            if k + 1 < hops:
-                seen = " UNION ALL ".join(f"SELECT entity_id FROM l{j}" for j in range(k + 1))
-                steps.append(
-                    f"""
-        l{k + 1} AS MATERIALIZED (
-            SELECT DISTINCT entity_id FROM n{k} WHERE entity_id NOT IN ({seen})
-        ),"""
-                )
-        # A relation walked from both ends (or at two levels) is read once.
-        walked = " UNION ".join(
-            f"SELECT DISTINCT id, source_id, target_id, relation, weight, derived, seconds FROM n{k}"
-            for k in range(max(hops, 1))
+        # A relation walked from an entity short of the last hop ends at one
+        # reached; with no hop, only those among the seeds are read.
+        among_reached = (
+            "r.id IN (SELECT id FROM walked)\n              AND (%(hops)s > 0 OR (r.source_id IN (SELECT id FROM seeds)"
+            " AND r.target_id IN (SELECT id FROM seeds)))"
         )
-        among = ""
-        if hops == 0:
-            among = "WHERE r.source_id IN (SELECT id FROM seeds) AND r.target_id IN (SELECT id FROM seeds)"
-        edges = f"""
-        edges AS (
-            SELECT * FROM ({walked}) r
-            {among}
-            ORDER BY r.weight DESC, r.id
-            LIMIT %(max_edges)s
-        )"""
-        walk = "".join([*levels, *steps])
-        head = "WITH"
     else:
         neighbours = f"""
                 SELECT r.target_id AS entity_id FROM relations r
@@ -232,7 +183,16 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False, hops: int = 0) -
                 UNION
                 SELECT r.source_id FROM relations r
                 WHERE r.tenant = %(tenant)s AND r.target_id = {{of}} AND {valid}"""
-        walk = f"""
+        walked = ""
+        among_reached = "r.source_id IN (SELECT entity_id FROM reached)\n              AND r.target_id IN (SELECT entity_id FROM reached)"
+    return f"""
+        WITH RECURSIVE seeds AS MATERIALIZED (
+            SELECT id, max(weight) AS weight FROM (
+                SELECT e.id, 1.0::float8 AS weight FROM entities e
+                WHERE e.tenant = %(tenant)s AND e.name_norm = ANY(%(names)s::text[]){near}
+            ) s
+            GROUP BY id
+        ),
         walk(entity_id, depth) AS (
             SELECT id, 0 FROM seeds
             UNION
@@ -241,21 +201,19 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False, hops: int = 0) -
             CROSS JOIN LATERAL ({neighbours.format(of="w.entity_id")}) nb
             WHERE w.depth < %(hops)s
         ),
-        reached AS (SELECT DISTINCT entity_id FROM walk),"""
-        edges = f"""
+        reached AS (SELECT DISTINCT entity_id FROM walk),{walked}
         edges AS (
-            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.derived, {_SECONDS}
+            SELECT r.id, r.source_id, r.target_id, r.relation, r.weight, r.derived,
+                   -- As seconds: a row whose time Python cannot hold is
+                   -- skipped in _facts instead of failing the whole read.
+                   extract(epoch FROM coalesce(r.valid_from, r.created_at))::float8 AS seconds
             FROM relations r
             WHERE r.tenant = %(tenant)s
-              AND r.source_id IN (SELECT entity_id FROM reached)
-              AND r.target_id IN (SELECT entity_id FROM reached)
+              AND {among_reached}
               AND {valid}
             ORDER BY r.weight DESC, r.id
             LIMIT %(max_edges)s
-        )"""
-        head = "WITH RECURSIVE"
-    return f"""
-        {head}{seeds}{walk}{edges}
+        )
         SELECT NULL::bigint, id, NULL::bigint, NULL::text, NULL::real, weight, NULL::text, NULL::text, NULL::bool
         FROM seeds
         UNION ALL
@@ -333,7 +291,7 @@ class GraphSource(PoolSource):
         (rows,) = await tenant_reads(
             self._pool,
             query.tenant,
-            [Read(_walk_sql(seeded, query.filters.as_of is not None, cfg.graph.fanout > 0, hops), params)],
+            [Read(_walk_sql(seeded, query.filters.as_of is not None, cfg.graph.fanout > 0), params)],
             settings=settings,
         )
         seeds: dict[int, float] = {}
