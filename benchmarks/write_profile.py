@@ -1,0 +1,158 @@
+"""Where a write's Postgres time goes: ``pg_stat_statements`` over plain-turn writes.
+
+``python -m benchmarks.write_profile [--turns N] [--batch B] [--extract spacy|none]``
+starts an embedded Postgres with ``pg_stat_statements`` preloaded, the service
+on it (``postgres.dsn``; Typesense embedded as usual), and writes the first
+``N`` turns of the first LongMemEval haystacks as plain turns (content,
+speaker role, session, date; the service embeds them and, with ``spacy``,
+extracts entities and relations), ``B`` a request. It then reports the
+statements by total execution time with calls and rows, and the write's CPU
+per memory in the service and in Postgres (all its processes).
+
+Report: ``benchmarks/results/write-profile[-<name>].{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+import yaml
+
+from benchmarks.common import ROOT, Service, write_results
+from deploy import embedded
+from deploy.embedded import EmbeddedPostgres
+
+DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_dev.json"
+
+
+def _turns(path: Path, n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for q in json.loads(path.read_text()):
+        for sid, date, session in zip(
+            q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"], strict=True
+        ):
+            for i, turn in enumerate(session):
+                out.append(
+                    {
+                        "id": f"{sid}-{i}",
+                        "content": turn["content"][:32768],
+                        "speaker": turn["role"],
+                        "session_id": sid,
+                        "metadata": {"date": date},
+                    }
+                )
+                if len(out) == n:
+                    return out
+    return out
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _postgres_procs(pg: EmbeddedPostgres) -> list[psutil.Process]:
+    root = psutil.Process(pg.pid or 0)
+    return [root, *root.children(recursive=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=600)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--extract", choices=["spacy", "none"], default="spacy")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--name", default="")
+    args = parser.parse_args()
+    turns = _turns(args.data, args.turns)
+    embedded.POSTGRES_SETTINGS["shared_preload_libraries"] = "pg_stat_statements"
+    tmp = Path(tempfile.mkdtemp(prefix="braid-write-profile-"))
+    pg = EmbeddedPostgres(tmp / "pg")
+    dsn = pg.start()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    config = yaml.safe_load((ROOT / "config" / "braid.yaml").read_text())
+    config["postgres"]["dsn"] = dsn
+    config["graph"]["extract"] = args.extract
+    svc = Service(config_text=yaml.safe_dump(config), prefix="braid-write-profile-")
+    try:
+        with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=120) as client:
+            client.post("/v1/memories", json={"memories": [{**turns[0], "id": "warm-up"}]}).raise_for_status()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_stat_statements_reset()")
+            service = [psutil.Process(svc.proc.pid)]
+            pgp = _postgres_procs(pg)
+            c0 = (_cpu(service), _cpu(pgp))
+            t0 = time.perf_counter()
+            for start in range(0, len(turns), args.batch):
+                r = client.post("/v1/memories", json={"memories": turns[start : start + args.batch]})
+                r.raise_for_status()
+                print(f"write-profile: {start + args.batch}/{len(turns)}", flush=True)
+            wall = time.perf_counter() - t0
+            c1 = (_cpu(service), _cpu(pgp))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                """SELECT total_exec_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+                   FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15"""
+            ).fetchall()
+            (total,) = conn.execute("SELECT sum(total_exec_time) FROM pg_stat_statements").fetchone() or (0.0,)
+            tables = conn.execute(
+                """SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                   WHERE n_tup_upd > 0 ORDER BY n_tup_upd DESC"""
+            ).fetchall()
+    finally:
+        svc.stop()
+        pg.stop()
+    n = len(turns)
+    per = {"service": (c1[0] - c0[0]) / n * 1000, "postgres": (c1[1] - c0[1]) / n * 1000}
+    chars = sum(len(t["content"]) for t in turns) / n
+    name = f"write-profile-{args.name}" if args.name else "write-profile"
+    lines = [
+        "# Where a write's Postgres time goes",
+        "",
+        f"Command: `python -m benchmarks.write_profile --turns {args.turns} --batch {args.batch} --extract {args.extract}"
+        + (f" --name {args.name}`" if args.name else "`"),
+        "",
+        f"{n} LongMemEval turns (mean {chars:.0f} characters), plain turns, {args.batch} a request, the service"
+        f" embedding them, `graph.extract: {args.extract}`: {n / wall:.1f} memories/s; CPU ms a memory: service"
+        f" {per['service']:.1f}, Postgres {per['postgres']:.1f}. Statement time (`pg_stat_statements`, all"
+        f" statements) {float(total) / n:.1f} ms a memory.",
+        "",
+        "| share | ms a memory | calls | rows | statement |",
+        "|---|---|---|---|---|",
+        *(f"| {t / float(total):.1%} | {t / n:.2f} | {c} | {r} | `{q.replace('|', '/')}` |" for t, c, r, q in rows),
+        "",
+        "Rows updated in place (HOT: no new index entries) against all updated, since the service started:",
+        "",
+        "| table | inserted | updated | of which HOT |",
+        "|---|---|---|---|",
+        *(f"| {t} | {i} | {u} | {h} |" for t, i, u, h in tables),
+    ]
+    data = {
+        "turns": n,
+        "wall_s": wall,
+        "cpu_ms": per,
+        "statements": [list(map(str, r)) for r in rows],
+        "tables": [list(map(str, r)) for r in tables],
+    }
+    path = write_results(name, "\n".join(lines) + "\n", data)
+    print(f"wrote {path}")
+    print(f"write-profile: turns={n} service_cpu_ms={per['service']:.1f} postgres_cpu_ms={per['postgres']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
