@@ -432,6 +432,17 @@ def _v16(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v17(dim: int) -> list[sql.Composable]:
+    """Room on each entity's page for its next versions: every write that
+    mentions an entity bumps its ``mention_count``, an update no index reads,
+    which Postgres can then make in place (a HOT update) instead of writing a
+    new version into every index, the entity tier's HNSW among them
+    (benchmarks/results/write-profile*.md). Pages written from now on are
+    half filled; a table rewrite (``VACUUM FULL entities``) applies it to
+    those already there."""
+    return [sql.SQL("ALTER TABLE entities SET (fillfactor = 50)")]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -450,6 +461,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     14: _v14,
     15: _v15,
     16: _v16,
+    17: _v17,
 }
 
 

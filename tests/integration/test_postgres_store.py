@@ -434,6 +434,26 @@ async def counts(store: PostgresStore) -> tuple[dict[str, int], dict[str, int]]:
     return dict(kept), dict(real)  # type: ignore[arg-type]
 
 
+async def test_a_mention_count_bump_updates_entities_in_place(store: PostgresStore) -> None:
+    """Migration 17: entity pages are half filled, so bumping the counts of a
+    page's worth of entities (as a write naming them does) makes no new
+    index entries (every update HOT), the HNSW index's among them."""
+    vector = "[" + ",".join(["0.05"] * DIM) + "]"
+    async with store.pool.connection() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO entities (tenant, name, name_norm, embedding, model)"
+            " SELECT 'hot', 'E' || i, 'e' || i, %s::vector, 'm' FROM generate_series(1, 20) AS i",
+            (vector,),
+        )
+        await conn.execute("UPDATE entities SET mention_count = mention_count + 1 WHERE tenant = 'hot'")
+        cur = await conn.execute(
+            "SELECT pg_stat_get_xact_tuples_updated('entities'::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated('entities'::regclass)"
+        )
+        assert await cur.fetchone() == (20, 20)
+        await conn.execute("DELETE FROM entities WHERE tenant = 'hot'")
+
+
 async def test_mention_counts_follow_writes_rewrites_and_deletes(store: PostgresStore) -> None:
     await store.write_graph("t", [entity("Alex"), entity("Rust"), entity("Go")], [])
     await store.write_memories(
