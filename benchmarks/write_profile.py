@@ -27,6 +27,7 @@ import psycopg
 import yaml
 
 from benchmarks.common import ROOT, Service, write_results
+from benchmarks.quality.tuning import apply_sets, parse_set
 from deploy import embedded
 from deploy.embedded import EmbeddedPostgres
 
@@ -77,6 +78,9 @@ def main() -> None:
     parser.add_argument("--extract", choices=["spacy", "none"], default="spacy")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--name", default="")
+    parser.add_argument(
+        "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
+    )
     args = parser.parse_args()
     turns = _turns(args.data, args.turns)
     embedded.POSTGRES_SETTINGS["shared_preload_libraries"] = "pg_stat_statements"
@@ -88,6 +92,7 @@ def main() -> None:
     config = yaml.safe_load((ROOT / "config" / "braid.yaml").read_text())
     config["postgres"]["dsn"] = dsn
     config["graph"]["extract"] = args.extract
+    config = apply_sets(config, args.set)
     svc = Service(config_text=yaml.safe_dump(config), prefix="braid-write-profile-")
     try:
         with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=120) as client:
@@ -125,6 +130,7 @@ def main() -> None:
         "# Where a write's Postgres time goes",
         "",
         f"Command: `python -m benchmarks.write_profile --turns {args.turns} --batch {args.batch} --extract {args.extract}"
+        + "".join(f" --set {k}={v}" for k, v in args.set)
         + (f" --name {args.name}`" if args.name else "`"),
         "",
         f"{n} LongMemEval turns (mean {chars:.0f} characters), plain turns, {args.batch} a request, the service"
