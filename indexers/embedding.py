@@ -202,7 +202,14 @@ class MiniLMEmbedder:
                 path = Path(self._onnx_path) if self._onnx_path else default_path()
                 if not path.exists():
                     log.warning("no ONNX export of %s at %s: exporting it now (once)", self.model, path)
-                    export(path)
+                    try:
+                        export(path)
+                    except OSError as exc:
+                        raise RuntimeError(
+                            f"cannot write the ONNX export of {self.model} to {path} ({exc}); set"
+                            " embedding.onnxPath to a writable file, or make it with"
+                            " `python -m indexers.onnx_minilm --out PATH`"
+                        ) from exc
                 self._st = OnnxMiniLM(path, threads=self._threads)
                 return
             os.environ.setdefault("HF_HUB_OFFLINE", "1")

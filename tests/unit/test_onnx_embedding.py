@@ -58,3 +58,11 @@ async def test_an_embedder_with_no_export_at_its_path_makes_one(tmp_path: Path, 
     assert float(query @ torch_vectors[2]) >= MIN_COSINE
     await model.queries.run(lambda: None)  # the lanes' threads stop below
     model.close()
+
+
+def test_an_export_it_cannot_write_is_named_with_the_way_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    model = MiniLMEmbedder(runtime="onnx", onnx_path=str(blocker / "minilm.onnx"))
+    with pytest.raises(RuntimeError, match=r"cannot write the ONNX export of all-MiniLM-L6-v2 to .*/file/minilm\.onnx"):
+        model.load()
