@@ -7,6 +7,7 @@ query could not be embedded in time."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -25,6 +26,20 @@ def set_query_deadline(braid: Braid, ms: int) -> None:
     holder.current = msgspec.structs.replace(
         cfg, embedding=msgspec.structs.replace(cfg.embedding, query_deadline_ms=ms)
     )
+
+
+def slow_inference(braid: Braid, monkeypatch: pytest.MonkeyPatch, seconds: float = 0.05) -> None:
+    """Fault: every inference of the service's model takes ``seconds`` longer,
+    so none finishes within a 1 ms deadline (onnxruntime can embed a short
+    query in less); a late one still finishes and fills the cache."""
+    embedder = braid.runtime.embedder
+    encode = embedder._encode
+
+    def slow(texts: list[str]) -> list[tuple[float, ...]]:
+        time.sleep(seconds)
+        return encode(texts)
+
+    monkeypatch.setattr(embedder, "_encode", slow)
 
 
 def bulk(n: int) -> list[dict[str, Any]]:
@@ -62,13 +77,16 @@ async def test_recall_answers_while_a_bulk_write_is_being_embedded(braid: Braid)
     assert out["items"][0]["content"] == "User drives a Honda Civic"
 
 
-async def test_query_embedding_past_its_deadline_falls_back_to_keywords(braid: Braid) -> None:
+async def test_query_embedding_past_its_deadline_falls_back_to_keywords(
+    braid: Braid, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await braid.remember(
         {"content": "We chose Postgres as the source of truth", "entities": ["Postgres"]},
         *({"content": c} for c in UNRELATED),
     )
     await braid.synced()
-    set_query_deadline(braid, 1)  # no inference takes 1 ms
+    slow_inference(braid, monkeypatch)
+    set_query_deadline(braid, 1)
     query = "why did we pick Postgres for the truth"
     out = await braid.recall(query)
     assert out["embedding_status"] == "timeout"

@@ -153,11 +153,14 @@ async def test_semantic_searches_the_vector_lists_only(braid: Braid) -> None:
     assert "keyword" in sent[-1] and "vector" in sent[-1]  # auto: both lists
 
 
-async def test_semantic_without_its_vector_is_degraded_not_keyword(braid: Braid) -> None:
-    from .test_embed_contention import set_query_deadline
+async def test_semantic_without_its_vector_is_degraded_not_keyword(
+    braid: Braid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from .test_embed_contention import set_query_deadline, slow_inference
 
     await braid.remember({"content": "User drives a Honda Civic"})
     await braid.synced()
+    slow_inference(braid, monkeypatch)
     set_query_deadline(braid, 1)
     out = await braid.recall("Honda Civic", strategy="semantic")
     assert out["strategy"] == "semantic" and out["embedding_status"] == "timeout"
