@@ -1,6 +1,6 @@
-"""Where a fused recall's CPU goes in the service: a py-spy profile under load.
+"""Where a fused recall's (or a write's) CPU goes in the service: a py-spy profile under load.
 
-``python -m benchmarks.recall_profile [--size N] [--seconds S] [--clients C]``
+``python -m benchmarks.recall_profile [--size N] [--seconds S] [--clients C] [--writes R]``
 loads the load benchmark's synthetic corpus (``benchmarks/load/corpus.py``,
 big tenant of ``N`` memories) into the service on the embedded stack, then
 drives fused recalls (vectors supplied, as ``make bench-load``'s fused rows)
@@ -8,7 +8,10 @@ from ``C`` clients for ``S`` seconds while ``py-spy record`` samples the
 service process (``--idle`` off: only samples where a thread was on the CPU).
 It reports CPU per recall by process (the load benchmark's meter) and the
 service's profile: self and inclusive share of samples by function, and the
-share under each of a few named stages. Report:
+share under each of a few named stages. With ``--writes R`` it drives single
+writes instead (one memory of the big tenant under a new id, its vector
+supplied, as the load benchmark's steady writes) at ``R`` a second, open loop,
+and the CPU is per write, outbox drain included. Report:
 ``benchmarks/results/recall-profile[-<name>].{md,json}`` plus py-spy's raw
 collapsed stacks beside it (``.txt``). Last line:
 ``recall-profile: size=<n> recalls=<n> service_ms=<x> postgres_ms=<x> typesense_ms=<x> samples=<n>``.
@@ -22,22 +25,27 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 
-from benchmarks.common import RESULTS, CpuMeter
+from benchmarks.common import RESULTS, CpuMeter, cpu_per_call
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.run import loaded_service, timed
+from benchmarks.load.run import loaded_service, timed, wait_drained
 
 #: Stages of a recall, each named by a frame that appears under it (the first match wins).
 STAGES = {
+    "outbox -> typesense": "indexers/sync.py",
+    "extraction (spaCy)": "indexers/spacy_extractor.py",
     "typesense source": "indexers/typesense/",
     "pgvector source": "indexers/pgvector.py",
     "graph source": "indexers/graph.py",
+    "postgres store (other reads, writes)": "indexers/postgres/",
     "fusion + formatting": "fusion/",
     "psycopg": "psycopg/",
     "httpx/httpcore": "httpcore/",
@@ -74,11 +82,50 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
     return {"samples": total, "self": share(self_c), "inclusive": share(incl), "stages": share(stage)}
 
 
+async def steady(
+    lean: LeanClient, headers: dict[str, str], corpus: Any, rate: float, seconds: float, meter: CpuMeter, svc_url: str
+) -> dict[str, Any]:
+    """Single writes at ``rate`` a second for ``seconds`` (open loop), then the outbox drained."""
+    big = corpus.tenants[0]
+    n = int(rate * seconds)
+    ack: list[float] = []
+    errors: list[str] = []
+
+    async def write(i: int) -> None:
+        j = i % len(big.memories)
+        memory = {**big.memories[j], "id": f"profile-{i:06d}", "embedding": big.vectors[j].tolist()}
+        t0 = time.perf_counter()
+        code, raw = await lean.post("/v1/memories", msgspec.json.encode({"memories": [memory]}), headers)
+        if code != 201:
+            errors.append(f"{code} {raw[:120]!r}")
+        ack.append((time.perf_counter() - t0) * 1000)
+
+    before = meter()
+    start = time.perf_counter()
+    tasks = []
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(write(i)))
+    await asyncio.gather(*tasks)
+    async with httpx.AsyncClient(base_url=svc_url, timeout=300) as health:
+        await wait_drained(health)
+    ack.sort()
+    return {
+        "latencies": ack,
+        "qps": n / (time.perf_counter() - start),
+        "p50": ack[len(ack) // 2] if ack else float("nan"),
+        "cpu_ms": cpu_per_call(before, meter(), n),
+        "degraded": len(errors),
+    }
+
+
 async def profile(
-    size: int, seconds: float, clients: int, rate: int, out: Path, native: bool = False
+    size: int, seconds: float, clients: int, rate: int, out: Path, native: bool = False, writes: float = 0.0
 ) -> dict[str, Any]:
     corpus = build_corpus(size)
-    report: dict[str, Any] = {"size": size, "seconds": seconds, "clients": clients, "rate": rate}
+    report: dict[str, Any] = {"size": size, "seconds": seconds, "clients": clients, "rate": rate, "writes": writes}
     print("profile: loading", flush=True)
     async with loaded_service(corpus, "braid-profile-") as (svc, headers):
         bodies = [
@@ -90,7 +137,8 @@ async def profile(
         async with LeanClient(svc.url, max_connections=64) as lean:
             print("profile: warm-up", flush=True)
             await timed(lean, recall_headers, bodies, 4, 0)
-            print(f"profile: {seconds:.0f} s of fused recalls at {clients} clients under py-spy", flush=True)
+            what = f"single writes at {writes:g}/s" if writes else f"fused recalls at {clients} clients"
+            print(f"profile: {seconds:.0f} s of {what} under py-spy", flush=True)
             raw = out.with_suffix(".txt")
             spy = subprocess.Popen(
                 [
@@ -112,7 +160,10 @@ async def profile(
                 stderr=subprocess.PIPE,
             )
             await asyncio.sleep(1.0)  # py-spy attaches before the measured recalls start
-            row = await timed(lean, recall_headers, bodies, clients, seconds - 2, meter)
+            if writes:
+                row = await steady(lean, recall_headers, corpus, writes, seconds - 2, meter, svc.url)
+            else:
+                row = await timed(lean, recall_headers, bodies, clients, seconds - 2, meter)
             _, err = spy.communicate(timeout=120)
             if spy.returncode != 0:
                 raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-2000:]}")
@@ -128,25 +179,31 @@ async def profile(
 def markdown(report: dict[str, Any], command: str) -> str:
     cpu = report["cpu_ms"]
     prof = report["profile"]
+    unit = "write" if report.get("writes") else "recall"
+    driven = (
+        f"single writes at {report['writes']:g}/s (vectors supplied), outbox drained"
+        if report.get("writes")
+        else f"fused recalls with vectors supplied, {report['clients']} clients"
+    )
     lines = [
-        "# Where a fused recall's CPU goes (service profile under load)",
+        f"# Where a fused {unit}'s CPU goes (service profile under load)",
         "",
         f"Command: `{command}`  ",
-        f"Corpus: the load benchmark's, big tenant of {report['size']} memories; fused recalls with vectors "
-        f"supplied, {report['clients']} clients for {report['seconds']:.0f} s; py-spy at {report['rate']} Hz "
+        f"Corpus: the load benchmark's, big tenant of {report['size']} memories; {driven} for "
+        f"{report['seconds']:.0f} s; py-spy at {report['rate']} Hz "
         "on the service (samples only while a thread is on the CPU, GIL or not).",
         "",
-        f"Recalls: {report['recalls']} ({report['qps']:.1f}/s, p50 {report['p50_ms']:.1f} ms, "
-        f"{report['degraded']} degraded).",
+        f"{unit.title()}s: {report['recalls']} ({report['qps']:.1f}/s, p50 {report['p50_ms']:.1f} ms, "
+        f"{report['degraded']} {'errors' if report.get('writes') else 'degraded'}).",
         "",
-        "| CPU ms per recall | service | postgres | typesense | client |",
+        f"| CPU ms per {unit} | service | postgres | typesense | client |",
         "|---|---|---|---|---|",
         f"| | {cpu.get('service', 0):.2f} | {cpu.get('postgres', 0):.2f} | {cpu.get('typesense', 0):.2f} "
         f"| {cpu.get('client', 0):.2f} |",
         "",
         f"## Service samples by stage ({prof['samples']} samples; first matching stage of each stack)",
         "",
-        "| stage | share | ≈ ms per recall |",
+        f"| stage | share | ≈ ms per {unit} |",
         "|---|---|---|",
     ]
     service_ms = cpu.get("service", 0.0)
@@ -164,13 +221,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--name", default="", help="report name suffix")
+    parser.add_argument("--writes", type=float, default=0.0, help="profile single writes at this rate a second instead")
     parser.add_argument(
         "--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)"
     )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / ("recall-profile" + (f"-{args.name}" if args.name else "") + ".md")
-    report = asyncio.run(profile(args.size, args.seconds, args.clients, args.rate, out, args.native))
+    stem = "write-cpu-profile" if args.writes else "recall-profile"
+    out = RESULTS / (stem + (f"-{args.name}" if args.name else "") + ".md")
+    report = asyncio.run(profile(args.size, args.seconds, args.clients, args.rate, out, args.native, args.writes))
     command = "python -m benchmarks.recall_profile " + " ".join(sys.argv[1:])
     out.write_text(markdown(report, command))
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
