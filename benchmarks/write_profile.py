@@ -9,6 +9,11 @@ extracts entities and relations), ``B`` a request. It then reports the
 statements by total execution time with calls and rows, and the write's CPU
 per memory in the service and in Postgres (all its processes).
 
+With ``--recalls N`` it then profiles recalls the same way: after the
+outbox has drained, ``N`` recalls (the dataset's questions in turn, text
+only, as an agent runtime sends them) one at a time, with their statements
+and CPU per recall reported beside the write's.
+
 Report: ``benchmarks/results/write-profile[-<name>].{md,json}``.
 """
 
@@ -71,6 +76,60 @@ def _postgres_procs(pg: EmbeddedPostgres) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+_TOP = """SELECT total_exec_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+           FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15"""
+
+
+def _statements(dsn: str) -> tuple[list[tuple[Any, ...]], float]:
+    """The 15 statements with the most execution time, and all statements' total (ms)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(_TOP).fetchall()
+        (total,) = conn.execute("SELECT sum(total_exec_time) FROM pg_stat_statements").fetchone() or (0.0,)
+    return rows, float(total or 0.0)
+
+
+def _statement_lines(rows: list[tuple[Any, ...]], total: float, n: int, unit: str) -> list[str]:
+    return [
+        f"| share | ms a {unit} | calls | rows | statement |",
+        "|---|---|---|---|---|",
+        *(f"| {t / total:.1%} | {t / n:.2f} | {c} | {r} | `{q.replace('|', '/')}` |" for t, c, r, q in rows),
+    ]
+
+
+def _questions(path: Path) -> list[str]:
+    return [q["question"] for q in json.loads(path.read_text())]
+
+
+def _profile_recalls(
+    client: httpx.Client, dsn: str, questions: list[str], n: int, procs: tuple[list[psutil.Process], ...]
+) -> dict[str, Any]:
+    """``n`` recalls one at a time after the outbox drained: CPU and statements per recall."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        health = client.get("/health").json()
+        if not health["backends"]["sync"]["pending"]:
+            break
+        time.sleep(0.5)
+    for q in questions[:5]:  # warm-up: prepared statements, caches
+        client.post("/v1/recall", json={"query": q}).raise_for_status()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+    c0 = [_cpu(p) for p in procs]
+    t0 = time.perf_counter()
+    for i in range(n):
+        client.post("/v1/recall", json={"query": questions[i % len(questions)]}).raise_for_status()
+    wall = time.perf_counter() - t0
+    c1 = [_cpu(p) for p in procs]
+    rows, total = _statements(dsn)
+    return {
+        "recalls": n,
+        "wall_s": wall,
+        "cpu_ms": {k: (b - a) / n * 1000 for k, a, b in zip(("service", "postgres"), c0, c1, strict=True)},
+        "statement_ms": total / n,
+        "statements": rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=600)
@@ -78,6 +137,7 @@ def main() -> None:
     parser.add_argument("--extract", choices=["spacy", "none"], default="spacy")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--name", default="")
+    parser.add_argument("--recalls", type=int, default=0, help="then profile this many recalls")
     parser.add_argument(
         "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
     )
@@ -109,12 +169,13 @@ def main() -> None:
                 print(f"write-profile: {start + args.batch}/{len(turns)}", flush=True)
             wall = time.perf_counter() - t0
             c1 = (_cpu(service), _cpu(pgp))
+            rows, total = _statements(dsn)
+            recalls = (
+                _profile_recalls(client, dsn, _questions(args.data), args.recalls, (service, pgp))
+                if args.recalls
+                else None
+            )
         with psycopg.connect(dsn, autocommit=True) as conn:
-            rows = conn.execute(
-                """SELECT total_exec_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
-                   FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15"""
-            ).fetchall()
-            (total,) = conn.execute("SELECT sum(total_exec_time) FROM pg_stat_statements").fetchone() or (0.0,)
             tables = conn.execute(
                 """SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
                    WHERE n_tup_upd > 0 ORDER BY n_tup_upd DESC"""
@@ -131,6 +192,7 @@ def main() -> None:
         "",
         f"Command: `python -m benchmarks.write_profile --turns {args.turns} --batch {args.batch} --extract {args.extract}"
         + "".join(f" --set {k}={v}" for k, v in args.set)
+        + (f" --recalls {args.recalls}" if args.recalls else "")
         + (f" --name {args.name}`" if args.name else "`"),
         "",
         f"{n} LongMemEval turns (mean {chars:.0f} characters), plain turns, {args.batch} a request, the service"
@@ -138,9 +200,7 @@ def main() -> None:
         f" {per['service']:.1f}, Postgres {per['postgres']:.1f}. Statement time (`pg_stat_statements`, all"
         f" statements) {float(total) / n:.1f} ms a memory.",
         "",
-        "| share | ms a memory | calls | rows | statement |",
-        "|---|---|---|---|---|",
-        *(f"| {t / float(total):.1%} | {t / n:.2f} | {c} | {r} | `{q.replace('|', '/')}` |" for t, c, r, q in rows),
+        *_statement_lines(rows, total, n, "memory"),
         "",
         "Rows updated in place (HOT: no new index entries) against all updated, since the service started:",
         "",
@@ -148,6 +208,19 @@ def main() -> None:
         "|---|---|---|---|",
         *(f"| {t} | {i} | {u} | {h} |" for t, i, u, h in tables),
     ]
+    if recalls:
+        r = recalls
+        lines += [
+            "",
+            "## Recalls",
+            "",
+            f"{r['recalls']} recalls one at a time (the dataset's questions in turn, text only) in the tenant just"
+            f" written, after the outbox drained: {r['recalls'] / r['wall_s']:.1f} recalls/s; CPU ms a recall:"
+            f" service {r['cpu_ms']['service']:.1f}, Postgres {r['cpu_ms']['postgres']:.1f}. Statement time"
+            f" {r['statement_ms']:.2f} ms a recall.",
+            "",
+            *_statement_lines(r["statements"], r["statement_ms"] * r["recalls"], r["recalls"], "recall"),
+        ]
     data = {
         "turns": n,
         "wall_s": wall,
@@ -155,6 +228,8 @@ def main() -> None:
         "statements": [list(map(str, r)) for r in rows],
         "tables": [list(map(str, r)) for r in tables],
     }
+    if recalls:
+        data["recalls"] = {**recalls, "statements": [list(map(str, r)) for r in recalls["statements"]]}
     path = write_results(name, "\n".join(lines) + "\n", data)
     print(f"wrote {path}")
     print(f"write-profile: turns={n} service_cpu_ms={per['service']:.1f} postgres_cpu_ms={per['postgres']:.1f}")
