@@ -326,6 +326,7 @@ class TypesenseConfig(_Base, frozen=True):
 
 
 class SyncConfig(_Base, frozen=True):
+    #: Memories the outbox worker applies per batch, each with all its pending rows.
     batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 256
     max_retry_ms: Annotated[int, Meta(ge=10, le=600_000)] = 2000
 

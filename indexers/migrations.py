@@ -443,6 +443,14 @@ def _v17(dim: int) -> list[sql.Composable]:
     return [sql.SQL("ALTER TABLE entities SET (fillfactor = 50)")]
 
 
+def _v18(dim: int) -> list[sql.Composable]:
+    """A memory's pending outbox rows, in order: the outbox worker claims a
+    row only when no older row of the same memory is pending, so that two
+    workers (two service processes) never apply a memory's versions out of
+    order (:mod:`indexers.sync`)."""
+    return [sql.SQL("CREATE INDEX outbox_pending_memory ON outbox (tenant, memory_id, id) WHERE processed_at IS NULL")]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -462,6 +470,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     15: _v15,
     16: _v16,
     17: _v17,
+    18: _v18,
 }
 
 

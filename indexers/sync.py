@@ -2,7 +2,8 @@
 
 Every write leaves outbox rows in the same transaction as the memory. The
 worker claims pending rows (``FOR UPDATE SKIP LOCKED``, so several service
-processes can run it), reads the memories' *current* rows, upserts them into
+processes can run it; a memory's rows by one worker at a time, see
+:data:`_CLAIM`), reads the memories' *current* rows, upserts them into
 Typesense (or deletes the ones that are gone), and marks the rows processed
 in the same transaction. If Typesense is unreachable the transaction rolls
 back, the rows stay pending, and the worker retries with backoff: a write
@@ -35,12 +36,34 @@ RETENTION = "1 hour"
 
 #: A batch of pending outbox rows claimed, each with its memory's current row
 #: (the memory columns all NULL for a memory that is gone), in one statement.
+#:
+#: A row is claimed only when no older row of its memory is pending (the
+#: ``heads``), and then with every later pending row of that memory (the
+#: ``tails``, which no other worker can claim meanwhile: their head is
+#: pending). So while one worker holds a memory's rows, with the version it
+#: read on its way to Typesense, another worker leaves that memory's newer
+#: rows alone; it takes them once the first has committed, and then reads
+#: the newer version. Without this, a second service process could import a
+#: rewrite first and the first process' older version land on top of it.
 _CLAIM = f"""
-WITH claimed AS (
-    SELECT id, tenant, memory_id FROM outbox
-    WHERE processed_at IS NULL ORDER BY id
-    LIMIT %s FOR UPDATE SKIP LOCKED
-)
+WITH heads AS (
+    SELECT o.id, o.tenant, o.memory_id FROM outbox o
+    WHERE o.processed_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox e
+          WHERE e.tenant = o.tenant AND e.memory_id = o.memory_id
+            AND e.processed_at IS NULL AND e.id < o.id
+      )
+    ORDER BY o.id
+    LIMIT %s FOR UPDATE OF o SKIP LOCKED
+),
+tails AS (
+    SELECT o.id, o.tenant, o.memory_id FROM outbox o
+    JOIN heads h ON o.tenant = h.tenant AND o.memory_id = h.memory_id
+    WHERE o.processed_at IS NULL AND o.id > h.id
+    FOR UPDATE OF o SKIP LOCKED
+),
+claimed AS (SELECT * FROM heads UNION ALL SELECT * FROM tails)
 SELECT c.id AS outbox_id, c.tenant AS outbox_tenant, c.memory_id AS outbox_memory_id, {RECORD_COLUMNS}
 FROM claimed c LEFT JOIN memories m ON m.tenant = c.tenant AND m.id = c.memory_id
 ORDER BY c.id
