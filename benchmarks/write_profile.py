@@ -23,6 +23,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import psutil
 import psycopg
 import yaml
 
-from benchmarks.common import ROOT, Service, write_results
+from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, write_results
 from benchmarks.quality.tuning import apply_sets, parse_set
 from deploy import embedded
 from deploy.embedded import EmbeddedPostgres
@@ -60,20 +61,21 @@ def _turns(path: Path, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+def _processes(svc: Service, pg: EmbeddedPostgres) -> Callable[[], dict[str, list[psutil.Process]]]:
+    """The service's and Postgres' processes, listed afresh at each reading
+    (Postgres forks a backend per connection)."""
 
+    def listed() -> dict[str, list[psutil.Process]]:
+        out = {}
+        for kind, pid in (("service", svc.proc.pid), ("postgres", pg.pid or 0)):
+            try:
+                root = psutil.Process(pid)
+                out[kind] = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                out[kind] = []
+        return out
 
-def _postgres_procs(pg: EmbeddedPostgres) -> list[psutil.Process]:
-    root = psutil.Process(pg.pid or 0)
-    return [root, *root.children(recursive=True)]
+    return listed
 
 
 _TOP = """SELECT total_exec_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
@@ -100,9 +102,7 @@ def _questions(path: Path) -> list[str]:
     return [q["question"] for q in json.loads(path.read_text())]
 
 
-def _profile_recalls(
-    client: httpx.Client, dsn: str, questions: list[str], n: int, procs: tuple[list[psutil.Process], ...]
-) -> dict[str, Any]:
+def _profile_recalls(client: httpx.Client, dsn: str, questions: list[str], n: int, meter: CpuMeter) -> dict[str, Any]:
     """``n`` recalls one at a time after the outbox drained: CPU and statements per recall."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -114,17 +114,17 @@ def _profile_recalls(
         client.post("/v1/recall", json={"query": q}).raise_for_status()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_statements_reset()")
-    c0 = [_cpu(p) for p in procs]
+    c0 = meter()
     t0 = time.perf_counter()
     for i in range(n):
         client.post("/v1/recall", json={"query": questions[i % len(questions)]}).raise_for_status()
     wall = time.perf_counter() - t0
-    c1 = [_cpu(p) for p in procs]
+    cpu = cpu_per_call(c0, meter(), n)
     rows, total = _statements(dsn)
     return {
         "recalls": n,
         "wall_s": wall,
-        "cpu_ms": {k: (b - a) / n * 1000 for k, a, b in zip(("service", "postgres"), c0, c1, strict=True)},
+        "cpu_ms": cpu,
         "statement_ms": total / n,
         "statements": rows,
     }
@@ -159,21 +159,18 @@ def main() -> None:
             client.post("/v1/memories", json={"memories": [{**turns[0], "id": "warm-up"}]}).raise_for_status()
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_stat_statements_reset()")
-            service = [psutil.Process(svc.proc.pid)]
-            pgp = _postgres_procs(pg)
-            c0 = (_cpu(service), _cpu(pgp))
+            meter = CpuMeter(_processes(svc, pg))
+            c0 = meter()
             t0 = time.perf_counter()
             for start in range(0, len(turns), args.batch):
                 r = client.post("/v1/memories", json={"memories": turns[start : start + args.batch]})
                 r.raise_for_status()
                 print(f"write-profile: {start + args.batch}/{len(turns)}", flush=True)
             wall = time.perf_counter() - t0
-            c1 = (_cpu(service), _cpu(pgp))
+            per = cpu_per_call(c0, meter(), len(turns))
             rows, total = _statements(dsn)
             recalls = (
-                _profile_recalls(client, dsn, _questions(args.data), args.recalls, (service, pgp))
-                if args.recalls
-                else None
+                _profile_recalls(client, dsn, _questions(args.data), args.recalls, meter) if args.recalls else None
             )
         with psycopg.connect(dsn, autocommit=True) as conn:
             tables = conn.execute(
@@ -184,7 +181,6 @@ def main() -> None:
         svc.stop()
         pg.stop()
     n = len(turns)
-    per = {"service": (c1[0] - c0[0]) / n * 1000, "postgres": (c1[1] - c0[1]) / n * 1000}
     chars = sum(len(t["content"]) for t in turns) / n
     name = f"write-profile-{args.name}" if args.name else "write-profile"
     lines = [
