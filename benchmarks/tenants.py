@@ -1,0 +1,397 @@
+"""Many small tenants: does a small tenant's recall stay as fast as the tenant count grows?
+
+``python -m benchmarks.tenants [--tenants 50,1000] [--per 100] [--big 10000]
+[--clients 8] [--seconds 15] [--top-k 10] [--name NAME]``
+
+One service on the embedded stack (shipped config, one agent key per tenant
+in ``auth.keys``, so the keyring grows with the tenants too) is filled in
+stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
+``--big`` memories) and the first stage's small tenants, then more small
+tenants up to each next count. Every memory goes through ``POST
+/v1/memories`` (embeddings supplied, Braid's own extraction on, as shipped)
+and each tenant's relations through ``POST /v1/graph``; the outbox is
+drained before a stage is measured.
+
+At each stage: fused recalls of small tenants only (``--clients`` clients for
+``--seconds`` s, closed loop), each by that tenant's key, a query made from
+one of its own memories (the memory's first 8 words and its vector perturbed
+by noise norm ~0.3, as the load benchmark's queries). Reported: p50/p99, CPU
+ms per recall by process, recalls that returned fewer than ``top_k`` items
+(every tenant has ``--per`` memories, but the sources' relevance floors may
+leave fewer) and, per source, answers under ``top_k`` hits; the pgvector
+answers with fewer hits than an exact search over the tenant's vectors with
+the source's floors gives; and, with pgvector's floors off (a config reload),
+each sampled tenant once by pgvector alone, counting answers under
+min(candidates, ``--per``) hits (what a filtered index that starves small
+tenants would show); Postgres' index count, table sizes
+and the planning time of a tenant-scoped vector query (``EXPLAIN (SUMMARY)``,
+median of 50); the keyring's lookup time at that many keys.
+
+Report: ``benchmarks/results/tenants[-<name>].{md,json,png}``. Last line:
+``tenants: <count>:p50_ms=<x>,short=<n> ... ratio=<last p50 / first p50>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import secrets
+import signal
+import statistics
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import msgspec
+import numpy as np
+import psycopg
+
+from benchmarks.common import CpuMeter, Service, cpu_per_call, pct, pyplot, write_results
+from benchmarks.load.client import LeanClient
+from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
+from benchmarks.load.run import bulk_load, config_text, graph_load, wait_drained
+from config.loader import parse_config
+from config.sources import PgvectorSourceConfig
+from service.auth import Keyring
+
+#: Relations per tenant (the load corpus' 300 would make 10,000 tenants' graph
+#: load alone take longer than their memories).
+RELATIONS = 30
+QUERY_NOISE = 0.3
+
+
+def _queries(
+    corpus: Corpus, tenants: list[str], rng: random.Random, top_k: int, floors: tuple[float, float, int]
+) -> list[tuple[str, bytes, int]]:
+    """One recall per tenant: (tenant, encoded body, pgvector hits an exact
+    search gives) from one of its memories. ``floors``: the pgvector source's
+    ``minSimilarity``, ``relativeFloor`` and ``candidates``; the exact count is
+    of the tenant's memories above both floors (by a margin of 1e-4, so a
+    rounding difference does not count as a miss), at most ``candidates``."""
+    min_similarity, relative, candidates = floors
+    by_name = {t.name: t for t in corpus.tenants}
+    nrng = np.random.default_rng(rng.randrange(1 << 30))
+    out = []
+    for name in tenants:
+        t = by_name[name]
+        i = rng.randrange(len(t.memories))
+        v = t.vectors[i] + nrng.standard_normal(t.vectors.shape[1]) * QUERY_NOISE / np.sqrt(t.vectors.shape[1])
+        v = v / np.linalg.norm(v)
+        text = " ".join(t.memories[i]["content"].split()[:8])
+        sims = t.vectors @ v.astype(np.float32)
+        floor = max(min_similarity, relative * float(sims.max())) + 1e-4
+        exact = min(candidates, int((sims >= floor).sum()))
+        out.append((name, msgspec.json.encode({"query": text, "embedding": v.tolist(), "top_k": top_k}), exact))
+    return out
+
+
+def _only_pgvector(body: bytes) -> bytes:
+    return msgspec.json.encode({**msgspec.json.decode(body), "sources": ["pgvector"]})
+
+
+async def _recalls(
+    svc: Service,
+    keys: dict[str, str],
+    queries: list[tuple[str, bytes, int]],
+    clients: int,
+    seconds: float,
+    top_k: int,
+    meter: CpuMeter,
+    *,
+    once: bool = False,
+) -> dict[str, Any]:
+    """Closed loop over ``queries`` for ``seconds`` (``once``: one pass, no time limit)."""
+    lat: list[float] = []
+    short = 0
+    short_by_source: dict[str, int] = {}
+    under_exact = 0
+    source_ms: dict[str, list[float]] = {}
+    errors: list[str] = []
+    degraded = 0
+    it = iter(queries) if once else iter(queries * 1000)
+    deadline = float("inf") if once else time.perf_counter() + seconds
+
+    async def worker(lean: LeanClient) -> None:
+        nonlocal short, degraded, under_exact
+        for tenant, body, exact in it:
+            if time.perf_counter() > deadline:
+                return
+            headers = {"Authorization": f"Bearer {keys[tenant]}", "content-type": "application/json"}
+            t0 = time.perf_counter()
+            code, raw = await lean.post("/v1/recall", body, headers)
+            ms = (time.perf_counter() - t0) * 1000
+            if code != 200:
+                errors.append(f"{code} {raw[:160]!r}")
+                continue
+            lat.append(ms)
+            data = msgspec.json.decode(raw)
+            degraded += bool(data["degraded"])
+            short += len(data["items"]) < top_k
+            for name, s in data["sources"].items():
+                if s["status"] == "ok":
+                    source_ms.setdefault(name, []).append(s["ms"])
+                if s["status"] == "ok" and s["hits"] < top_k:
+                    short_by_source[name] = short_by_source.get(name, 0) + 1
+            pg = data["sources"].get("pgvector")
+            under_exact += pg is not None and pg["status"] == "ok" and pg["hits"] < exact
+
+    async with LeanClient(svc.url, max_connections=clients * 2) as lean:
+        before = meter()
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(lean) for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+        cpu = cpu_per_call(before, meter(), len(lat))
+    return {
+        "n": len(lat),
+        "p50": pct(lat, 50),
+        "p99": pct(lat, 99),
+        "per_s": len(lat) / elapsed,
+        "cpu_ms": cpu,
+        "short": short,
+        "short_by_source": short_by_source,
+        "source_ms_p50": {name: pct(v, 50) for name, v in sorted(source_ms.items())},
+        "pgvector_under_exact": under_exact,
+        "degraded": degraded,
+        "errors": errors[:10],
+        "error_count": len(errors),
+    }
+
+
+def _postgres_facts(dsn: str, tenant: str, vector: np.ndarray) -> dict[str, Any]:
+    """Index count, table sizes and a tenant-scoped vector query's planning time."""
+    literal = "[" + ",".join(f"{x:.6f}" for x in vector) + "]"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (indexes,) = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchone() or (0,)
+        sizes = {
+            name: int(size)
+            for name, size in conn.execute(
+                """SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                   ORDER BY 2 DESC LIMIT 6"""
+            ).fetchall()
+        }
+        plans = []
+        for _ in range(50):
+            rows = conn.execute(
+                "EXPLAIN (SUMMARY ON) SELECT id FROM memories WHERE tenant = %s AND tier = 'session'"
+                " ORDER BY embedding <=> %s::vector LIMIT 10",
+                (tenant, literal),
+            ).fetchall()
+            line = next(r[0] for r in rows if r[0].startswith("Planning Time"))
+            plans.append(float(line.split(":")[1].split()[0]))
+    return {"indexes": int(indexes), "table_bytes": sizes, "planning_ms": statistics.median(plans)}
+
+
+#: The shipped pgvector floors, and the same with no floor (the starvation check).
+_PG_FLOORS = "    minSimilarity: 0.15\n    relativeFloor: 0.3\n"
+_PG_NO_FLOORS = "    minSimilarity: null\n    relativeFloor: 0.0\n"
+
+
+async def _reload(svc: Service, text: str) -> None:
+    """The service's config file replaced by ``text`` and reloaded (SIGHUP)."""
+    (svc.home / "braid.yaml").write_text(text)
+    svc.proc.send_signal(signal.SIGHUP)
+    await asyncio.sleep(2.0)
+
+
+def _keyring_lookup_us(keys: dict[str, str]) -> float:
+    """Microseconds of one :meth:`Keyring.lookup` among ``keys`` (median of 5 runs of 500)."""
+    ring = Keyring()
+    for tenant, key in keys.items():
+        ring.add(key, tenant=tenant, role="agent")
+    presented = list(keys.values())
+    runs = []
+    for _ in range(5):
+        t0 = time.process_time()
+        for i in range(500):
+            ring.lookup(presented[i % len(presented)])
+        runs.append((time.process_time() - t0) / 500 * 1e6)
+    return statistics.median(runs)
+
+
+async def run(
+    counts: list[int], per: int, big: int, clients: int, seconds: float, top_k: int, seed: int
+) -> dict[str, Any]:
+    corpus = build_corpus(big, small_tenants=max(counts), small_size=per, relations=RELATIONS)
+    keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
+    headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
+    cfg_text = config_text(keys)
+    assert cfg_text.count(_PG_FLOORS) == 1, "config/braid.yaml changed: pgvector's floors not found once"
+    cfg = parse_config(cfg_text)
+    max_body = cfg.server.max_body_bytes
+    pg_section = cfg.source("pgvector")
+    assert isinstance(pg_section, PgvectorSourceConfig)
+    floors = (
+        pg_section.min_similarity if pg_section.min_similarity is not None else -1.0,
+        pg_section.relative_floor,
+        pg_section.candidates,
+    )
+    report: dict[str, Any] = {"corpus": describe(corpus), "per": per, "big": big, "stages": []}
+    rng = random.Random(seed)
+    svc = Service(config_text=cfg_text, prefix="braid-tenants-")
+    try:
+        meter = CpuMeter(svc.processes)
+        dsn = svc.postgres_dsn()
+        loaded = 0  # small tenants written so far; tenants[0] is the big one
+        async with httpx.AsyncClient(base_url=svc.url, timeout=600) as client:
+            for count in counts:
+                stage = corpus.tenants[0:1] if loaded == 0 else []
+                stage += corpus.tenants[1 + loaded : 1 + count]
+                sub = replace(corpus, tenants=stage)
+                print(f"tenants: loading {len(stage)} tenants ({sub.total} memories) up to {count}", flush=True)
+                t0 = time.perf_counter()
+                graph = await graph_load(client, sub, headers)
+                write = await bulk_load(client, sub, headers, 200, 3, max_body)
+                drained = await wait_drained(client)
+                load_s = time.perf_counter() - t0
+                loaded = count
+                small = [t.name for t in corpus.tenants[1 : 1 + count]]
+                sample = rng.sample(small, min(len(small), 400))
+                queries = _queries(corpus, sample, rng, top_k, floors)
+                print(f"tenants: {count} tenants loaded in {load_s:.0f} s; recalls", flush=True)
+                # Warm-up: each sampled tenant once (connections, caches), not measured.
+                await _recalls(svc, keys, queries, clients, 0.0, top_k, meter, once=True)
+                recalls = await _recalls(svc, keys, queries, clients, seconds, top_k, meter)
+                # The starvation check: pgvector alone without its floors, so
+                # every answer should hold min(candidates, per) memories.
+                await _reload(svc, cfg_text.replace(_PG_FLOORS, _PG_NO_FLOORS))
+                unfloored = [(name, _only_pgvector(body), min(floors[2], per)) for name, body, _ in queries]
+                starved = await _recalls(svc, keys, unfloored, clients, 0.0, top_k, meter, once=True)
+                await _reload(svc, cfg_text)
+                vec = corpus.tenants[1].vectors[0]
+                facts = await asyncio.to_thread(_postgres_facts, dsn, corpus.tenants[1].name, vec)
+                stage_report = {
+                    "tenants": count,
+                    "memories": big + count * per,
+                    "load_s": load_s,
+                    "write_per_s": write["per_s"],
+                    "write_errors": write["error_count"] + len(graph["errors"]),
+                    "drain_s": drained["seconds"],
+                    "recall": recalls,
+                    "unfloored": {k: starved[k] for k in ("n", "pgvector_under_exact", "error_count", "errors")},
+                    "pgvector_exact_mean": statistics.mean(q[2] for q in queries),
+                    "postgres": facts,
+                    "keyring_lookup_us": _keyring_lookup_us({k: keys[k] for k in [BIG_TENANT, *small]}),
+                }
+                report["stages"].append(stage_report)
+                print(
+                    f"tenants: {count}: p50 {recalls['p50']:.1f} ms, short {recalls['short']}/{recalls['n']}, "
+                    f"indexes {facts['indexes']}, planning {facts['planning_ms']:.3f} ms",
+                    flush=True,
+                )
+    finally:
+        svc.stop()
+    return report
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    stages = report["stages"]
+    first = stages[0]["recall"]["p50"]
+    lines = [
+        "# Many small tenants: a small tenant's fused recall as the tenant count grows",
+        "",
+        f"Command: `{command}`  ",
+        f"Corpus: {report['corpus']} (small tenants of {report['per']} memories, added in stages).  ",
+        "One service, embedded Postgres and Typesense, shipped config, one agent key per tenant. Recalls: small"
+        " tenants only, each by its own key, a query from one of its memories (first 8 words, vector + noise"
+        " ~0.3), up to 400 tenants sampled per stage, closed loop; `short` = recalls with fewer than top_k"
+        " items (the sources' relevance floors can leave fewer: the tenant's memories are not all near the query);"
+        " per source: `ok` answers with fewer than top_k hits; `pgvector under exact`: pgvector answers with"
+        " fewer hits than an exact search of the tenant's vectors with the source's floors gives; then, with the"
+        " pgvector floors off (a config reload), each sampled tenant once more by pgvector alone: answers holding"
+        " fewer than min(candidates, memories per tenant) hits (a filtered index starving small tenants).",
+        "",
+        "| tenants | memories | load s (memories/s) | recalls | p50 ms | p99 ms | p50 / first | recalls/s"
+        " | per-source p50 ms | CPU ms a recall (service / Postgres / Typesense) | short | short by source | Postgres indexes"
+        " | pgvector under exact | pgvector without floors under min(candidates, per) | planning ms | key lookup µs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in stages:
+        r = s["recall"]
+        c = r["cpu_ms"]
+        by = ", ".join(f"{k} {v}" for k, v in sorted(r["short_by_source"].items())) or "none"
+        lines.append(
+            f"| {s['tenants']} | {s['memories']} | {s['load_s']:.0f} ({s['write_per_s']:.0f}/s) | {r['n']}"
+            f" | {r['p50']:.1f} | {r['p99']:.1f} | {r['p50'] / first:.2f} | {r['per_s']:.0f}"
+            f" | {', '.join(f'{k} {v:.1f}' for k, v in r.get('source_ms_p50', {}).items()) or '–'}"
+            f" | {c.get('service', 0):.2f} / {c.get('postgres', 0):.2f} / {c.get('typesense', 0):.2f}"
+            f" | {r['short']} | {by} | {s['postgres']['indexes']}"
+            f" | {r['pgvector_under_exact']} (exact: {s['pgvector_exact_mean']:.1f} hits)"
+            f" | {s['unfloored']['pgvector_under_exact']} of {s['unfloored']['n']}"
+            f" | {s['postgres']['planning_ms']:.3f}"
+            f" | {s['keyring_lookup_us']:.1f} |"
+        )
+    last = stages[-1]
+    lines += [
+        "",
+        "Largest tables at the last stage: "
+        + ", ".join(f"`{k}` {v / 2**20:.0f} MiB" for k, v in last["postgres"]["table_bytes"].items())
+        + ".",
+        "",
+        "Errors: "
+        + (
+            "none."
+            if not any(s["recall"]["error_count"] or s["write_errors"] for s in stages)
+            else "; ".join(f"{s['tenants']}: {s['recall']['errors'] or s['write_errors']}" for s in stages)
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Any) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    stages = report["stages"]
+    x = [s["tenants"] for s in stages]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(x, [s["recall"]["p50"] for s in stages], "o-", label="p50")
+    ax.plot(x, [s["recall"]["p99"] for s in stages], "s--", label="p99")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tenants")
+    ax.set_ylabel("small tenant's fused recall, ms")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", default="50,1000", help="small-tenant counts, ascending")
+    parser.add_argument("--per", type=int, default=100)
+    parser.add_argument("--big", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--name", default="")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.tenants.split(",")]
+    if counts != sorted(set(counts)) or counts[0] < 1:
+        parser.error("--tenants: ascending positive counts, e.g. 50,1000")
+    report = asyncio.run(run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed))
+    command = "python -m benchmarks.tenants " + " ".join(sys.argv[1:])
+    name = "tenants" + (f"-{args.name}" if args.name else "")
+    path = write_results(name, markdown(report, command), report)
+    plot(report, path.with_suffix(".png"))
+    print(f"wrote {path}")
+    first = report["stages"][0]["recall"]["p50"]
+    parts = " ".join(
+        f"{s['tenants']}:p50_ms={s['recall']['p50']:.1f},short={s['recall']['short']},"
+        f"under_exact={s['recall']['pgvector_under_exact']}"
+        + f",unfloored_under={s['unfloored']['pgvector_under_exact']}"
+        for s in report["stages"]
+    )
+    print(f"tenants: {parts} ratio={report['stages'][-1]['recall']['p50'] / first:.2f}")
+
+
+if __name__ == "__main__":
+    main()
