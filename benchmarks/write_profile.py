@@ -173,6 +173,11 @@ def main() -> None:
                 _profile_recalls(client, dsn, _questions(args.data), args.recalls, meter) if args.recalls else None
             )
         with psycopg.connect(dsn, autocommit=True) as conn:
+            sizes = conn.execute(
+                """SELECT c.relname, pg_relation_size(c.oid), pg_total_relation_size(c.oid) FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE c.relkind = 'r' AND n.nspname = 'public' ORDER BY 3 DESC LIMIT 6"""
+            ).fetchall()
             tables = conn.execute(
                 """SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
                    WHERE n_tup_upd > 0 ORDER BY n_tup_upd DESC"""
@@ -203,6 +208,10 @@ def main() -> None:
         "| table | inserted | updated | of which HOT |",
         "|---|---|---|---|",
         *(f"| {t} | {i} | {u} | {h} |" for t, i, u, h in tables),
+        "",
+        "Largest tables (heap / with indexes and TOAST): "
+        + ", ".join(f"`{t}` {h / 2**20:.1f} / {a / 2**20:.1f} MiB" for t, h, a in sizes)
+        + ".",
     ]
     if recalls:
         r = recalls
@@ -223,6 +232,7 @@ def main() -> None:
         "cpu_ms": per,
         "statements": [list(map(str, r)) for r in rows],
         "tables": [list(map(str, r)) for r in tables],
+        "sizes": [list(map(str, r)) for r in sizes],
     }
     if recalls:
         data["recalls"] = {**recalls, "statements": [list(map(str, r)) for r in recalls["statements"]]}
