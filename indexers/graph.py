@@ -25,7 +25,7 @@ tenant; PageRank runs in Python between them.
    among the memories mentioning it (a walk step from entity to memory), so
    an entity named everywhere weighs little on each. One list, best first.
 
-   The split uses the entity's true degree (``entities.mention_count``, kept
+   The split uses the entity's true degree (``entity_degrees.mention_count``, kept
    exact by every write), but only the ``graph.mentionsPerEntity`` newest
    memories of each entity are read, so the step stays bounded however many
    memories name a hub. Below the cap scores are exact. Above it, what is
@@ -375,9 +375,10 @@ def _memories_sql(filters: Filters, where: str) -> str:
         -- An entity passes its PPR mass on to the memories that mention
         -- it, split evenly among all of them (one more step of the walk)...
         WITH s AS (
-            SELECT e.id AS entity_id, s.score / greatest(e.mention_count, 1) AS share
+            -- (An entity no memory names has no degree row, and nothing to pass on.)
+            SELECT d.entity_id, s.score / greatest(d.mention_count, 1) AS share
             FROM unnest(%(eids)s::bigint[], %(scores)s::float8[]) AS s(entity_id, score)
-            JOIN entities e ON e.id = s.entity_id AND e.tenant = %(tenant)s
+            JOIN entity_degrees d ON d.entity_id = s.entity_id AND d.tenant = %(tenant)s
         ),
         -- ...of which only the newest few are read.
         linked AS (

@@ -184,7 +184,7 @@ def _v4(dim: int) -> list[sql.Composable]:
 #: The tables migration v5 put under row-level security (later ones add their own).
 _V5_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
 #: Every table holding tenant rows: each has the ``tenant_rows`` policy.
-TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations", "relation_support")
+TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations", "relation_support", "entity_degrees")
 TENANT_ROLE = "braid_tenant"
 
 
@@ -452,6 +452,41 @@ def _v18(dim: int) -> list[sql.Composable]:
 
 
 #: version -> builder of its statements, given the embedding dimension.
+def _v19(dim: int) -> list[sql.Composable]:
+    """Entity degrees in a narrow table of their own, at fillfactor 50, and
+    ``entities`` back at 100. Migration 17 made the mention-count bumps HOT
+    by half filling the pages of ``entities``, whose rows carry the name's
+    vector inline: that doubled its heap (20,000 entities: 39 against 78 MiB;
+    2.4 GB with its indexes at 2,050 tenants, ``benchmarks/results/
+    tenants-s29.md``). A bump now rewrites a ~40-byte row, in place, and
+    ``entities`` is written only when an entity is created or edited. An
+    entity no memory names has no row (its degree is 0).
+
+    The column goes: a Braid process from before this migration fails its
+    writes against it (they bump ``entities.mention_count``), so every
+    process is upgraded together, as a migration's start-up already asks.
+    Pages of ``entities`` half filled so far stay so until ``VACUUM FULL
+    entities``."""
+    return [
+        sql.SQL(
+            """
+            CREATE TABLE entity_degrees (
+                entity_id     bigint PRIMARY KEY REFERENCES entities (id) ON DELETE CASCADE,
+                tenant        text   NOT NULL,
+                mention_count bigint NOT NULL
+            ) WITH (fillfactor = 50)
+            """
+        ),
+        sql.SQL(
+            "INSERT INTO entity_degrees (entity_id, tenant, mention_count)"
+            " SELECT id, tenant, mention_count FROM entities WHERE mention_count <> 0"
+        ),
+        sql.SQL("ALTER TABLE entities DROP COLUMN mention_count"),
+        sql.SQL("ALTER TABLE entities SET (fillfactor = 100)"),
+        *_tenant_policy("entity_degrees"),
+    ]
+
+
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
     2: _v2,
@@ -471,6 +506,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     16: _v16,
     17: _v17,
     18: _v18,
+    19: _v19,
 }
 
 

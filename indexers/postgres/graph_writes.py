@@ -157,7 +157,7 @@ class GraphWrites:
                 {"tenant": tenant, "id": row[0]},
             )
             relations = cur.rowcount
-            # Mentions go by cascade; the entity's mention_count goes with it.
+            # Mentions and the entity's degree row go by cascade.
             await conn.execute("DELETE FROM entities WHERE tenant = %s AND id = %s", (tenant, row[0]))
             await bump_generations(conn, [tenant])
             return relations

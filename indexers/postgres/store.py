@@ -62,9 +62,12 @@ async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) ->
         return
     eids = [eid for eid, _ in changes]
     await conn.execute("SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,))
+    # A narrow row of its own per entity (migration 19), updated in place.
     await conn.execute(
-        "UPDATE entities SET mention_count = mention_count + d.n"
-        " FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n) WHERE entities.id = d.id",
+        "INSERT INTO entity_degrees (entity_id, tenant, mention_count)"
+        " SELECT e.id, e.tenant, d.n FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n)"
+        " JOIN entities e ON e.id = d.id ORDER BY e.id"
+        " ON CONFLICT (entity_id) DO UPDATE SET mention_count = entity_degrees.mention_count + EXCLUDED.mention_count",
         (eids, [n for _, n in changes]),
     )
 

@@ -103,6 +103,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "braid_meta",
             "braid_migrations",
             "entities",
+            "entity_degrees",
             "fold_epochs",
             "memories",
             "memory_usage",
@@ -425,8 +426,12 @@ async def test_relations_upsert_by_identity(store: PostgresStore) -> None:
 
 
 async def counts(store: PostgresStore) -> tuple[dict[str, int], dict[str, int]]:
-    """(entities.mention_count, counted from mentions), by entity name, non-zero only."""
-    kept = await rows(store, "SELECT name_norm, mention_count FROM entities WHERE mention_count <> 0")
+    """(entity_degrees.mention_count, counted from mentions), by entity name, non-zero only."""
+    kept = await rows(
+        store,
+        "SELECT e.name_norm, d.mention_count FROM entity_degrees d JOIN entities e ON e.id = d.entity_id"
+        " WHERE d.mention_count <> 0",
+    )
     real = await rows(
         store,
         "SELECT e.name_norm, count(*) FROM mentions m JOIN entities e ON e.id = m.entity_id GROUP BY 1",
@@ -434,24 +439,26 @@ async def counts(store: PostgresStore) -> tuple[dict[str, int], dict[str, int]]:
     return dict(kept), dict(real)  # type: ignore[arg-type]
 
 
-async def test_a_mention_count_bump_updates_entities_in_place(store: PostgresStore) -> None:
-    """Migration 17: entity pages are half filled, so bumping the counts of a
-    page's worth of entities (as a write naming them does) makes no new
-    index entries (every update HOT), the HNSW index's among them."""
-    vector = "[" + ",".join(["0.05"] * DIM) + "]"
+async def test_a_mention_count_bump_updates_a_narrow_row_in_place(store: PostgresStore) -> None:
+    """Migration 19: the counts live in ``entity_degrees`` at fillfactor 50,
+    so bumping a page's worth of them (as a write naming the entities does)
+    makes no new index entries (every update HOT) and leaves ``entities``
+    unwritten; ``entities`` itself is back at fillfactor 100, so a page holds
+    twice the entities it did at 50."""
+    await store.write_graph("hot", [entity(f"E{i}") for i in range(40)], [])
+    await store.write_memories("hot", [memory(f"m{i}", "x", entities=(f"E{i}",)) for i in range(40)])
     async with store.pool.connection() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO entities (tenant, name, name_norm, embedding, model)"
-            " SELECT 'hot', 'E' || i, 'e' || i, %s::vector, 'm' FROM generate_series(1, 20) AS i",
-            (vector,),
-        )
-        await conn.execute("UPDATE entities SET mention_count = mention_count + 1 WHERE tenant = 'hot'")
+        await conn.execute("UPDATE entity_degrees SET mention_count = mention_count + 1 WHERE tenant = 'hot'")
         cur = await conn.execute(
-            "SELECT pg_stat_get_xact_tuples_updated('entities'::regclass),"
-            " pg_stat_get_xact_tuples_hot_updated('entities'::regclass)"
+            "SELECT pg_stat_get_xact_tuples_updated('entity_degrees'::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated('entity_degrees'::regclass),"
+            " pg_stat_get_xact_tuples_updated('entities'::regclass)"
         )
-        assert await cur.fetchone() == (20, 20)
-        await conn.execute("DELETE FROM entities WHERE tenant = 'hot'")
+        assert await cur.fetchone() == (40, 40, 0)
+        cur = await conn.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname IN ('entities', 'entity_degrees') ORDER BY 1"
+        )
+        assert await cur.fetchall() == [("entities", ["fillfactor=100"]), ("entity_degrees", ["fillfactor=50"])]
 
 
 async def test_mention_counts_follow_writes_rewrites_and_deletes(store: PostgresStore) -> None:
@@ -481,7 +488,11 @@ async def test_mention_counts_follow_writes_rewrites_and_deletes(store: Postgres
     await store.write_memories("t", [memory("m3", "x", entities=("Zig", "Alex"))], new_entities=[entity("Zig")])
     await store.write_graph("u", [entity("Rust")], [])
     await store.write_memories("u", [memory("m1", "Rust")])
-    assert await rows(store, "SELECT tenant, name_norm, mention_count FROM entities ORDER BY 1, 2") == [
+    assert await rows(
+        store,
+        "SELECT e.tenant, e.name_norm, d.mention_count FROM entities e JOIN entity_degrees d ON d.entity_id = e.id"
+        " ORDER BY 1, 2",
+    ) == [
         ("t", "alex", 1),
         ("t", "go", 1),
         ("t", "rust", 1),
@@ -493,7 +504,11 @@ async def test_mention_counts_follow_writes_rewrites_and_deletes(store: Postgres
     assert await store.delete_memory("t", "m2") is None
     kept, real = await counts(store)
     assert kept == real == {"alex": 1, "go": 1, "zig": 1, "rust": 1}  # u's rust
-    assert await rows(store, "SELECT mention_count FROM entities WHERE tenant = 't' AND name_norm = 'rust'") == [(0,)]
+    assert await rows(
+        store,
+        "SELECT d.mention_count FROM entity_degrees d JOIN entities e ON e.id = d.entity_id"
+        " WHERE e.tenant = 't' AND e.name_norm = 'rust'",
+    ) == [(0,)]
 
 
 async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresStore) -> None:
@@ -557,8 +572,12 @@ async def test_migration_v3_backfills_counts_and_dates(dsn: str, monkeypatch: py
         for v, build in later.items():
             monkeypatch.setitem(migrations.MIGRATIONS, v, build)
         assert await migrate(conn, dim=DIM) == sorted(later)
-        cur = await conn.execute("SELECT name, mention_count FROM entities ORDER BY id")
-        assert await cur.fetchall() == [("alex", 1), ("rust", 3), ("idle", 0)]
+        # Counted by migration 3, then moved to their own table by migration 19.
+        cur = await conn.execute(
+            "SELECT e.name, d.mention_count FROM entities e LEFT JOIN entity_degrees d ON d.entity_id = e.id"
+            " ORDER BY e.id"
+        )
+        assert await cur.fetchall() == [("alex", 1), ("rust", 3), ("idle", None)]
         cur = await conn.execute("SELECT memory_id, entity_id, created_at FROM mentions ORDER BY 1, 2")
         assert await cur.fetchall() == [
             ("m0", 1, T0),
