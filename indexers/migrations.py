@@ -463,8 +463,9 @@ def _v19(dim: int) -> list[sql.Composable]:
     entity no memory names has no row (its degree is 0).
 
     The column goes: a Braid process from before this migration fails its
-    writes against it (they bump ``entities.mention_count``), so every
-    process is upgraded together, as a migration's start-up already asks.
+    writes once it has run (they bump ``entities.mention_count``), so stop
+    the older processes before starting a newer one on the database (README,
+    "How it works", Graph source).
     Pages of ``entities`` half filled so far stay so until ``VACUUM FULL
     entities``."""
     return [
