@@ -9,9 +9,9 @@ service process (``--idle`` off: only samples where a thread was on the CPU).
 It reports CPU per recall by process (the load benchmark's meter) and the
 service's profile: self and inclusive share of samples by function, and the
 share under each of a few named stages. With ``--writes R`` it drives single
-writes instead (one memory of the big tenant under a new id, its vector
-supplied, as the load benchmark's steady writes) at ``R`` a second, open loop,
-and the CPU is per write, outbox drain included. Report:
+writes instead (the load benchmark's steady writes: one memory of the big
+tenant under a new id, its vector supplied) at ``R`` a second, open loop, and
+the CPU is per write, outbox drain included. Report:
 ``benchmarks/results/recall-profile[-<name>].{md,json}`` plus py-spy's raw
 collapsed stacks beside it (``.txt``). Last line:
 ``recall-profile: size=<n> recalls=<n> service_ms=<x> postgres_ms=<x> typesense_ms=<x> samples=<n>``.
@@ -25,7 +25,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,10 @@ from typing import Any
 import httpx
 import msgspec
 
-from benchmarks.common import RESULTS, CpuMeter, cpu_per_call
+from benchmarks.common import RESULTS, CpuMeter
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.run import loaded_service, timed, wait_drained
+from benchmarks.load.run import loaded_service, steady_writes, timed
 
 #: Stages of a recall, each named by a frame that appears under it (the first match wins).
 STAGES = {
@@ -82,45 +81,6 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
     return {"samples": total, "self": share(self_c), "inclusive": share(incl), "stages": share(stage)}
 
 
-async def steady(
-    lean: LeanClient, headers: dict[str, str], corpus: Any, rate: float, seconds: float, meter: CpuMeter, svc_url: str
-) -> dict[str, Any]:
-    """Single writes at ``rate`` a second for ``seconds`` (open loop), then the outbox drained."""
-    big = corpus.tenants[0]
-    n = int(rate * seconds)
-    ack: list[float] = []
-    errors: list[str] = []
-
-    async def write(i: int) -> None:
-        j = i % len(big.memories)
-        memory = {**big.memories[j], "id": f"profile-{i:06d}", "embedding": big.vectors[j].tolist()}
-        t0 = time.perf_counter()
-        code, raw = await lean.post("/v1/memories", msgspec.json.encode({"memories": [memory]}), headers)
-        if code != 201:
-            errors.append(f"{code} {raw[:120]!r}")
-        ack.append((time.perf_counter() - t0) * 1000)
-
-    before = meter()
-    start = time.perf_counter()
-    tasks = []
-    for i in range(n):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(write(i)))
-    await asyncio.gather(*tasks)
-    async with httpx.AsyncClient(base_url=svc_url, timeout=300) as health:
-        await wait_drained(health)
-    ack.sort()
-    return {
-        "latencies": ack,
-        "qps": n / (time.perf_counter() - start),
-        "p50": ack[len(ack) // 2] if ack else float("nan"),
-        "cpu_ms": cpu_per_call(before, meter(), n),
-        "degraded": len(errors),
-    }
-
-
 async def profile(
     size: int, seconds: float, clients: int, rate: int, out: Path, native: bool = False, writes: float = 0.0
 ) -> dict[str, Any]:
@@ -161,7 +121,18 @@ async def profile(
             )
             await asyncio.sleep(1.0)  # py-spy attaches before the measured recalls start
             if writes:
-                row = await steady(lean, recall_headers, corpus, writes, seconds - 2, meter, svc.url)
+                async with httpx.AsyncClient(base_url=svc.url, timeout=300) as health:
+                    done = await steady_writes(
+                        lean, health, recall_headers, corpus, (int(writes),), seconds - 2, meter, svc.postgres_dsn()
+                    )
+                w = done[str(int(writes))]
+                row = {
+                    "latencies": [0.0] * w["writes"],
+                    "qps": w["acked_per_s"],
+                    "p50": w["ack_ms"]["p50"],
+                    "cpu_ms": w["cpu_ms_per_write"],
+                    "degraded": w["error_count"],
+                }
             else:
                 row = await timed(lean, recall_headers, bodies, clients, seconds - 2, meter)
             _, err = spy.communicate(timeout=120)
