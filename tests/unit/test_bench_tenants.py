@@ -1,0 +1,89 @@
+"""benchmarks.tenants: the exact pgvector count a small tenant's query is held
+to, and the report's rows, with values worked out by hand."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import numpy as np
+
+from benchmarks.load.corpus import Corpus, Tenant
+from benchmarks.load.run import CONFIG
+from benchmarks.tenants import _PG_FLOORS, _PG_NO_FLOORS, _only_pgvector, _queries, markdown
+
+
+def _tenant(name: str, vectors: np.ndarray) -> Tenant:
+    memories = [
+        {"id": f"{name}-{i}", "content": f"memory number {i} of {name} says little"} for i in range(len(vectors))
+    ]
+    return Tenant(name, memories, vectors.astype(np.float32), [], [])
+
+
+def test_the_exact_count_is_the_tenants_memories_above_both_floors_at_most_candidates() -> None:
+    # Four unit vectors at known angles to the first axis: cosines 1.0, 0.6, 0.2 and -1.0.
+    vectors = np.array([[1.0, 0.0], [0.6, 0.8], [0.2, np.sqrt(1 - 0.04)], [-1.0, 0.0]])
+    corpus = Corpus(7, 4, [_tenant("small", vectors)], [], np.zeros((0, 2)), 1)
+    rng = random.Random(3)
+    # A query near memory 0 (noise ~0.3 / sqrt(2)): its best cosine is near 1.
+    ((name, body, exact),) = _queries(corpus, ["small"], rng, 10, (0.15, 0.3, 50))
+    request = msgspec.json.decode(body)
+    assert name == "small" and request["top_k"] == 10
+    q = np.asarray(request["embedding"])
+    sims = vectors @ q
+    floor = max(0.15, 0.3 * sims.max()) + 1e-4
+    assert exact == int((sims >= floor).sum())
+    assert 1 <= exact <= 3  # never the opposite memory
+    # ``candidates`` caps it; a floor above every similarity leaves none.
+    ((_, _, capped),) = _queries(corpus, ["small"], random.Random(3), 10, (-1.0, 0.0, 2))
+    assert capped == 2
+    ((_, _, none),) = _queries(corpus, ["small"], random.Random(3), 10, (1.5, 0.0, 50))
+    assert none == 0
+
+
+def test_the_starvation_check_asks_pgvector_alone_and_the_shipped_floors_are_where_it_looks() -> None:
+    body = msgspec.json.encode({"query": "q", "embedding": [0.1], "top_k": 10})
+    assert msgspec.json.decode(_only_pgvector(body)) == {
+        "query": "q",
+        "embedding": [0.1],
+        "top_k": 10,
+        "sources": ["pgvector"],
+    }
+    assert CONFIG.read_text().count(_PG_FLOORS) == 1
+    assert _PG_NO_FLOORS != _PG_FLOORS
+
+
+def test_the_report_row_and_ratio() -> None:
+    def stage(tenants: int, p50: float) -> dict[str, object]:
+        return {
+            "tenants": tenants,
+            "memories": 100 * tenants,
+            "load_s": 10.0,
+            "write_per_s": 150.0,
+            "write_errors": 0,
+            "recall": {
+                "n": 200,
+                "p50": p50,
+                "p99": 2 * p50,
+                "per_s": 40.0,
+                "cpu_ms": {"service": 5.0, "postgres": 3.0, "typesense": 2.0},
+                "short": 7,
+                "short_by_source": {"pgvector": 9},
+                "source_ms_p50": {"graph": 4.0},
+                "pgvector_under_exact": 0,
+                "error_count": 0,
+                "errors": [],
+            },
+            "unfloored": {"n": 50, "pgvector_under_exact": 1, "error_count": 0, "errors": []},
+            "pgvector_exact_mean": 1.5,
+            "postgres": {"indexes": 32, "planning_ms": 0.02, "table_bytes": {"entities": 2**20}},
+            "keyring_lookup_us": 0.6,
+        }
+
+    report = {"corpus": "c", "per": 100, "big": 0, "stages": [stage(50, 20.0), stage(1000, 25.0)]}
+    text = markdown(report, "cmd")
+    rows = [line for line in text.splitlines() if line.startswith("| 50 |") or line.startswith("| 1000 |")]
+    assert len(rows) == 2
+    assert "| 25.0 | 50.0 | 1.25 |" in rows[1]
+    assert "| 1 of 50 |" in rows[1] and "pgvector 9" in rows[1] and "graph 4.0" in rows[1]
+    assert "`entities` 1 MiB" in text
