@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import secrets
 import signal
@@ -111,7 +112,7 @@ async def _recalls(
     source_ms: dict[str, list[float]] = {}
     errors: list[str] = []
     degraded = 0
-    it = iter(queries) if once else iter(queries * 1000)
+    it = iter(queries) if once else itertools.cycle(queries)
     deadline = float("inf") if once else time.perf_counter() + seconds
 
     async def worker(lean: LeanClient) -> None:
@@ -131,9 +132,10 @@ async def _recalls(
             degraded += bool(data["degraded"])
             short += len(data["items"]) < top_k
             for name, s in data["sources"].items():
-                if s["status"] == "ok":
-                    source_ms.setdefault(name, []).append(s["ms"])
-                if s["status"] == "ok" and s["hits"] < top_k:
+                if s["status"] != "ok":
+                    continue
+                source_ms.setdefault(name, []).append(s["ms"])
+                if s["hits"] < top_k:
                     short_by_source[name] = short_by_source.get(name, 0) + 1
             pg = data["sources"].get("pgvector")
             under_exact += pg is not None and pg["status"] == "ok" and pg["hits"] < exact

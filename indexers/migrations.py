@@ -451,7 +451,6 @@ def _v18(dim: int) -> list[sql.Composable]:
     return [sql.SQL("CREATE INDEX outbox_pending_memory ON outbox (tenant, memory_id, id) WHERE processed_at IS NULL")]
 
 
-#: version -> builder of its statements, given the embedding dimension.
 def _v19(dim: int) -> list[sql.Composable]:
     """Entity degrees in a narrow table of their own, at fillfactor 50, and
     ``entities`` back at 100. Migration 17 made the mention-count bumps HOT
@@ -488,6 +487,7 @@ def _v19(dim: int) -> list[sql.Composable]:
     ]
 
 
+#: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
     2: _v2,
