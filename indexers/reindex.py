@@ -4,13 +4,16 @@ Jobs live in the ``reindex_jobs`` table, so any service process can report
 them. While a job runs, recalls keep using the old index:
 
 * **Typesense**: a new collection pair (keyword and vectors,
-  :mod:`indexers.typesense.index`) is filled from a snapshot of Postgres,
+  :mod:`indexers.typesense.index`) for every tenant group
+  (:mod:`indexers.typesense.groups`) is filled from a snapshot of Postgres,
   then every memory touched since shortly before the snapshot (read from the
   outbox, which keeps processed rows for an hour) is re-applied from its
-  current row, both aliases are switched to the new pair, the replay is
-  repeated for writes that raced the switch, and the old collections are
-  dropped. A collection made by an older Braid (embeddings in its keyword
-  documents, serving both aliases) is replaced so by the pair.
+  current row, each group's aliases are switched to its new pair, the
+  replay is repeated for writes that raced the switch, and the old
+  collections are dropped, with the groups of another group count (a
+  changed ``typesense.groups``). A collection made by an older Braid
+  (embeddings in its keyword documents, serving both aliases) is replaced
+  so by the pair.
 * **embeddings**: every memory and entity whose embedding another model
   made (vector search leaves them out) is embedded again by the service's
   model, ``EMBED_BATCH`` at a time on the embedder's write lane (a recall's
@@ -33,13 +36,15 @@ and a new job can run. The process running a job holds a Postgres advisory
 lock for it (on a connection of its own, released when that process dies), so
 a process starting up beside a live one leaves that one's job alone. What a Typesense job leaves behind is cleared then,
 and again before every Typesense reindex (for a job that failed, or whose
-clean-up found Typesense down): its progress names the collection it was
-filling, the one the alias pointed at before, and the replay's start. If the
-alias was not switched yet, the old collection was never touched and the new
-one is dropped; if it was, the replay is repeated into the alias (the job may
-have died before its second replay) and the old collection is dropped.
-Collections are named by their keyword collection: its vectors collection
-goes with it.
+clean-up found Typesense down): its progress names, for each group's alias,
+the collection it was filling (``collections``) and the one the alias pointed
+at before (``previous``), and the replay's start (a job of a Braid before
+groups names one ``collection`` and one ``previous``, of the one alias). For
+each group: if its alias was not switched yet, the old collection was never
+touched and the new one is dropped; if it was, the replay is repeated into
+the alias (the job may have died before its second replay) and the old
+collection is dropped. Collections are named by their keyword collection:
+its vectors collection goes with it.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ from .postgres.reembed import (
 )
 from .reextract import reextract
 from .sync import OutboxSync
-from .typesense import TypesenseIndex
+from .typesense import TypesenseGroups
 
 __all__ = ["ReindexBusy", "ReindexJobs"]
 
@@ -106,7 +111,7 @@ class ReindexJobs:
         self,
         config: ConfigHolder,
         store: PostgresStore,
-        index: TypesenseIndex,
+        index: TypesenseGroups,
         sync: OutboxSync,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         embedder: Embedder | None = None,
@@ -153,7 +158,7 @@ class ReindexJobs:
             cur = await conn.execute(
                 "SELECT id, progress->'typesense' FROM reindex_jobs"
                 " WHERE status IN ('interrupted', 'failed')"
-                " AND progress->'typesense' ? 'collection'"
+                " AND progress->'typesense' ?| array['collection', 'collections']"
                 " AND NOT progress->'typesense' ? 'cleared'"
                 " ORDER BY created_at"
             )
@@ -175,22 +180,24 @@ class ReindexJobs:
         return cleared
 
     async def _clear(self, progress: dict[str, Any]) -> None:
-        new = progress["collection"]
-        previous = progress.get("previous")
-        if await self._index.current_collection() != new:
-            # Not switched: the alias still serves the old collection.
-            await self._index.drop_collection(new)
-            log.info("dropped %s, the collection of an unfinished reindex", new)
-            return
-        # Switched: finish the job's work (the vectors alias, which is switched
-        # second, its second replay and the drop).
-        await self._index.switch_alias(new)
+        news, previous = _job_collections(progress, self._index.alias)
         since = progress.get("since")
-        if since is not None:
-            await self._replay(datetime.fromisoformat(since), new)
-        if previous is not None and previous != new:
-            await self._index.drop_collection(previous)
-            log.info("dropped %s, replaced by the unfinished reindex's %s", previous, new)
+        for alias, new in news.items():
+            index = self._index.index(alias)
+            if await index.current_collection() != new:
+                # Not switched: the alias still serves the old collection.
+                await index.drop_collection(new)
+                log.info("dropped %s, the collection of an unfinished reindex", new)
+                continue
+            # Switched: finish the job's work (the vectors alias, which is
+            # switched second, its second replay and the drop).
+            await index.switch_alias(new)
+            if since is not None:
+                await self._replay(datetime.fromisoformat(since), {alias: new})
+            old = previous.get(alias)
+            if old is not None and old != new:
+                await index.drop_collection(old)
+                log.info("dropped %s, replaced by the unfinished reindex's %s", old, new)
 
     async def start(self, target: str, tier: str | None) -> str:
         """Queue a job; :class:`ReindexBusy` if one is queued or running (a
@@ -378,11 +385,15 @@ class ReindexJobs:
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()
         pool = self._store.pool
-        previous = await self._index.current_collection()
-        new = await self._index.new_collection()
-        # Recorded before anything is copied: a crash from here on leaves
-        # `new` to clear_leftovers.
-        await report({"typesense": {"collection": new, "previous": previous, "phase": "copying", "done": 0}})
+        groups = self._index
+        previous = await groups.current_collections()
+        news: dict[str, str] = {}
+        # Recorded as each pair is made: a crash from here on leaves them to
+        # clear_leftovers.
+        for alias, index in groups.indexes.items():
+            news[alias] = await index.new_collection()
+            await report({"typesense": {"collections": news, "previous": previous, "phase": "creating"}})
+        await report({"typesense": {"phase": "copying", "done": 0}})
         done = 0
         async with pool.connection() as conn:
             await conn.set_autocommit(False)
@@ -392,33 +403,43 @@ class ReindexJobs:
                 row = await cur.fetchone()
                 assert row is not None
                 snapshot_at, total = row
-                await report({"typesense": {"collection": new, "phase": "copying", "done": 0, "total": total}})
+                await report({"typesense": {"phase": "copying", "done": 0, "total": total}})
                 async with conn.cursor(name="braid_reindex", row_factory=dict_row) as named:
                     named.itersize = BATCH
                     await named.execute(f"SELECT {RECORD_COLUMNS} FROM memories m")
                     while rows := await named.fetchmany(BATCH):
                         # Each memory once into a collection nothing else writes
                         # to yet: one import request a batch is safe in 0.24.1.
-                        await self._index.upsert([record_from_row(r) for r in rows], collection=new, fresh=True)
+                        await groups.upsert([record_from_row(r) for r in rows], collections=news, fresh=True)
                         done += len(rows)
-                        await report(
-                            {"typesense": {"collection": new, "phase": "copying", "done": done, "total": total}}
-                        )
+                        await report({"typesense": {"phase": "copying", "done": done, "total": total}})
                 await conn.commit()
             finally:
                 await conn.set_autocommit(True)
         since = snapshot_at - REPLAY_MARGIN
         await report({"typesense": {"phase": "replaying", "since": since.isoformat()}})
-        await self._replay(since, new)
-        old = await self._index.switch_alias(new)
-        await self._replay(since, new)
-        if old is not None and old != new:
-            await self._index.drop_collection(old)
-        await report({"typesense": {"collection": new, "phase": "switched", "previous": old}})
+        await self._replay(since, news)
+        old = await groups.switch(news)
+        await self._replay(since, news)
+        await groups.drop({alias: name for alias, name in old.items() if name != news[alias]})
+        strays = await groups.drop_strays()
+        if strays:
+            log.info("dropped the collections of another typesense.groups: %s", ", ".join(strays))
+        await report({"typesense": {"phase": "switched", "previous": old, "dropped": strays}})
 
-    async def _replay(self, since: Any, collection: str) -> None:
+    async def _replay(self, since: Any, collections: dict[str, str]) -> None:
+        """Re-apply every memory the outbox saw since ``since`` whose tenant's
+        group is among ``collections``, into its collection there."""
         async with self._store.pool.connection() as conn:
             cur = await conn.execute("SELECT DISTINCT tenant, memory_id FROM outbox WHERE created_at >= %s", (since,))
-            keys = [(t, m) for t, m in await cur.fetchall()]
+            keys = [(t, m) for t, m in await cur.fetchall() if self._index.alias_of(t) in collections]
         for i in range(0, len(keys), BATCH):
-            await self._sync.apply(keys[i : i + BATCH], collection=collection)
+            await self._sync.apply(keys[i : i + BATCH], collections=collections)
+
+
+def _job_collections(progress: dict[str, Any], alias: str) -> tuple[dict[str, str], dict[str, str | None]]:
+    """A Typesense job's new collections and the ones before, by group alias
+    (a job of a Braid before groups names one of each, of ``alias``)."""
+    if "collections" in progress:
+        return dict(progress["collections"]), dict(progress.get("previous") or {})
+    return {alias: progress["collection"]}, {alias: progress.get("previous")}

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import msgspec
+from psycopg_pool import AsyncConnectionPool
 
 from config import ConfigHolder
 
@@ -33,10 +34,10 @@ from .extraction import Extractors
 from .pgvector import ensure_indexes
 from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool, primary_lsn
 from .registry import SourceDeps, SourceSpec, build_sources, registered
-from .reindex import ReindexJobs
+from .reindex import ReindexBusy, ReindexJobs
 from .sweep import Sweeper
 from .sync import OutboxSync
-from .typesense import TypesenseClient, TypesenseIndex
+from .typesense import TypesenseClient, TypesenseGroups
 
 __all__ = ["Backends", "Runtime", "open_runtime"]
 
@@ -57,7 +58,7 @@ class Runtime(msgspec.Struct):
     engine: Engine
     store: PostgresStore
     typesense: TypesenseClient
-    index: TypesenseIndex
+    index: TypesenseGroups
     sync: OutboxSync
     jobs: ReindexJobs
     embedder: Embedder
@@ -139,11 +140,16 @@ async def _open_runtime(
         created = await ensure_indexes(pool, cfg)
         if created:
             log.info("created HNSW indexes %s", created)
-        index = TypesenseIndex(
-            client, cfg.typesense.collection, cfg.embedding.dim, vectors=cfg.typesense.vectors == "separate"
+        index = TypesenseGroups(
+            client,
+            cfg.typesense.collection,
+            cfg.embedding.dim,
+            groups=cfg.typesense.groups,
+            vectors=cfg.typesense.vectors == "separate",
         )
+        made: list[str] = []
         try:
-            await index.ensure()
+            made = await index.ensure()
         except SourceUnavailable as exc:
             # Postgres is the truth: Braid starts and serves without Typesense,
             # and the outbox fills it in when it is back.
@@ -191,6 +197,8 @@ async def _open_runtime(
 
             jobs = ReindexJobs(config, store, index, sync, spawn, embedder, extractors)
             await jobs.mark_interrupted()
+            if made:
+                await _fill_new_groups(pool, jobs, made)
             tg.start_soon(sync.run)
             # Decayed tiers' folds re-centred before their float range ends.
             tg.start_soon(jobs.watch_folds)
@@ -221,3 +229,26 @@ async def _open_runtime(
         if replica_pool is not None:
             await replica_pool.close()
         await pool.close()
+
+
+async def _fill_new_groups(pool: AsyncConnectionPool, jobs: ReindexJobs, made: Sequence[str]) -> None:
+    """Typesense collections made at this start are empty: when Postgres
+    holds memories (Typesense's data was lost, or ``typesense.groups``
+    changed), a Typesense reindex job fills them (none if one runs already)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM memories)")
+        row = await cur.fetchone()
+    if row is None or not row[0]:
+        return
+    try:
+        job_id = await jobs.start("typesense", None)
+    except ReindexBusy as exc:
+        log.warning(
+            "Typesense collections %s are new and empty; reindex job %s runs already", ", ".join(made), exc.job_id
+        )
+        return
+    log.warning(
+        "Typesense collections %s are new and empty while Postgres holds memories: reindex job %s fills them",
+        ", ".join(made),
+        job_id,
+    )

@@ -73,9 +73,9 @@ ORDER BY c.id
 class TypesenseWriter(Protocol):
     """What the worker needs of the Typesense index (see ``indexers.typesense``)."""
 
-    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None: ...
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None: ...
 
-    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None: ...
+    async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None: ...
 
 
 class OutboxSync:
@@ -150,12 +150,13 @@ class OutboxSync:
     async def apply(
         self,
         keys: Sequence[tuple[str, str]],
-        collection: str | None = None,
+        collections: Mapping[str, str] | None = None,
         *,
         current: Mapping[tuple[str, str], MemoryRecord] | None = None,
     ) -> None:
-        """Make ``collection`` (a keyword collection with its vectors one;
-        default: those behind the aliases) match Postgres for ``keys``:
+        """Make ``collections`` (a keyword collection, with its vectors one,
+        for each group alias of ``keys``' tenants; default: those behind the
+        aliases) match Postgres for ``keys``:
         ``current`` holds their current rows (read here when not given; a
         key it lacks is a memory that is gone)."""
         if current is None:
@@ -163,9 +164,9 @@ class OutboxSync:
         upserts = [current[k] for k in keys if k in current]
         deletes = [k for k in keys if k not in current]
         if upserts:
-            await self._index.upsert(upserts, collection=collection)
+            await self._index.upsert(upserts, collections=collections)
         if deletes:
-            await self._index.delete(deletes, collection=collection)
+            await self._index.delete(deletes, collections=collections)
 
     async def purge(self) -> None:
         async with self.pool.connection() as conn:

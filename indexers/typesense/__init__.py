@@ -8,6 +8,8 @@ One job a module, each usable alone:
   and the ``filter_by`` expressions.
 * :mod:`.index`: :class:`TypesenseIndex`, the write/admin side used by the
   outbox and reindex (versioned collections behind an alias).
+* :mod:`.groups`: :class:`TypesenseGroups`, tenants spread over several
+  such collection pairs by a hash of their names (``typesense.groups``).
 * :mod:`.keywords`: the keyword terms of a query and their idf ranking.
 * :mod:`.bm25`: the ``bm25`` keyword mode (one filtered search, Okapi BM25
   computed here over its candidates).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from .client import TypesenseClient, TypesenseError, import_groups
 from .documents import build_filter, narrow_filter
+from .groups import TypesenseGroups
 from .index import TypesenseIndex
 from .keywords import COUNT_TTL_S, STOPWORDS, idf_ranking, keyword_query, keyword_terms
 from .source import TypesenseSource
@@ -32,6 +35,7 @@ __all__ = [
     "STOPWORDS",
     "TypesenseClient",
     "TypesenseError",
+    "TypesenseGroups",
     "TypesenseIndex",
     "TypesenseSource",
     "build_filter",

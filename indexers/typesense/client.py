@@ -269,6 +269,16 @@ class TypesenseClient:
     async def upsert_alias(self, name: str, collection: str) -> None:
         await self._request("PUT", f"/aliases/{quote(name, safe='')}", json={"collection_name": collection})
 
+    async def delete_alias(self, name: str) -> bool:
+        """Remove an alias (not its collection); ``False`` if there was none by that name."""
+        try:
+            await self._request("DELETE", f"/aliases/{quote(name, safe='')}")
+        except TypesenseError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     # Documents
 
     async def import_documents(

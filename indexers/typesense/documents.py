@@ -23,6 +23,7 @@ backticks).
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from collections import Counter
@@ -47,6 +48,7 @@ __all__ = [
     "collection_schema",
     "combined_document",
     "document_id",
+    "group_alias",
     "lifecycle_filter",
     "NEVER",
     "narrow_filter",
@@ -164,6 +166,20 @@ def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, 
 def _counts_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
     """The pattern of :func:`counts_reader`, compiled once per term list."""
     return re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
+
+
+def group_alias(alias: str, tenant: str, groups: int) -> str:
+    """The alias of the collection pair that holds ``tenant``'s memories when
+    tenants are spread over ``groups`` pairs: ``alias`` itself for one group,
+    else ``<alias>_g<n>`` with ``n`` the tenant's group, from a hash of its
+    name that is the same in every process and release (BLAKE2b; Python's
+    own ``hash`` of a string changes with each process)."""
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups!r}")
+    if groups == 1:
+        return alias
+    digest = hashlib.blake2b(tenant.encode(), digest_size=8).digest()
+    return f"{alias}_g{int.from_bytes(digest, 'big') % groups}"
 
 
 def vectors_alias(alias: str) -> str:

@@ -28,6 +28,7 @@ from .documents import (
     NO_EXPIRY,
     combined_document,
     document_field,
+    group_alias,
     hit_from_document,
     narrow_filter,
     vector_literal,
@@ -70,8 +71,9 @@ def _ids(result: Mapping[str, Any]) -> list[str]:
 
 
 class TypesenseSource:
-    """Keyword search over ``alias`` and vector search over its vectors
-    alias (:func:`~.documents.vectors_alias`), fused with RRF.
+    """Keyword search over the tenant's group's alias (``alias`` itself with
+    one group: :func:`~.documents.group_alias`) and vector search over its
+    vectors alias (:func:`~.documents.vectors_alias`), fused with RRF.
 
     The configuration is read at every search, so a reload applies at once.
     The client belongs to whoever created it: :meth:`aclose` leaves it open.
@@ -81,10 +83,12 @@ class TypesenseSource:
     #: Without a vector it still answers with its keyword list.
     needs_vector = False
 
-    def __init__(self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig]) -> None:
+    def __init__(
+        self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig], *, groups: int = 1
+    ) -> None:
         self.client = client
         self.alias = alias
-        self.vectors_alias = vectors_alias(alias)
+        self.groups = groups
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
@@ -130,11 +134,12 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        vectors = self.vectors_alias if config.typesense.vectors == "separate" else None
+        alias = group_alias(self.alias, query.tenant, self.groups)
+        vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
         if not searches:
             return []
-        common = {"collection": self.alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
+        common = {"collection": alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
         answers = await self.client.multi_search([{**common, **search} for _, search in searches])
         answered = dict(zip((role for role, _ in searches), answers, strict=True))
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
@@ -277,7 +282,12 @@ def _searches(
 register(
     SourceSpec(
         name=SOURCE,
-        build=lambda deps: TypesenseSource(deps.typesense, deps.get_config().typesense.collection, deps.get_config),
+        build=lambda deps: TypesenseSource(
+            deps.typesense,
+            deps.get_config().typesense.collection,
+            deps.get_config,
+            groups=deps.get_config().typesense.groups,
+        ),
         defaults=source_defaults()[SOURCE],
         store="typesense",
         derived=True,

@@ -33,12 +33,12 @@ async def wait_job(braid: Braid, job_id: str, timeout: float = 120) -> dict[str,
 async def reindex_typesense(braid: Braid) -> None:
     """Rebuild the tenant's Typesense collection from Postgres through the
     admin endpoint and wait until the job is done and the alias moved."""
-    old = await braid.runtime.index.current_collection()
+    old = await braid.runtime.index.of("tenant-a").current_collection()
     r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
     assert r.status_code == 202, r.text
     job = await wait_job(braid, r.json()["job_id"])
     assert job["status"] == "done", job
-    assert await braid.runtime.index.current_collection() != old
+    assert await braid.runtime.index.of("tenant-a").current_collection() != old
 
 
 async def test_reindex_all_while_recalling(braid: Braid) -> None:
@@ -56,7 +56,7 @@ async def test_reindex_all_while_recalling(braid: Braid) -> None:
     )
     await braid.synced()
     before = {q: [i["id"] for i in (await braid.recall(q, top_k=10))["items"]] for q in QUERIES}
-    old_collection = await braid.runtime.index.current_collection()
+    old_collection = await braid.runtime.index.of("tenant-a").current_collection()
 
     errors: list[str] = []
     recalls = 0
@@ -85,7 +85,7 @@ async def test_reindex_all_while_recalling(braid: Braid) -> None:
     assert job["progress"]["typesense"]["done"] == 300
     assert errors == []
     assert recalls > 0
-    new_collection = await braid.runtime.index.current_collection()
+    new_collection = await braid.runtime.index.of("tenant-a").current_collection()
     assert new_collection != old_collection
     after = {q: [i["id"] for i in (await braid.recall(q, top_k=10))["items"]] for q in QUERIES}
     assert after == before

@@ -293,7 +293,7 @@ async def test_leader_killed_under_load(
         await braid.synced(timeout=30)
         for q in QUERIES:  # the first inference is slow, and queries are embedded once
             await braid.recall(q)
-        collection = await braid.runtime.index.current_collection()
+        collection = await braid.runtime.index.of(TENANT).current_collection()
         assert collection is not None
 
         phrases = [f"the {c} {t}" for c in COLOURS for t in THINGS]

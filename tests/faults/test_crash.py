@@ -370,7 +370,7 @@ async def test_sigkill_mid_reindex_old_index_serves_and_new_reindex_completes(
     service.sigkill()
     killed_at = time.monotonic()
     killed_after_s = killed_at - started
-    half_built = ts["collection"]
+    (half_built,) = ts["collections"].values()
     copied_at_kill = ts["done"]
     phase_at_kill = ts["phase"]
     left_before_restart = await collections(service)
@@ -439,8 +439,8 @@ async def test_sigkill_mid_reindex_old_index_serves_and_new_reindex_completes(
     # A new reindex completes and switches to a collection of its own.
     assert done["status"] == "done", done
     assert done["progress"]["typesense"]["phase"] == "switched"
-    assert done["progress"]["typesense"]["previous"] == old_collection
-    new_collection = done["progress"]["typesense"]["collection"]
+    assert done["progress"]["typesense"]["previous"] == {service.alias: old_collection}
+    (new_collection,) = done["progress"]["typesense"]["collections"].values()
     assert final_collections == {new_collection, f"{new_collection}_vectors"}
     assert await alias_target(service) == new_collection
     assert final_count == total
@@ -467,28 +467,29 @@ async def test_start_up_finishes_a_reindex_that_died_after_switching_the_alias(
         rt = braid.runtime
         early = await braid.remember({"content": "The ferry leaves Oban at noon"})
         await braid.synced()
-        old = await rt.index.current_collection()
+        index = rt.index.of(TENANT)
+        old = await index.current_collection()
         # A job that died between switching the alias and its second replay:
         # the new collection misses a write that reached the old one late.
-        new = await rt.index.new_collection()
-        await rt.sync.apply([(TENANT, early[0])], collection=new)
+        new = await index.new_collection()
+        await rt.sync.apply([(TENANT, early[0])], collections={index.alias: new})
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             cur = await conn.execute("SELECT clock_timestamp() - interval '1 second'")
             (since,) = await cur.fetchone()  # type: ignore[misc]
         late = await braid.remember({"content": "The harbour master is called Fergus"})
         await braid.synced()
-        assert await rt.index.fetch(late[0], tenant=TENANT, collection=new) is None
-        assert await rt.index.switch_alias(new) == old
+        assert await index.fetch(late[0], tenant=TENANT, collection=new) is None
+        assert await index.switch_alias(new) == old
         # ... and before the vectors alias, switched second, followed.
-        await rt.typesense.upsert_alias(rt.index.vectors_alias, f"{old}_vectors")
+        await rt.typesense.upsert_alias(index.vectors_alias, f"{old}_vectors")
         progress = {"collection": new, "previous": old, "since": since.isoformat(), "phase": "replaying"}
         await add_job(dsn, "died-after-switch", "running", {"typesense": progress})
 
         assert await rt.jobs.mark_interrupted() == 1  # what start-up runs
 
-        assert await rt.index.current_collection() == new
+        assert await index.current_collection() == new
         assert await rt.index.fetch(late[0], tenant=TENANT) is not None
-        assert await rt.typesense.get_alias(rt.index.vectors_alias) == f"{new}_vectors"
+        assert await rt.typesense.get_alias(index.vectors_alias) == f"{new}_vectors"
         assert await rt.index.fetch_vector(late[0], tenant=TENANT) is not None
         assert await rt.typesense.get_collection(old) is None
         assert await rt.typesense.get_collection(f"{old}_vectors") is None
@@ -509,13 +510,21 @@ async def test_next_reindex_drops_the_collection_of_a_failed_job(
         rt = braid.runtime
         ids = await braid.remember({"content": "Nadia keeps bees"}, {"content": "Tomas plays the oboe"})
         await braid.synced()
-        old = await rt.index.current_collection()
-        leftover = await rt.index.new_collection()
+        index = rt.index.of(TENANT)
+        old = await index.current_collection()
+        leftover = await index.new_collection()
         await add_job(
             dsn,
             "failed-mid-copy",
             "failed",
-            {"typesense": {"collection": leftover, "previous": old, "phase": "copying", "done": 0}},
+            {
+                "typesense": {
+                    "collections": {index.alias: leftover},
+                    "previous": {index.alias: old},
+                    "phase": "copying",
+                    "done": 0,
+                }
+            },
         )
 
         r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
@@ -524,8 +533,9 @@ async def test_next_reindex_drops_the_collection_of_a_failed_job(
             while (job := await rt.jobs.get(r.json()["job_id"])) is not None and job["status"] in ("queued", "running"):
                 await anyio.sleep(0.1)
         assert job is not None and job["status"] == "done", job
-        rebuilt = job["progress"]["typesense"]["collection"]
-        assert await rt.index.current_collection() == rebuilt
+        assert job["progress"]["typesense"]["previous"] == {index.alias: old}
+        rebuilt = job["progress"]["typesense"]["collections"][index.alias]
+        assert await index.current_collection() == rebuilt
         for gone in (leftover, old):
             assert await rt.typesense.get_collection(gone) is None
             assert await rt.typesense.get_collection(f"{gone}_vectors") is None

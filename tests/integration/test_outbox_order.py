@@ -6,7 +6,7 @@ held until the other has drained."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import anyio
 import pytest
@@ -15,7 +15,7 @@ from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from indexers.base import MemoryRecord
 from indexers.postgres import PostgresStore, open_pool
 from indexers.sync import OutboxSync
-from indexers.typesense import TypesenseClient, TypesenseIndex
+from indexers.typesense import TypesenseClient, TypesenseGroups
 from tests.api.conftest import fresh_database
 from tests.integration.test_postgres_store import DIM, memory
 
@@ -25,28 +25,28 @@ pytestmark = pytest.mark.anyio
 class HeldImports:
     """A Typesense writer whose upserts wait for ``release`` (the fault)."""
 
-    def __init__(self, index: TypesenseIndex) -> None:
+    def __init__(self, index: TypesenseGroups) -> None:
         self.index = index
         self.called = anyio.Event()
         self.release = anyio.Event()
 
-    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None:
         self.called.set()
         await self.release.wait()
-        await self.index.upsert(records, collection=collection)
+        await self.index.upsert(records, collections=collections)
 
-    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
-        await self.index.delete(keys, collection=collection)
+    async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None:
+        await self.index.delete(keys, collections=collections)
 
 
 @pytest.fixture
 async def parts(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense
-) -> AsyncIterator[tuple[str, PostgresStore, TypesenseIndex]]:
+) -> AsyncIterator[tuple[str, PostgresStore, TypesenseGroups]]:
     dsn = fresh_database(postgres)
     pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=6)
     client = TypesenseClient([typesense.url], typesense.api_key, timeout=5.0)
-    index = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
+    index = TypesenseGroups(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
     await index.ensure()
     yield dsn, PostgresStore(pool), index
     await client.aclose()
@@ -60,7 +60,7 @@ async def pending(store: PostgresStore) -> list[str]:
 
 
 async def test_a_rewrite_is_not_overtaken_by_the_older_version_another_worker_holds(
-    parts: tuple[str, PostgresStore, TypesenseIndex],
+    parts: tuple[str, PostgresStore, TypesenseGroups],
 ) -> None:
     dsn, store, index = parts
     held = HeldImports(index)
@@ -89,7 +89,7 @@ async def test_a_rewrite_is_not_overtaken_by_the_older_version_another_worker_ho
 
 
 async def test_one_worker_applies_every_pending_row_of_a_memory_in_one_batch(
-    parts: tuple[str, PostgresStore, TypesenseIndex],
+    parts: tuple[str, PostgresStore, TypesenseGroups],
 ) -> None:
     dsn, store, index = parts
     for n in range(5):

@@ -87,3 +87,12 @@ def test_the_report_row_and_ratio() -> None:
     assert "| 25.0 | 50.0 | 1.25 |" in rows[1]
     assert "| 1 of 50 |" in rows[1] and "pgvector 9" in rows[1] and "graph 4.0" in rows[1]
     assert "`entities` 1 MiB" in text
+
+
+def test_the_group_count_is_set_in_the_shipped_config() -> None:
+    from benchmarks.tenants import with_groups
+    from config.loader import parse_config
+
+    text = CONFIG.read_text()
+    assert parse_config(text).typesense.groups == 1
+    assert parse_config(with_groups(text, 16)).typesense.groups == 16
