@@ -43,6 +43,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -225,8 +226,18 @@ def with_groups(text: str, groups: int) -> str:
 
 
 async def run(
-    counts: list[int], per: int, big: int, clients: int, seconds: float, top_k: int, seed: int, groups: int = 1
+    counts: list[int],
+    per: int,
+    big: int,
+    clients: int,
+    seconds: float,
+    top_k: int,
+    seed: int,
+    groups: int = 1,
+    on_stage: Callable[[dict[str, Any]], None] = lambda report: None,
 ) -> dict[str, Any]:
+    """The stages measured; ``on_stage`` is handed the report after each one
+    (so a run stopped during a long load keeps the stages it finished)."""
     corpus = build_corpus(big, small_tenants=max(counts), small_size=per, relations=RELATIONS)
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
@@ -295,6 +306,7 @@ async def run(
                     "keyring_lookup_us": _keyring_lookup_us({k: keys[k] for k in [BIG_TENANT, *small]}),
                 }
                 report["stages"].append(stage_report)
+                on_stage(report)
                 print(
                     f"tenants: {count}: p50 {recalls['p50']:.1f} ms, short {recalls['short']}/{recalls['n']}, "
                     f"indexes {facts['indexes']}, planning {facts['planning_ms']:.3f} ms",
@@ -398,14 +410,17 @@ def main() -> None:
         parser.error("--tenants: ascending positive counts, e.g. 50,1000")
     if args.groups < 1:
         parser.error("--groups: 1 or more")
-    report = asyncio.run(
-        run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups)
-    )
     command = "python -m benchmarks.tenants " + " ".join(sys.argv[1:])
     name = "tenants" + (f"-{args.name}" if args.name else "")
-    path = write_results(name, markdown(report, command), report)
-    plot(report, path.with_suffix(".png"))
-    print(f"wrote {path}")
+
+    def write(report: dict[str, Any]) -> None:
+        path = write_results(name, markdown(report, command), report)
+        plot(report, path.with_suffix(".png"))
+        print(f"wrote {path}", flush=True)
+
+    report = asyncio.run(
+        run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups, write)
+    )
     first = report["stages"][0]["recall"]["p50"]
     parts = " ".join(
         f"{s['tenants']}:p50_ms={s['recall']['p50']:.1f},short={s['recall']['short']},"
