@@ -38,7 +38,7 @@ USER_AGENT = "braid-client/0.1.0"
 DEFAULT_RETRY = Retry()
 
 Strategy = Literal["auto", "semantic", "keyword", "recent"]
-ReindexTarget = Literal["typesense", "pgvector", "all", "embeddings", "graph"]
+ReindexTarget = Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement"]
 
 
 def _settings(url: str | None, api_key: str | None, timeout: float | httpx.Timeout) -> dict[str, Any]:

@@ -327,6 +327,9 @@ class TypesenseConfig(_Base, frozen=True):
     #: 1 is ``collection`` itself, ``n`` are ``<collection>_g0`` ..
     #: ``<collection>_g<n-1>`` (:mod:`indexers.typesense.groups`).
     groups: Annotated[int, Meta(ge=1, le=1024)] = 1
+    #: Memories from which the ``placement`` admin job moves a tenant out of
+    #: its group into a collection pair of its own (:mod:`indexers.placement`).
+    own_collection_above: Annotated[int, Meta(ge=1)] = 50_000
 
 
 class SyncConfig(_Base, frozen=True):

@@ -487,6 +487,24 @@ def _v19(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v20(dim: int) -> list[sql.Composable]:
+    """Tenants moved to a Typesense collection pair of their own, and how
+    far each move is (:mod:`indexers.typesense.placement`). Read by every
+    process, for every tenant: no row-level security, like ``reindex_jobs``."""
+    return [
+        sql.SQL(
+            """
+            CREATE TABLE typesense_placements (
+                tenant    text        PRIMARY KEY,
+                alias     text        NOT NULL UNIQUE,
+                state     text        NOT NULL CHECK (state IN ('copying', 'live')),
+                placed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+            )
+            """
+        )
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -508,6 +526,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     17: _v17,
     18: _v18,
     19: _v19,
+    20: _v20,
 }
 
 

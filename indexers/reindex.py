@@ -23,6 +23,11 @@ them. While a job runs, recalls keep using the old index:
   as its writer left it.
 * **graph**: entities and relations extracted again from every memory by
   the extractor ``graph.extract`` names (:mod:`indexers.reextract`).
+* **placement**: every tenant with ``typesense.ownCollectionAbove``
+  memories or more moved, one after the other, to a Typesense collection
+  pair of its own (:mod:`indexers.placement`). Progress: the tenants moved
+  of those found (``done``/``total``), and the current move's phase and
+  memories copied (``current``).
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in. A decayed tier whose
   fold needs a new epoch (a new half-life, re-centring, a tier folded for the
@@ -49,6 +54,7 @@ its vectors collection goes with it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -66,6 +72,7 @@ from .base import BackendError, postgres_errors
 from .embedding import Embedder
 from .extraction import Extractors
 from .pgvector import rebuild_index
+from .placement import PlacementWatcher, move_tenant, replay, tenants_to_move
 from .postgres import RECORD_COLUMNS, PostgresStore, entity_text, record_from_row
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
 from .postgres.reembed import (
@@ -116,6 +123,7 @@ class ReindexJobs:
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         embedder: Embedder | None = None,
         extractors: Extractors | None = None,
+        placements: PlacementWatcher | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -126,6 +134,8 @@ class ReindexJobs:
         self._embedder = embedder
         #: What a ``graph`` job extracts with (``graph.extract``).
         self._extractors = extractors
+        #: This process' view of the moved tenants, refreshed by a ``placement`` job at each step.
+        self._placements = placements
 
     async def mark_interrupted(self) -> int:
         """At start-up: a job left queued or running whose lock is free died
@@ -317,6 +327,8 @@ class ReindexJobs:
                 await self._embeddings(report)
             if target == "graph":
                 await self._graph(report)
+            if target == "placement":
+                await self._placement(report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
@@ -382,6 +394,22 @@ class ReindexJobs:
             raise RuntimeError("graph.extract is `none`: there is no extractor to extract with")
         await reextract(self._store, self._embedder, extractor, cfg, report)
 
+    async def _placement(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Move every tenant at or over ``typesense.ownCollectionAbove``
+        memories to a Typesense pair of its own (:mod:`indexers.placement`)."""
+        if self._placements is None:
+            raise RuntimeError("this service has no placement watcher")
+        pool = self._store.pool
+        threshold = self._config.current.typesense.own_collection_above
+        movers = await tenants_to_move(pool, threshold)
+        await report(
+            {"placement": {"threshold": threshold, "tenants": [t for t, _ in movers], "done": 0, "total": len(movers)}}
+        )
+        for i, (tenant, _) in enumerate(movers):
+            step = functools.partial(_merged, report, "placement", "current", {})
+            await move_tenant(pool, self._index, self._sync, self._placements, tenant, step)
+            await report({"placement": {"done": i + 1}})
+
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()
         pool = self._store.pool
@@ -390,8 +418,8 @@ class ReindexJobs:
         news: dict[str, str] = {}
         # Recorded as each pair is made: a crash from here on leaves them to
         # clear_leftovers.
-        for alias, index in groups.indexes.items():
-            news[alias] = await index.new_collection()
+        for alias in groups.aliases():
+            news[alias] = await groups.index(alias).new_collection()
             await report({"typesense": {"collections": news, "previous": previous, "phase": "creating"}})
         await report({"typesense": {"phase": "copying", "done": 0}})
         done = 0
@@ -427,14 +455,23 @@ class ReindexJobs:
             log.info("dropped the collections of another typesense.groups: %s", ", ".join(strays))
         await report({"typesense": {"phase": "switched", "previous": old, "dropped": strays}})
 
-    async def _replay(self, since: Any, collections: dict[str, str]) -> None:
-        """Re-apply every memory the outbox saw since ``since`` whose tenant's
-        group is among ``collections``, into its collection there."""
-        async with self._store.pool.connection() as conn:
-            cur = await conn.execute("SELECT DISTINCT tenant, memory_id FROM outbox WHERE created_at >= %s", (since,))
-            keys = [(t, m) for t, m in await cur.fetchall() if self._index.alias_of(t) in collections]
-        for i in range(0, len(keys), BATCH):
-            await self._sync.apply(keys[i : i + BATCH], collections=collections)
+    async def _replay(self, since: Any, collections: dict[str, str], tenant: str | None = None) -> None:
+        """Re-apply every memory (of ``tenant``, if given) the outbox saw
+        since ``since`` to those of its aliases ``collections`` names, into
+        the collections it names."""
+        await replay(self._store.pool, self._sync, self._index, since, collections, tenant)
+
+
+async def _merged(
+    report: Callable[[dict[str, Any]], Awaitable[None]],
+    target: str,
+    key: str,
+    state: dict[str, Any],
+    update: dict[str, Any],
+) -> None:
+    """Merge ``update`` into ``state`` and report it whole as ``{target: {key: state}}``."""
+    state.update(update)
+    await report({target: {key: state}})
 
 
 def _job_collections(progress: dict[str, Any], alias: str) -> tuple[dict[str, str], dict[str, str | None]]:

@@ -32,12 +32,14 @@ from .embedding import Embedder
 from .engine import Engine, ReplicaReads
 from .extraction import Extractors
 from .pgvector import ensure_indexes
+from .placement import PlacementWatcher
 from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool, primary_lsn
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexBusy, ReindexJobs
 from .sweep import Sweeper
 from .sync import OutboxSync
 from .typesense import TypesenseClient, TypesenseGroups
+from .typesense.placement import Placements
 
 __all__ = ["Backends", "Runtime", "open_runtime"]
 
@@ -140,12 +142,17 @@ async def _open_runtime(
         created = await ensure_indexes(pool, cfg)
         if created:
             log.info("created HNSW indexes %s", created)
+        # The tenants moved to Typesense pairs of their own, read before the
+        # first search; refreshed by a task below.
+        watcher = PlacementWatcher(pool, Placements())
+        await watcher.refresh()
         index = TypesenseGroups(
             client,
             cfg.typesense.collection,
             cfg.embedding.dim,
             groups=cfg.typesense.groups,
             vectors=cfg.typesense.vectors == "separate",
+            placements=watcher.placements,
         )
         made: list[str] = []
         try:
@@ -156,13 +163,18 @@ async def _open_runtime(
             log.warning("Typesense not reachable at start-up: %s", exc)
 
         # Every registered source (or those named), built from the runtime's parts.
-        sources = build_sources(SourceDeps(pool=pool, typesense=client, get_config=config), source_names)
+        sources = build_sources(
+            SourceDeps(pool=pool, typesense=client, get_config=config, typesense_alias=index.alias_of), source_names
+        )
         replica = None
         if replica_pool is not None:
             # The Postgres sources again, on the replica's pool; the others are shared.
             specs = registered()
             on_postgres = [n for n in sources if n in specs and specs[n].store == "postgres"]
-            rebuilt = build_sources(SourceDeps(pool=replica_pool, typesense=client, get_config=config), on_postgres)
+            rebuilt = build_sources(
+                SourceDeps(pool=replica_pool, typesense=client, get_config=config, typesense_alias=index.alias_of),
+                on_postgres,
+            )
             router = ReplicaRouter(replica_pool, pool)
             # Writes made before this start (the last run's, whose positions it kept) are waited for too.
             router.wrote_before(await primary_lsn(pool))
@@ -195,11 +207,12 @@ async def _open_runtime(
             def spawn(job: Callable[[], Coroutine[Any, Any, None]]) -> None:
                 tg.start_soon(job)
 
-            jobs = ReindexJobs(config, store, index, sync, spawn, embedder, extractors)
+            jobs = ReindexJobs(config, store, index, sync, spawn, embedder, extractors, watcher)
             await jobs.mark_interrupted()
             if made:
                 await _fill_new_groups(pool, jobs, made)
             tg.start_soon(sync.run)
+            tg.start_soon(watcher.run)
             # Decayed tiers' folds re-centred before their float range ends.
             tg.start_soon(jobs.watch_folds)
             tg.start_soon(bookkeeper.run)

@@ -351,8 +351,10 @@ class ReindexIn(_In, frozen=True):
     #: ``embeddings``: every memory and entity whose embedding another model
     #: made, embedded again by the service's ``embedding.model``; ``graph``:
     #: entities and relations extracted again from every memory by the
-    #: extractor ``graph.extract`` names (links made before stay).
-    target: Literal["typesense", "pgvector", "all", "embeddings", "graph"]
+    #: extractor ``graph.extract`` names (links made before stay);
+    #: ``placement``: every tenant with ``typesense.ownCollectionAbove``
+    #: memories or more moved to a Typesense collection pair of its own.
+    target: Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement"]
     #: Only with ``pgvector`` or ``all``: the one tier whose index is rebuilt.
     tier: Label | None = None
 

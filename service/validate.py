@@ -343,6 +343,8 @@ def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
         raise InputError("tier applies to pgvector indexes; an embeddings job re-embeds every tier")
     if body.tier is not None and body.target == "graph":
         raise InputError("tier applies to pgvector indexes; a graph job extracts from every memory")
+    if body.tier is not None and body.target == "placement":
+        raise InputError("tier applies to pgvector indexes; a placement job moves tenants in Typesense")
     if body.target == "graph" and cfg.graph.extract == "none":
         raise InputError("target graph extracts with graph.extract, which is `none`; set an extractor (`spacy`)")
 

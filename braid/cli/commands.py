@@ -122,7 +122,7 @@ def sources_table(answer: Recall) -> Table:
 
 @app.command(rich_help_panel="Admin")
 def reindex(
-    target: Annotated[str, typer.Argument(help="typesense, pgvector, all, embeddings or graph.")] = "all",
+    target: Annotated[str, typer.Argument(help="typesense, pgvector, all, embeddings, graph or placement.")] = "all",
     tier: Annotated[str | None, typer.Option(help="With pgvector or all: only this tier.")] = None,
     job: Annotated[str | None, typer.Option(help="Follow this job instead of starting one.")] = None,
     follow: Annotated[bool, typer.Option(help="Follow the job's progress until it ends.")] = True,

@@ -10,6 +10,8 @@ One job a module, each usable alone:
   outbox and reindex (versioned collections behind an alias).
 * :mod:`.groups`: :class:`TypesenseGroups`, tenants spread over several
   such collection pairs by a hash of their names (``typesense.groups``).
+* :mod:`.placement`: the tenants moved to pairs of their own, as this
+  process last read them (the move itself: :mod:`indexers.placement`).
 * :mod:`.keywords`: the keyword terms of a query and their idf ranking.
 * :mod:`.bm25`: the ``bm25`` keyword mode (one filtered search, Okapi BM25
   computed here over its candidates).

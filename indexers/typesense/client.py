@@ -365,6 +365,13 @@ class TypesenseClient:
             deleted += int(body["num_deleted"])
         return deleted
 
+    async def delete_where(self, collection: str, filter_by: str) -> int:
+        """Delete every document ``filter_by`` matches (in batches of 1,000 on
+        the server); returns how many went."""
+        path = f"/collections/{quote(collection, safe='')}/documents"
+        body = await self._json("DELETE", path, params={"filter_by": filter_by, "batch_size": 1000})
+        return int(body["num_deleted"])
+
     async def get_document(self, collection: str, id: str) -> dict[str, Any] | None:
         try:
             result: dict[str, Any] = await self._json(

@@ -8,11 +8,14 @@ in the pair behind ``<collection>_g<i>``, ``i`` from a hash of the tenant's name
 what it pays for the documents that hold its terms grows with the group, not
 with every tenant's memories (``benchmarks/results/tenants-*.md``).
 
+A tenant moved to a pair of its own (:mod:`.placement`) is searched there
+once the move is ``live``; while it is ``copying`` its writes go to both.
+
 A write is sent to each of its tenants' groups; a rebuild (``indexers.reindex``)
-fills a new pair for every group and switches them, then drops the aliases a
-different group count left (:meth:`TypesenseGroups.strays`). Collections are
-always passed as a mapping from a group's alias to one of its keyword
-collections.
+fills a new pair for every group and moved tenant and switches them, then
+drops the aliases a different group count left (:meth:`TypesenseGroups.strays`).
+Collections are always passed as a mapping from an alias (a group's or a
+moved tenant's) to one of its keyword collections.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..base import BackendError, MemoryRecord
 from .client import TypesenseClient
 from .documents import group_alias, vectors_alias
 from .index import TypesenseIndex
+from .placement import Placements
 
 __all__ = ["TypesenseGroups"]
 
@@ -35,7 +39,16 @@ __all__ = ["TypesenseGroups"]
 class TypesenseGroups:
     """The ``groups`` collection pairs tenants are spread over (see the module)."""
 
-    def __init__(self, client: TypesenseClient, alias: str, dim: int, *, groups: int = 1, vectors: bool = True) -> None:
+    def __init__(
+        self,
+        client: TypesenseClient,
+        alias: str,
+        dim: int,
+        *,
+        groups: int = 1,
+        vectors: bool = True,
+        placements: Placements | None = None,
+    ) -> None:
         if groups < 1:
             raise ValueError(f"groups must be >= 1, got {groups!r}")
         self.client = client
@@ -43,53 +56,73 @@ class TypesenseGroups:
         self.groups = groups
         self.dim = dim
         self.vectors = vectors
+        self.placements = placements if placements is not None else Placements()
         names = [alias] if groups == 1 else [f"{alias}_g{i}" for i in range(groups)]
         self.indexes: dict[str, TypesenseIndex] = {
             name: TypesenseIndex(client, name, dim, vectors=vectors) for name in names
         }
 
-    def alias_of(self, tenant: str) -> str:
-        """The alias of the group holding ``tenant``."""
+    def group_of(self, tenant: str) -> str:
+        """The alias of ``tenant``'s group (moved or not)."""
         return group_alias(self.alias, tenant, self.groups)
 
+    def alias_of(self, tenant: str) -> str:
+        """The alias ``tenant``'s searches read: its own pair's once its move
+        is ``live``, else its group's."""
+        placed = self.placements.get(tenant)
+        return placed.alias if placed is not None and placed.state == "live" else self.group_of(tenant)
+
+    def write_aliases(self, tenant: str) -> list[str]:
+        """The aliases ``tenant``'s writes go to: its group, its own pair, or
+        both while it is being moved."""
+        placed = self.placements.get(tenant)
+        if placed is None:
+            return [self.group_of(tenant)]
+        return [placed.alias] if placed.state == "live" else [self.group_of(tenant), placed.alias]
+
+    def aliases(self) -> list[str]:
+        """Every group's alias and every moved tenant's, in that order."""
+        return [*self.indexes, *sorted({p.alias for p in self.placements.all().values()})]
+
     def of(self, tenant: str) -> TypesenseIndex:
-        """The index of the group holding ``tenant``."""
-        return self.indexes[self.alias_of(tenant)]
+        """The index ``tenant``'s searches read (:meth:`alias_of`)."""
+        return self.index(self.alias_of(tenant))
 
     def index(self, alias: str) -> TypesenseIndex:
-        """The index behind ``alias``, one of this layout's groups or not (a
-        job of an earlier layout is cleared through it)."""
+        """The index behind ``alias``: a group's, a moved tenant's, or one
+        of an earlier layout (a job of which is cleared through it)."""
         return self.indexes.get(alias) or TypesenseIndex(self.client, alias, self.dim, vectors=self.vectors)
 
     async def ensure(self) -> list[str]:
-        """Make sure every group's aliases point at collections; returns the
-        aliases that had none (their new collections are empty)."""
+        """Make sure the aliases of every group and moved tenant point at
+        collections; returns the aliases that had none (their new collections
+        are empty)."""
         present = await self.client.list_aliases()
-        made = [alias for alias in self.indexes if alias not in present]
-        for index in self.indexes.values():
-            await index.ensure()
+        made = [alias for alias in self.aliases() if alias not in present]
+        for alias in self.aliases():
+            await self.index(alias).ensure()
         return made
 
     async def ready(self) -> bool:
-        """Whether every group can serve searches (:meth:`TypesenseIndex.ready`)."""
-        for index in self.indexes.values():
-            if not await index.ready():
+        """Whether every group and moved tenant can serve searches (:meth:`TypesenseIndex.ready`)."""
+        for alias in self.aliases():
+            if not await self.index(alias).ready():
                 return False
         return True
 
-    def _by_group(self, tenants: Sequence[str]) -> dict[str, list[int]]:
+    def _routes(self, tenants: Sequence[str], collections: Mapping[str, str] | None) -> dict[str, list[int]]:
+        """Positions in ``tenants`` by the alias each is written to
+        (:meth:`write_aliases`; with ``collections``, those it names only)."""
         positions: dict[str, list[int]] = defaultdict(list)
         for i, tenant in enumerate(tenants):
-            positions[self.alias_of(tenant)].append(i)
+            for alias in self.write_aliases(tenant):
+                if collections is None or alias in collections:
+                    positions[alias].append(i)
         return positions
 
-    def _target(self, alias: str, collections: Mapping[str, str] | None) -> str | None:
-        if collections is None:
-            return None
-        try:
-            return collections[alias]
-        except KeyError:
-            raise ValueError(f"no collection named for group {alias!r}") from None
+    @staticmethod
+    def _target(alias: str, collections: Mapping[str, str] | None) -> str | None:
+        return None if collections is None else collections[alias]
 
     async def _each(self, calls: list[Any]) -> None:
         """Await ``calls`` at once; the first backend error, after all ended."""
@@ -113,12 +146,14 @@ class TypesenseGroups:
     async def upsert(
         self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None, *, fresh: bool = False
     ) -> None:
-        """:meth:`TypesenseIndex.upsert` of each group's records, the groups
-        at once; ``collections`` names each group's target (default: the
-        collections behind the aliases; required with ``fresh``)."""
+        """:meth:`TypesenseIndex.upsert` of the records to each alias their
+        tenants are written to (:meth:`write_aliases`), the aliases at once.
+        ``collections`` names each alias' target collection, and a record
+        goes to the named ones only (default: the collections behind the
+        aliases; required with ``fresh``)."""
         if fresh and collections is None:
             raise ValueError("fresh needs the collections named: the live ones have had deletes")
-        groups = self._by_group([r.tenant for r in records])
+        groups = self._routes([r.tenant for r in records], collections)
         await self._each(
             [
                 self.index(alias).upsert(
@@ -129,8 +164,8 @@ class TypesenseGroups:
         )
 
     async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None:
-        """:meth:`TypesenseIndex.delete` of each group's ``(tenant, memory id)`` keys."""
-        groups = self._by_group([tenant for tenant, _ in keys])
+        """:meth:`TypesenseIndex.delete` of ``(tenant, memory id)`` keys, routed as :meth:`upsert` routes."""
+        groups = self._routes([tenant for tenant, _ in keys], collections)
         await self._each(
             [
                 self.index(alias).delete([keys[i] for i in at], collection=self._target(alias, collections))
@@ -139,10 +174,11 @@ class TypesenseGroups:
         )
 
     async def count(self, tenant: str | None = None) -> int:
-        """How many documents ``tenant``'s group holds of it, or all groups together."""
+        """How many documents of ``tenant`` the pair its searches read holds,
+        or all groups and moved tenants' pairs together."""
         if tenant is not None:
             return await self.of(tenant).count(tenant)
-        return sum([await index.count() for index in self.indexes.values()])
+        return sum([await self.index(alias).count() for alias in self.aliases()])
 
     async def fetch(self, id: str, *, tenant: str) -> dict[str, Any] | None:
         """The tenant's stored keyword document for memory ``id``, or ``None``."""
@@ -153,13 +189,13 @@ class TypesenseGroups:
         return await self.of(tenant).fetch_vector(id, tenant=tenant)
 
     async def current_collections(self) -> dict[str, str | None]:
-        """Each group's keyword collection behind its alias (``None``: none)."""
+        """The keyword collection behind each of :meth:`aliases` (``None``: none)."""
         present = await self.client.list_aliases()
-        return {alias: present.get(alias) for alias in self.indexes}
+        return {alias: present.get(alias) for alias in self.aliases()}
 
     async def new_collections(self) -> dict[str, str]:
-        """A new empty collection pair for every group, not behind the aliases yet."""
-        return {alias: await index.new_collection() for alias, index in self.indexes.items()}
+        """A new empty collection pair for each of :meth:`aliases`, not behind them yet."""
+        return {alias: await self.index(alias).new_collection() for alias in self.aliases()}
 
     async def switch(self, collections: Mapping[str, str]) -> dict[str, str | None]:
         """Point each named group's aliases at its new pair; returns what they pointed at."""

@@ -9,6 +9,7 @@ is read by the role of the search it answers, never by its position.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -71,9 +72,11 @@ def _ids(result: Mapping[str, Any]) -> list[str]:
 
 
 class TypesenseSource:
-    """Keyword search over the tenant's group's alias (``alias`` itself with
-    one group: :func:`~.documents.group_alias`) and vector search over its
-    vectors alias (:func:`~.documents.vectors_alias`), fused with RRF.
+    """Keyword search over the alias ``alias_of`` names for the tenant (by
+    default its group's, ``alias`` itself with one group:
+    :func:`~.documents.group_alias`; the runtime's also knows the tenants
+    moved to pairs of their own) and vector search over its vectors alias
+    (:func:`~.documents.vectors_alias`), fused with RRF.
 
     The configuration is read at every search, so a reload applies at once.
     The client belongs to whoever created it: :meth:`aclose` leaves it open.
@@ -84,11 +87,19 @@ class TypesenseSource:
     needs_vector = False
 
     def __init__(
-        self, client: TypesenseClient, alias: str, get_config: Callable[[], BraidConfig], *, groups: int = 1
+        self,
+        client: TypesenseClient,
+        alias: str,
+        get_config: Callable[[], BraidConfig],
+        *,
+        groups: int = 1,
+        alias_of: Callable[[str], str] | None = None,
     ) -> None:
         self.client = client
         self.alias = alias
         self.groups = groups
+        #: The alias a tenant's searches read (default: its group's).
+        self.alias_of = alias_of or functools.partial(_group_of, alias, groups)
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
@@ -134,7 +145,7 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        alias = group_alias(self.alias, query.tenant, self.groups)
+        alias = self.alias_of(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
         if not searches:
@@ -190,6 +201,10 @@ class TypesenseSource:
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+def _group_of(alias: str, groups: int, tenant: str) -> str:
+    return group_alias(alias, tenant, groups)
 
 
 def _vector_ranking(
@@ -287,6 +302,7 @@ register(
             deps.get_config().typesense.collection,
             deps.get_config,
             groups=deps.get_config().typesense.groups,
+            alias_of=deps.typesense_alias,
         ),
         defaults=source_defaults()[SOURCE],
         store="typesense",

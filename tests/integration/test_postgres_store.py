@@ -114,6 +114,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "relations",
             "speakers",
             "tenant_generations",
+            "typesense_placements",
         ]
         cur = await conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"

@@ -1,0 +1,131 @@
+"""A large tenant moved to a Typesense collection pair of its own, online
+(the ``placement`` admin job, ``indexers/placement.py``), against the real
+Postgres and Typesense."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import msgspec
+import psycopg
+import pytest
+
+from config import BraidConfig
+from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from indexers.typesense.placement import own_alias
+
+from . import conftest
+from .conftest import ADMIN_A, AGENT_B, Braid, make_app, patient, serve
+from .test_admin import wait_job
+
+pytestmark = pytest.mark.anyio
+
+
+def placing(alias: str, above: int) -> BraidConfig:
+    cfg = patient(conftest.test_config(alias))
+    return msgspec.structs.replace(cfg, typesense=msgspec.structs.replace(cfg.typesense, own_collection_above=above))
+
+
+async def placements(dsn: str) -> list[tuple[str, str, str]]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT tenant, alias, state FROM typesense_placements ORDER BY tenant")
+        return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+
+async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_writes(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 20), alias=alias)
+    own = own_alias(alias, "tenant-a")
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        rt, ts = braid.runtime, braid.runtime.typesense
+        big = await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(30)))
+        [anchor] = await braid.remember({"content": "Aiko keeps the ship's cat, Miso, in the galley"})
+        small = await braid.remember(*({"content": f"Bruno fixed bicycle {n}"} for n in range(5)), key=AGENT_B)
+        await braid.synced()
+        assert await ts.count(alias) == 36
+
+        problems: list[str] = []
+        recalls = 0
+        written: list[str] = []
+        stop = anyio.Event()
+
+        async def recall_loop() -> None:
+            nonlocal recalls
+            while not stop.is_set():
+                r = await braid.post("/v1/recall", {"query": "the ship's cat Miso", "sources": ["typesense"]})
+                recalls += 1
+                if r.status_code != 200 or r.json()["degraded"]:
+                    problems.append(r.text)
+                elif anchor not in [i["id"] for i in r.json()["items"]]:
+                    problems.append(f"anchor missing: {r.json()['items']}")
+                await anyio.sleep(0.02)
+
+        async def write_loop() -> None:
+            n = 0
+            while not stop.is_set():
+                written.extend(await braid.remember({"content": f"Aiko wrote harbour note {n} during the move"}))
+                n += 1
+                await anyio.sleep(0.2)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(recall_loop)
+            tg.start_soon(write_loop)
+            r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+            assert r.status_code == 202, r.text
+            job = await wait_job(braid, r.json()["job_id"])
+            stop.set()
+
+        assert job["status"] == "done", job
+        progress = job["progress"]["placement"]
+        assert progress["tenants"] == ["tenant-a"] and progress["done"] == progress["total"] == 1
+        assert progress["threshold"] == 20
+        assert progress["current"]["tenant"] == "tenant-a" and progress["current"]["alias"] == own
+        assert progress["current"]["phase"] == "moved"
+        assert progress["current"]["done"] >= 31
+        assert problems == [] and recalls > 10 and len(written) > 10
+
+        await braid.synced()
+        assert await placements(dsn) == [("tenant-a", own, "live")]
+        assert rt.index.alias_of("tenant-a") == own and rt.index.alias_of("tenant-b") == alias
+        # Every memory of tenant-a, those written during the move too, is in
+        # its own pair; none is left in the shared one, where tenant-b stays.
+        total_a = len(big) + 1 + len(written)
+        assert await ts.count(own) == total_a
+        assert await ts.count(f"{own}_vectors") == total_a
+        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
+        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == 0
+        assert await ts.count(alias, "tenant:=`tenant-b`") == len(small)
+        out = await braid.recall("harbour note 3 during the move", sources=["typesense"])
+        assert written[3] in [i["id"] for i in out["items"]]
+        out = await braid.recall("fixed bicycle", key=AGENT_B, top_k=10, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(small)
+
+        # Writes now go to the tenant's own pair only.
+        [late] = await braid.remember({"content": "Aiko's cat Miso learned to open the galley door"})
+        await braid.synced()
+        assert await rt.index.fetch(late, tenant="tenant-a") is not None
+        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
+
+        # Nothing is left to move; a Typesense reindex rebuilds the tenant's pair too.
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        again = await wait_job(braid, r.json()["job_id"])
+        assert again["status"] == "done" and again["progress"]["placement"]["total"] == 0
+        before = await ts.get_alias(own)
+        r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+        rebuilt = await wait_job(braid, r.json()["job_id"])
+        assert rebuilt["status"] == "done", rebuilt
+        assert sorted(rebuilt["progress"]["typesense"]["collections"]) == sorted([alias, own])
+        assert await ts.get_alias(own) != before
+        assert await ts.count(own) == total_a + 1
+        assert await ts.count(alias) == len(small)
+
+
+async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
+    r = await braid.post("/admin/reindex", {"target": "placement", "tier": "session"}, key=ADMIN_A)
+    assert r.status_code == 400
+    assert r.json()["detail"] == "tier applies to pgvector indexes; a placement job moves tenants in Typesense"
