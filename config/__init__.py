@@ -26,6 +26,7 @@ from .schema import (
     SyncConfig,
     TierConfig,
     TracesConfig,
+    TypesenseClusterConfig,
     TypesenseConfig,
     is_safe_name,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "SyncConfig",
     "TierConfig",
     "TracesConfig",
+    "TypesenseClusterConfig",
     "TypesenseConfig",
     "TypesenseSourceConfig",
     "config_path",

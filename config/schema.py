@@ -38,6 +38,7 @@ __all__ = [
     "SyncConfig",
     "TierConfig",
     "TracesConfig",
+    "TypesenseClusterConfig",
     "TypesenseConfig",
     "TypesenseSourceConfig",
     "FIXED_SECTIONS",
@@ -312,6 +313,15 @@ class PostgresConfig(_Base, frozen=True):
             raise ValueError("replicaDsn is empty; name a streaming replica of dsn (or null)")
 
 
+class TypesenseClusterConfig(_Base, frozen=True):
+    """A further Typesense cluster that holds some of the collection groups."""
+
+    #: Its node URLs (it fails over between them, as between ``typesense.nodes``).
+    nodes: Annotated[list[str], Meta(min_length=1)]
+    #: Its API key; null: ``typesense.apiKey`` (or ``TYPESENSE_API_KEY``).
+    api_key: str | None = None
+
+
 class TypesenseConfig(_Base, frozen=True):
     #: Node URLs such as ``http://10.0.0.5:8108``; empty starts the embedded server.
     nodes: list[str] = msgspec.field(default_factory=list)
@@ -330,6 +340,17 @@ class TypesenseConfig(_Base, frozen=True):
     #: Memories from which the ``placement`` admin job moves a tenant out of
     #: its group into a collection pair of its own (:mod:`indexers.placement`).
     own_collection_above: Annotated[int, Meta(ge=1)] = 50_000
+    #: Further clusters: group ``i`` lives on cluster ``i % (1 + len(clusters))``,
+    #: cluster 0 being ``nodes`` (the embedded server when empty); a moved
+    #: tenant's pair lives on its group's cluster.
+    clusters: list[TypesenseClusterConfig] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.clusters and self.groups <= len(self.clusters):
+            raise ValueError(
+                f"clusters: {len(self.clusters) + 1} clusters (nodes and {len(self.clusters)} more) need"
+                f" groups >= {len(self.clusters) + 1}, got {self.groups}: a cluster would hold no group"
+            )
 
 
 class SyncConfig(_Base, frozen=True):

@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -144,7 +145,7 @@ async def move_tenant(
     memories copied. ``report`` gets each step's progress."""
     alias = own_alias(index.alias, tenant)
     group = index.group_of(tenant)
-    own = index.index(alias)
+    own = index.own_index(tenant)
     await own.ensure()
     await _record(pool, tenant, alias, "copying")
     await watcher.refresh()
@@ -173,6 +174,10 @@ async def move_tenant(
                     await report({"phase": "copying", "done": done, "total": total})
             await conn.commit()
         finally:
+            # A failure mid-copy leaves the transaction open: ended first, so that
+            # the failure is what is raised, not the autocommit switch's.
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                await conn.rollback()
             await conn.set_autocommit(True)
     since = snapshot_at - REPLAY_MARGIN
     await report({"phase": "replaying", "since": since.isoformat()})
@@ -184,10 +189,11 @@ async def move_tenant(
     await anyio.sleep(settle_s)
     await replay(pool, sync, index, since, {alias: target}, tenant)
     left = 0
-    behind = await index.client.list_aliases()
+    client = index.client_of(group)
+    behind = await client.list_aliases()
     for name in (behind.get(group), behind.get(vectors_alias(group))):
         if name is not None:
-            left += await index.client.delete_where(name, f"tenant:={quoted(tenant)}")
+            left += await client.delete_where(name, f"tenant:={quoted(tenant)}")
     await report({"phase": "moved", "deleted_from_group": left})
     log.info(
         "tenant %s moved to %s: %d memories copied, %d documents left its group %s", tenant, alias, done, left, group

@@ -86,10 +86,11 @@ class SourceDeps:
     typesense: Any
     #: The config in force, read at every search so a reload applies at once.
     get_config: Callable[[], BraidConfig]
-    #: The Typesense alias a tenant's searches read (its group's, or its own
-    #: pair's once moved: ``indexers.typesense.TypesenseGroups.alias_of``);
-    #: ``None``: its group's, from the config.
-    typesense_alias: Callable[[str], str] | None = None
+    #: Where a tenant's Typesense searches go: the client of the cluster and
+    #: the alias (its group's, or its own pair's once moved:
+    #: ``indexers.typesense.TypesenseGroups.route``); ``None``: ``typesense``
+    #: and its group's alias, from the config.
+    typesense_route: Callable[[str], tuple[Any, str]] | None = None
 
 
 @dataclass(frozen=True)

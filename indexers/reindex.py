@@ -63,6 +63,7 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -443,6 +444,10 @@ class ReindexJobs:
                         await report({"typesense": {"phase": "copying", "done": done, "total": total}})
                 await conn.commit()
             finally:
+                # A failure mid-copy leaves the transaction open: ended first, so that
+                # the failure is what is raised, not the autocommit switch's.
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    await conn.rollback()
                 await conn.set_autocommit(True)
         since = snapshot_at - REPLAY_MARGIN
         await report({"typesense": {"phase": "replaying", "since": since.isoformat()}})

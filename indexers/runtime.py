@@ -54,6 +54,8 @@ class Backends(msgspec.Struct, frozen=True):
     typesense_api_key: str
     #: A streaming replica of ``postgres_dsn`` that recalls read (``postgres.replicaDsn``).
     postgres_replica_dsn: str | None = None
+    #: Further Typesense clusters (``typesense.clusters``): each one's node URLs and API key.
+    typesense_clusters: tuple[tuple[tuple[str, ...], str], ...] = ()
 
 
 class Runtime(msgspec.Struct):
@@ -137,6 +139,10 @@ async def _open_runtime(
         backends.typesense_api_key,
         timeout=cfg.typesense.timeout_ms / 1000.0,
     )
+    clusters = [
+        TypesenseClient(nodes, key, timeout=cfg.typesense.timeout_ms / 1000.0)
+        for nodes, key in backends.typesense_clusters
+    ]
     try:
         await _check_model(store, embedder.model)
         created = await ensure_indexes(pool, cfg)
@@ -153,6 +159,7 @@ async def _open_runtime(
             groups=cfg.typesense.groups,
             vectors=cfg.typesense.vectors == "separate",
             placements=watcher.placements,
+            clusters=clusters,
         )
         made: list[str] = []
         try:
@@ -164,7 +171,7 @@ async def _open_runtime(
 
         # Every registered source (or those named), built from the runtime's parts.
         sources = build_sources(
-            SourceDeps(pool=pool, typesense=client, get_config=config, typesense_alias=index.alias_of), source_names
+            SourceDeps(pool=pool, typesense=client, get_config=config, typesense_route=index.route), source_names
         )
         replica = None
         if replica_pool is not None:
@@ -172,7 +179,7 @@ async def _open_runtime(
             specs = registered()
             on_postgres = [n for n in sources if n in specs and specs[n].store == "postgres"]
             rebuilt = build_sources(
-                SourceDeps(pool=replica_pool, typesense=client, get_config=config, typesense_alias=index.alias_of),
+                SourceDeps(pool=replica_pool, typesense=client, get_config=config, typesense_route=index.route),
                 on_postgres,
             )
             router = ReplicaRouter(replica_pool, pool)
@@ -239,6 +246,8 @@ async def _open_runtime(
                     await anyio.to_thread.run_sync(extractors.close)
     finally:
         await client.aclose()
+        for cluster in clusters:
+            await cluster.aclose()
         if replica_pool is not None:
             await replica_pool.close()
         await pool.close()

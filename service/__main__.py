@@ -79,6 +79,10 @@ def main() -> int:
                 typesense_nodes=nodes,
                 typesense_api_key=ts_key,
                 postgres_replica_dsn=cfg.postgres.replica_dsn,
+                typesense_clusters=tuple(
+                    (tuple(c.nodes), c.api_key or cfg.typesense.api_key or os.environ.get("TYPESENSE_API_KEY", ""))
+                    for c in cfg.typesense.clusters
+                ),
             ),
             keyring=Keyring.from_config(config, extra),
         )

@@ -31,7 +31,7 @@ from ..base import BackendError, MemoryRecord
 from .client import TypesenseClient
 from .documents import group_alias, vectors_alias
 from .index import TypesenseIndex
-from .placement import Placements
+from .placement import Placements, own_alias
 
 __all__ = ["TypesenseGroups"]
 
@@ -48,19 +48,44 @@ class TypesenseGroups:
         groups: int = 1,
         vectors: bool = True,
         placements: Placements | None = None,
+        clusters: Sequence[TypesenseClient] = (),
     ) -> None:
         if groups < 1:
             raise ValueError(f"groups must be >= 1, got {groups!r}")
         self.client = client
+        #: Cluster 0 (``client``) and the further ones (``typesense.clusters``).
+        self.clients = [client, *clusters]
         self.alias = alias
         self.groups = groups
         self.dim = dim
         self.vectors = vectors
         self.placements = placements if placements is not None else Placements()
         names = [alias] if groups == 1 else [f"{alias}_g{i}" for i in range(groups)]
+        self._group_pattern = re.compile(re.escape(alias) + r"(?:_g(\d+))?")
         self.indexes: dict[str, TypesenseIndex] = {
-            name: TypesenseIndex(client, name, dim, vectors=vectors) for name in names
+            name: TypesenseIndex(self.client_of(name), name, dim, vectors=vectors) for name in names
         }
+
+    def cluster_of(self, alias: str) -> int:
+        """The cluster (an index into :attr:`clients`) that holds ``alias``:
+        group ``i``'s is ``i % len(clients)``; a moved tenant's pair is on
+        its group's cluster; any other alias on cluster 0."""
+        match = self._group_pattern.fullmatch(alias)
+        if match is not None:
+            return 0 if match.group(1) is None else int(match.group(1)) % len(self.clients)
+        for tenant, placed in self.placements.all().items():
+            if placed.alias == alias:
+                return self.cluster_of(self.group_of(tenant))
+        return 0
+
+    def client_of(self, alias: str) -> TypesenseClient:
+        """The client of the cluster that holds ``alias``."""
+        return self.clients[self.cluster_of(alias)]
+
+    def route(self, tenant: str) -> tuple[TypesenseClient, str]:
+        """Where ``tenant``'s searches go: the cluster's client and the alias (:meth:`alias_of`)."""
+        alias = self.alias_of(tenant)
+        return self.client_of(alias), alias
 
     def group_of(self, tenant: str) -> str:
         """The alias of ``tenant``'s group (moved or not)."""
@@ -88,16 +113,23 @@ class TypesenseGroups:
         """The index ``tenant``'s searches read (:meth:`alias_of`)."""
         return self.index(self.alias_of(tenant))
 
+    def own_index(self, tenant: str) -> TypesenseIndex:
+        """The index of ``tenant``'s own pair (:func:`~.placement.own_alias`),
+        on its group's cluster, placed yet or not."""
+        return TypesenseIndex(
+            self.client_of(self.group_of(tenant)), own_alias(self.alias, tenant), self.dim, vectors=self.vectors
+        )
+
     def index(self, alias: str) -> TypesenseIndex:
         """The index behind ``alias``: a group's, a moved tenant's, or one
         of an earlier layout (a job of which is cleared through it)."""
-        return self.indexes.get(alias) or TypesenseIndex(self.client, alias, self.dim, vectors=self.vectors)
+        return self.indexes.get(alias) or TypesenseIndex(self.client_of(alias), alias, self.dim, vectors=self.vectors)
 
     async def ensure(self) -> list[str]:
         """Make sure the aliases of every group and moved tenant point at
         collections; returns the aliases that had none (their new collections
         are empty)."""
-        present = await self.client.list_aliases()
+        present = await self._present()
         made = [alias for alias in self.aliases() if alias not in present]
         for alias in self.aliases():
             await self.index(alias).ensure()
@@ -190,8 +222,17 @@ class TypesenseGroups:
 
     async def current_collections(self) -> dict[str, str | None]:
         """The keyword collection behind each of :meth:`aliases` (``None``: none)."""
-        present = await self.client.list_aliases()
+        present = await self._present()
         return {alias: present.get(alias) for alias in self.aliases()}
+
+    async def _present(self) -> dict[str, str]:
+        """The aliases of :meth:`aliases` that exist on their own cluster, with their collections."""
+        listed = [await client.list_aliases() for client in self.clients]
+        return {
+            alias: listed[self.cluster_of(alias)][alias]
+            for alias in self.aliases()
+            if alias in listed[self.cluster_of(alias)]
+        }
 
     async def new_collections(self) -> dict[str, str]:
         """A new empty collection pair for each of :meth:`aliases`, not behind them yet."""
@@ -207,21 +248,26 @@ class TypesenseGroups:
             if name is not None:
                 await self.index(alias).drop_collection(name)
 
-    async def strays(self) -> dict[str, str]:
-        """The keyword aliases of ``alias``'s groups under another group count
-        (``<alias>`` or ``<alias>_g<i>`` not in this layout), with their collections."""
-        pattern = re.compile(re.escape(self.alias) + r"(_g\d+)?")
-        aliases = await self.client.list_aliases()
-        return {
-            alias: name for alias, name in aliases.items() if pattern.fullmatch(alias) and alias not in self.indexes
-        }
+    async def strays(self) -> list[tuple[int, str, str]]:
+        """The keyword aliases of ``alias``'s groups left by another layout
+        (``<alias>`` or ``<alias>_g<i>`` not among :attr:`indexes`, or on
+        another cluster than the one that holds it now), as (cluster, alias,
+        collection)."""
+        found = []
+        for i, client in enumerate(self.clients):
+            for alias, name in (await client.list_aliases()).items():
+                if self._group_pattern.fullmatch(alias) and (alias not in self.indexes or self.cluster_of(alias) != i):
+                    found.append((i, alias, name))
+        return found
 
     async def drop_strays(self) -> list[str]:
-        """Remove :meth:`strays`: both aliases of each and the pair behind them;
-        returns the aliases removed."""
-        strays = await self.strays()
-        for alias, name in strays.items():
-            await self.client.delete_alias(vectors_alias(alias))
-            await self.client.delete_alias(alias)
-            await self.index(alias).drop_collection(name)
-        return sorted(strays)
+        """Remove :meth:`strays`: both aliases of each and the pair behind
+        them; returns the aliases removed (with their cluster when there are several)."""
+        dropped = []
+        for i, alias, name in await self.strays():
+            stray = TypesenseIndex(self.clients[i], alias, self.dim, vectors=self.vectors)
+            await self.clients[i].delete_alias(vectors_alias(alias))
+            await self.clients[i].delete_alias(alias)
+            await stray.drop_collection(name)
+            dropped.append(alias if len(self.clients) == 1 else f"{alias}@{i}")
+        return sorted(dropped)

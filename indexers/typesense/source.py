@@ -72,10 +72,11 @@ def _ids(result: Mapping[str, Any]) -> list[str]:
 
 
 class TypesenseSource:
-    """Keyword search over the alias ``alias_of`` names for the tenant (by
-    default its group's, ``alias`` itself with one group:
-    :func:`~.documents.group_alias`; the runtime's also knows the tenants
-    moved to pairs of their own) and vector search over its vectors alias
+    """Keyword search over the alias ``route`` names for the tenant, on the
+    cluster it names (by default ``client`` and the tenant's group's alias,
+    ``alias`` itself with one group: :func:`~.documents.group_alias`; the
+    runtime's route also knows the further clusters and the tenants moved to
+    pairs of their own), and vector search over its vectors alias
     (:func:`~.documents.vectors_alias`), fused with RRF.
 
     The configuration is read at every search, so a reload applies at once.
@@ -93,13 +94,14 @@ class TypesenseSource:
         get_config: Callable[[], BraidConfig],
         *,
         groups: int = 1,
-        alias_of: Callable[[str], str] | None = None,
+        route: Callable[[str], tuple[TypesenseClient, str]] | None = None,
     ) -> None:
         self.client = client
         self.alias = alias
         self.groups = groups
-        #: The alias a tenant's searches read (default: its group's).
-        self.alias_of = alias_of or functools.partial(_group_of, alias, groups)
+        #: Where a tenant's searches go: a client and an alias (default:
+        #: ``client`` and the tenant's group's).
+        self.route = route or functools.partial(_group_of, client, alias, groups)
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
@@ -145,18 +147,18 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
-        alias = self.alias_of(query.tenant)
+        client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
         if not searches:
             return []
         common = {"collection": alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
-        answers = await self.client.multi_search([{**common, **search} for _, search in searches])
+        answers = await client.multi_search([{**common, **search} for _, search in searches])
         answered = dict(zip((role for role, _ in searches), answers, strict=True))
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
             # A cold cache's candidate search overflowed: once more, for the
             # terms the counts that came back choose.
-            answered[again[0]] = (await self.client.multi_search([{**common, **again[1]}]))[0]
+            answered[again[0]] = (await client.multi_search([{**common, **again[1]}]))[0]
 
         # Hits outside the allowed tiers or under the confidence floor go first,
         # and so do the documents of memories rewritten since (their outbox rows
@@ -203,8 +205,8 @@ class TypesenseSource:
         """Nothing to release: the client is closed by its owner."""
 
 
-def _group_of(alias: str, groups: int, tenant: str) -> str:
-    return group_alias(alias, tenant, groups)
+def _group_of(client: TypesenseClient, alias: str, groups: int, tenant: str) -> tuple[TypesenseClient, str]:
+    return client, group_alias(alias, tenant, groups)
 
 
 def _vector_ranking(
@@ -302,7 +304,7 @@ register(
             deps.get_config().typesense.collection,
             deps.get_config,
             groups=deps.get_config().typesense.groups,
-            alias_of=deps.typesense_alias,
+            route=deps.typesense_route,
         ),
         defaults=source_defaults()[SOURCE],
         store="typesense",

@@ -99,6 +99,7 @@ def make_app(
     dsn: str | None = None,
     alias: str | None = None,
     replica_dsn: str | None = None,
+    typesense_clusters: tuple[tuple[tuple[str, ...], str], ...] = (),
 ) -> tuple[Litestar, str, str]:
     """An app on a fresh database and Typesense alias (or on ``dsn``'s and
     ``alias``'s), its recalls reading ``replica_dsn`` when given. ``embedder``
@@ -118,6 +119,7 @@ def make_app(
             typesense_nodes=(typesense.url,),
             typesense_api_key=typesense.api_key,
             postgres_replica_dsn=replica_dsn,
+            typesense_clusters=typesense_clusters,
         ),
         keyring=ring,
         embedder=embedder,

@@ -14,6 +14,7 @@ import pytest
 
 from config import BraidConfig
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from indexers.base import SourceUnavailable
 from indexers.typesense.placement import own_alias
 
 from . import conftest
@@ -129,3 +130,44 @@ async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
     r = await braid.post("/admin/reindex", {"target": "placement", "tier": "session"}, key=ADMIN_A)
     assert r.status_code == 400
     assert r.json()["detail"] == "tier applies to pgvector indexes; a placement job moves tenants in Typesense"
+
+
+async def test_a_move_that_fails_mid_copy_is_reported_and_the_next_job_finishes_it(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 5), alias=alias)
+    own = own_alias(alias, "tenant-a")
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        rt = braid.runtime
+        ids = await braid.remember(*({"content": f"Aiko's recipe {n}: miso soup"} for n in range(8)))
+        await braid.synced()
+
+        # The fault: Typesense refuses the copy's imports into the tenant's pair.
+        inner = rt.index.upsert
+
+        async def refusing(records: Any, collections: Any = None, **kw: Any) -> None:
+            if collections is not None and own in collections:
+                raise SourceUnavailable("typesense", "injected: import refused")
+            await inner(records, collections, **kw)
+
+        rt.index.upsert = refusing  # type: ignore[method-assign]
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        failed = await wait_job(braid, r.json()["job_id"])
+        assert failed["status"] == "failed" and "injected: import refused" in failed["error"], failed
+        assert failed["progress"]["placement"]["current"]["phase"] == "copying"
+        # Cut short: still `copying`, so searches read the group, which holds everything.
+        assert await placements(dsn) == [("tenant-a", own, "copying")]
+        out = await braid.recall("miso soup recipe", top_k=8, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(ids)
+
+        rt.index.upsert = inner  # type: ignore[method-assign]
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        done = await wait_job(braid, r.json()["job_id"])
+        assert done["status"] == "done" and done["progress"]["placement"]["tenants"] == ["tenant-a"], done
+        assert await placements(dsn) == [("tenant-a", own, "live")]
+        assert await rt.typesense.count(own) == len(ids)
+        assert await rt.typesense.count(alias, "tenant:=`tenant-a`") == 0
+        out = await braid.recall("miso soup recipe", top_k=8, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(ids)

@@ -4,6 +4,8 @@ through the API, against the real Postgres and Typesense."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,12 +13,16 @@ import msgspec
 import psycopg
 import pytest
 
-from config import BraidConfig
+from config import BraidConfig, ConfigError, TypesenseClusterConfig
+from config.loader import parse_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
+from indexers.typesense import TypesenseClient
 from indexers.typesense.documents import group_alias
+from indexers.typesense.placement import own_alias
 
 from . import conftest
-from .conftest import AGENT_B, Braid, make_app, patient, serve
+from .conftest import ADMIN_A, AGENT_B, Braid, make_app, patient, serve
+from .test_admin import wait_job
 
 pytestmark = pytest.mark.anyio
 
@@ -126,3 +132,77 @@ async def test_a_changed_group_count_is_filled_from_postgres_at_the_next_start(
     app, _, _ = make_app(postgres, typesense, embedder, grouped(alias, 3), dsn=dsn, alias=alias)
     async with serve(app) as client:
         assert len(await jobs(dsn)) == 1
+
+
+@pytest.fixture
+def second_cluster(tmp_path: Path) -> Iterator[EmbeddedTypesense]:
+    """A second Typesense server: a cluster of its own (``typesense.clusters``)."""
+    ts = EmbeddedTypesense(tmp_path / "second-typesense")
+    ts.start()
+    yield ts
+    ts.stop()
+
+
+async def test_groups_live_on_the_clusters_the_config_names(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, second_cluster: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = grouped(alias, 2)
+    more = TypesenseClusterConfig(nodes=[second_cluster.url], api_key=second_cluster.api_key)
+    cfg = msgspec.structs.replace(
+        cfg,
+        typesense=msgspec.structs.replace(cfg.typesense, clusters=[more], own_collection_above=3),
+    )
+    app, dsn, _ = make_app(
+        postgres,
+        typesense,
+        embedder,
+        cfg,
+        alias=alias,
+        typesense_clusters=(((second_cluster.url,), second_cluster.api_key),),
+    )
+    # tenant-a's group is 1 of 2, on the second cluster; tenant-b's is 0, on the first.
+    first = TypesenseClient([typesense.url], typesense.api_key)
+    second = TypesenseClient([second_cluster.url], second_cluster.api_key)
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        rt = braid.runtime
+        ids_a = await braid.remember(*({"content": f"Aiko climbed peak {n} in the Alps"} for n in range(4)))
+        ids_b = await braid.remember({"content": "Bruno climbed nothing, he fixes bicycles"}, key=AGENT_B)
+        await braid.synced()
+        assert await second.count(f"{alias}_g1") == 4 and await second.count(f"{alias}_g1_vectors") == 4
+        assert await first.count(f"{alias}_g0") == 1
+        assert await first.get_alias(f"{alias}_g1") is None and await second.get_alias(f"{alias}_g0") is None
+        out = await braid.recall("which peaks did Aiko climb", top_k=4, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(ids_a)
+        out = await braid.recall("bicycles", key=AGENT_B, sources=["typesense"])
+        assert [i["id"] for i in out["items"]] == ids_b
+
+        # A rebuild keeps each group on its cluster.
+        r = await braid.post("/admin/reindex", {"target": "typesense"}, key=ADMIN_A)
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done" and job["progress"]["typesense"]["dropped"] == [], job
+        assert await second.count(f"{alias}_g1") == 4 and await first.count(f"{alias}_g0") == 1
+
+        # A moved tenant's pair is on its group's cluster.
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done" and job["progress"]["placement"]["tenants"] == ["tenant-a"], job
+        own = own_alias(alias, "tenant-a")
+        assert await second.count(own) == 4 and await second.count(f"{alias}_g1") == 0
+        assert await first.get_alias(own) is None
+        out = await braid.recall("which peaks did Aiko climb", top_k=4, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(ids_a)
+        assert rt.index.route("tenant-a")[0] is rt.index.clients[1]
+    await first.aclose()
+    await second.aclose()
+
+
+def test_fewer_groups_than_clusters_are_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            "typesense:\n  groups: 2\n  clusters:\n    - nodes: [http://a:8108]\n    - nodes: [http://b:8108]\n"
+        )
+    assert str(caught.value).endswith(
+        "clusters: 3 clusters (nodes and 2 more) need groups >= 3, got 2: a cluster would hold no group - at `$.typesense`"
+    )
