@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import secrets
 import signal
@@ -72,6 +73,24 @@ POSTGRES_SETTINGS: dict[str, str] = {
     "work_mem": "16MB",
     "autovacuum_naptime": "10s",
 }
+
+
+def shared_buffers_mb(hnsw_bytes: int, ram_bytes: int) -> int:
+    """Megabytes of ``shared_buffers`` for HNSW indexes of ``hnsw_bytes`` in
+    all, on a machine of ``ram_bytes``: the indexes 1.5 times over (a search
+    also reads the rows' vectors) plus 256 MB for the other tables and
+    indexes, rounded up to 256 MB; at least :data:`POSTGRES_SETTINGS`' 1 GB
+    and at most 40% of the memory (never under 128 MB). At 1M memories the
+    indexes outgrew 1 GB and a pgvector search went from 3.9 to 22 ms p50
+    (``docs/capacity.md``)."""
+    want = math.ceil((hnsw_bytes * 1.5 / 2**20 + 256) / 256) * 256
+    cap = int(ram_bytes * 0.4 / 2**20) // 256 * 256
+    return max(128, min(max(1024, want), cap))
+
+
+def _megabytes(mb: int) -> str:
+    """``mb`` as Postgres shows a memory setting (``1GB``, ``1280MB``)."""
+    return f"{mb // 1024}GB" if mb % 1024 == 0 else f"{mb}MB"
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -143,12 +162,24 @@ class EmbeddedPostgres:
 
     @staticmethod
     def _apply_settings(dsn: str) -> bool:
-        """Write :data:`POSTGRES_SETTINGS` that differ; True if a restart is needed."""
+        """Write :data:`POSTGRES_SETTINGS` that differ, with ``shared_buffers``
+        sized from the HNSW indexes there now (:func:`shared_buffers_mb`);
+        True if a restart is needed (it takes effect then)."""
+        import psutil
         import psycopg
 
         restart = False
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for name, value in POSTGRES_SETTINGS.items():
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c"
+                " JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'hnsw'"
+            ).fetchone()
+            hnsw = int(row[0]) if row else 0
+            settings = dict(POSTGRES_SETTINGS)
+            settings["shared_buffers"] = _megabytes(shared_buffers_mb(hnsw, psutil.virtual_memory().total))
+            if settings["shared_buffers"] != POSTGRES_SETTINGS["shared_buffers"]:
+                log.info("HNSW indexes of %d MB: shared_buffers %s", hnsw >> 20, settings["shared_buffers"])
+            for name, value in settings.items():
                 row = conn.execute("SELECT context FROM pg_settings WHERE name = %s", (name,)).fetchone()
                 assert row is not None, f"unknown Postgres setting {name}"
                 shown = conn.execute(f"SHOW {name}").fetchone()
