@@ -77,6 +77,7 @@ async def _during(
     lat: list[float] = []
     errors: list[str] = []
     degraded = empty_ts = 0
+    degraded_by: dict[str, int] = {}
     written: list[str] = []
     write_errors: list[str] = []
     phases: list[tuple[float, str]] = []
@@ -96,6 +97,9 @@ async def _during(
             lat.append((time.perf_counter() - t0) * 1000)
             data = msgspec.json.decode(raw)
             degraded += bool(data["degraded"])
+            for name in data["degraded"]:
+                status = data["sources"].get(name, {}).get("status", "?")
+                degraded_by[f"{name} {status}"] = degraded_by.get(f"{name} {status}", 0) + 1
             ts = data["sources"].get("typesense")
             empty_ts += ts is not None and ts["status"] == "ok" and ts["hits"] == 0
 
@@ -146,6 +150,7 @@ async def _during(
         "errors": errors[:10],
         "error_count": len(errors),
         "degraded": degraded,
+        "degraded_by": degraded_by,
         "empty_typesense": empty_ts,
         "written": len(written),
         "write_errors": write_errors[:10],
@@ -257,7 +262,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         f"**During the move** ({d['move_s']:.1f} s; job {d['job']['status']}; {phases}): {d['n']} recalls of both"
         f" kinds mixed, p50 {d['p50']:.1f} ms, p99 {d['p99']:.1f} ms; errors {d['error_count']}, degraded"
-        f" {d['degraded']}, Typesense lists empty {d['empty_typesense']}; {d['written']} writes to the big tenant"
+        f" {d['degraded']} ({', '.join(f'{k}: {v}' for k, v in sorted(d['degraded_by'].items())) or 'none'}),"
+        f" Typesense lists empty {d['empty_typesense']}; {d['written']} writes to the big tenant"
         f" ({len(d['write_errors'])} failed).",
         "",
         f"**After**: the big tenant has {c['postgres']} rows in Postgres and {c['own']} / {c['own_vectors']}"

