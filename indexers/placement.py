@@ -19,7 +19,9 @@ into the pair behind :func:`~indexers.typesense.placement.own_alias`. A move
 
 A move cut short leaves the row ``copying`` (writes keep going to both, and
 searches to the group); the next ``placement`` job starts that tenant's move
-again. Postgres stays the truth: a Typesense reindex rebuilds each moved
+again. One cut short while clearing the group leaves the tenant ``live`` with
+documents in its group (searches of the group's other tenants skip them, at
+some cost); the next job clears them (:func:`moved_with_leftovers`). Postgres stays the truth: a Typesense reindex rebuilds each moved
 tenant's pair beside the groups.
 """
 
@@ -39,10 +41,19 @@ from psycopg_pool import AsyncConnectionPool
 from .postgres import RECORD_COLUMNS, record_from_row
 from .sync import OutboxSync
 from .typesense import TypesenseGroups
-from .typesense.documents import quoted, vectors_alias
+from .typesense.documents import document_id, quoted, vectors_alias
 from .typesense.placement import REFRESH_S, Placed, Placements, own_alias
 
-__all__ = ["SETTLE_S", "PlacementWatcher", "move_tenant", "read_placements", "replay", "tenants_to_move"]
+__all__ = [
+    "SETTLE_S",
+    "PlacementWatcher",
+    "clear_group",
+    "move_tenant",
+    "moved_with_leftovers",
+    "read_placements",
+    "replay",
+    "tenants_to_move",
+]
 
 log = logging.getLogger("braid.placement")
 
@@ -106,6 +117,41 @@ async def replay(
     for i in range(0, len(keys), BATCH):
         await sync.apply(keys[i : i + BATCH], collections=collections)
     return len(keys)
+
+
+async def clear_group(pool: AsyncConnectionPool, index: TypesenseGroups, tenant: str) -> int:
+    """Delete a moved tenant's documents from its group's collections: by id,
+    100 a request (one filtered delete of 30,000 vector documents outlasted
+    ``typesense.timeoutMs``: ``benchmarks/results/placement-*.md``), then by
+    filter for any left (a memory deleted meanwhile); returns how many went."""
+    group = index.group_of(tenant)
+    client = index.client_of(group)
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT id FROM memories WHERE tenant = %s", (tenant,))
+        ids = [document_id(tenant, memory_id) for (memory_id,) in await cur.fetchall()]
+    behind = await client.list_aliases()
+    deleted = 0
+    for name in dict.fromkeys(n for n in (behind.get(group), behind.get(vectors_alias(group))) if n is not None):
+        deleted += await client.delete_documents(name, ids)
+        deleted += await client.delete_where(name, f"tenant:={quoted(tenant)}")
+    return deleted
+
+
+async def moved_with_leftovers(pool: AsyncConnectionPool, index: TypesenseGroups) -> list[str]:
+    """Tenants moved (``live``) whose group still holds documents of theirs
+    (a move that failed while clearing its group)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT tenant FROM typesense_placements WHERE state = 'live' ORDER BY tenant")
+        live = [tenant for (tenant,) in await cur.fetchall()]
+    left = []
+    for tenant in live:
+        group = index.group_of(tenant)
+        client = index.client_of(group)
+        for alias in dict.fromkeys((group, vectors_alias(group) if index.vectors else group)):
+            if await client.count(alias, f"tenant:={quoted(tenant)}") > 0:
+                left.append(tenant)
+                break
+    return left
 
 
 async def tenants_to_move(pool: AsyncConnectionPool, threshold: int) -> list[tuple[str, int]]:
@@ -188,12 +234,7 @@ async def move_tenant(
     await report({"phase": "live"})
     await anyio.sleep(settle_s)
     await replay(pool, sync, index, since, {alias: target}, tenant)
-    left = 0
-    client = index.client_of(group)
-    behind = await client.list_aliases()
-    for name in (behind.get(group), behind.get(vectors_alias(group))):
-        if name is not None:
-            left += await client.delete_where(name, f"tenant:={quoted(tenant)}")
+    left = await clear_group(pool, index, tenant)
     await report({"phase": "moved", "deleted_from_group": left})
     log.info(
         "tenant %s moved to %s: %d memories copied, %d documents left its group %s", tenant, alias, done, left, group

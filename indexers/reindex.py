@@ -73,7 +73,7 @@ from .base import BackendError, postgres_errors
 from .embedding import Embedder
 from .extraction import Extractors
 from .pgvector import rebuild_index
-from .placement import PlacementWatcher, move_tenant, replay, tenants_to_move
+from .placement import PlacementWatcher, clear_group, move_tenant, moved_with_leftovers, replay, tenants_to_move
 from .postgres import RECORD_COLUMNS, PostgresStore, entity_text, record_from_row
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
 from .postgres.reembed import (
@@ -410,6 +410,13 @@ class ReindexJobs:
             step = functools.partial(_merged, report, "placement", "current", {})
             await move_tenant(pool, self._index, self._sync, self._placements, tenant, step)
             await report({"placement": {"done": i + 1}})
+        # Moves that failed while clearing their group, finished.
+        cleared = {
+            tenant: await clear_group(pool, self._index, tenant)
+            for tenant in await moved_with_leftovers(pool, self._index)
+        }
+        if cleared:
+            await report({"placement": {"cleared": cleared}})
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()

@@ -171,3 +171,45 @@ async def test_a_move_that_fails_mid_copy_is_reported_and_the_next_job_finishes_
         assert await rt.typesense.count(alias, "tenant:=`tenant-a`") == 0
         out = await braid.recall("miso soup recipe", top_k=8, sources=["typesense"])
         assert sorted(i["id"] for i in out["items"]) == sorted(ids)
+
+
+async def test_a_move_that_fails_clearing_its_group_is_cleared_by_the_next_job(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 5), alias=alias)
+    own = own_alias(alias, "tenant-a")
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        ts = braid.runtime.typesense
+        ids = await braid.remember(*({"content": f"Aiko's kite number {n} is red"} for n in range(6)))
+        await braid.synced()
+        vectors = await ts.get_alias(f"{alias}_vectors")
+
+        # The fault: deletes from the group's vectors collection time out.
+        inner = ts.delete_documents
+
+        async def timing_out(collection: str, doc_ids: Any) -> int:
+            if collection == vectors:
+                raise SourceUnavailable("typesense", "injected: timed out")
+            return await inner(collection, doc_ids)
+
+        ts.delete_documents = timing_out  # type: ignore[method-assign]
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        failed = await wait_job(braid, r.json()["job_id"])
+        assert failed["status"] == "failed" and "injected: timed out" in failed["error"], failed
+        # Live already: searches read the tenant's pair; its group still holds its vectors.
+        assert await placements(dsn) == [("tenant-a", own, "live")]
+        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == len(ids)
+        out = await braid.recall("red kites", top_k=6, sources=["typesense"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(ids)
+
+        ts.delete_documents = inner  # type: ignore[method-assign]
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        done = await wait_job(braid, r.json()["job_id"])
+        assert done["status"] == "done", done
+        assert done["progress"]["placement"]["total"] == 0
+        assert done["progress"]["placement"]["cleared"] == {"tenant-a": len(ids)}
+        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == 0
+        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
+        assert await ts.count(own) == len(ids)
