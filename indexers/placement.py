@@ -34,11 +34,10 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from .postgres import RECORD_COLUMNS, record_from_row
+from .base import MemoryRecord
+from .snapshot import copy_snapshot
 from .sync import OutboxSync
 from .typesense import TypesenseGroups
 from .typesense.documents import document_id, quoted, vectors_alias
@@ -60,7 +59,7 @@ log = logging.getLogger("braid.placement")
 #: How long a move waits after each step for every process to have read it
 #: (two refreshes and a margin).
 SETTLE_S = 2 * REFRESH_S + 1.0
-#: Memories copied per import request.
+#: Memories re-applied per outbox apply in a replay.
 BATCH = 500
 #: Replay window before the snapshot (as a reindex's).
 REPLAY_MARGIN = timedelta(seconds=60)
@@ -186,9 +185,9 @@ async def move_tenant(
     report: Callable[[dict[str, Any]], Awaitable[None]],
     *,
     settle_s: float = SETTLE_S,
-) -> int:
-    """Move ``tenant`` to its own pair (the module's steps); returns the
-    memories copied. ``report`` gets each step's progress."""
+) -> None:
+    """Move ``tenant`` to its own pair (the module's steps); ``report`` gets
+    each step's progress."""
     alias = own_alias(index.alias, tenant)
     group = index.group_of(tenant)
     own = index.own_index(tenant)
@@ -200,31 +199,15 @@ async def move_tenant(
 
     target = await own.current_collection()
     assert target is not None
-    done = 0
-    async with pool.connection() as conn:
-        await conn.set_autocommit(False)
-        try:
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur = await conn.execute("SELECT clock_timestamp(), count(*) FROM memories WHERE tenant = %s", (tenant,))
-            row = await cur.fetchone()
-            assert row is not None
-            snapshot_at, total = row
-            await report({"phase": "copying", "done": 0, "total": total})
-            async with conn.cursor(name="braid_placement", row_factory=dict_row) as named:
-                named.itersize = BATCH
-                await named.execute(f"SELECT {RECORD_COLUMNS} FROM memories m WHERE m.tenant = %s", (tenant,))
-                while rows := await named.fetchmany(BATCH):
-                    # Not `fresh`: the outbox writes to the pair meanwhile.
-                    await index.upsert([record_from_row(r) for r in rows], collections={alias: target})
-                    done += len(rows)
-                    await report({"phase": "copying", "done": done, "total": total})
-            await conn.commit()
-        finally:
-            # A failure mid-copy leaves the transaction open: ended first, so that
-            # the failure is what is raised, not the autocommit switch's.
-            if conn.info.transaction_status != TransactionStatus.IDLE:
-                await conn.rollback()
-            await conn.set_autocommit(True)
+
+    async def write(records: list[MemoryRecord]) -> None:
+        # Not `fresh`: the outbox writes to the pair meanwhile.
+        await index.upsert(records, collections={alias: target})
+
+    async def progress(done: int, total: int) -> None:
+        await report({"phase": "copying", "done": done, "total": total})
+
+    snapshot_at = await copy_snapshot(pool, write, progress, tenant=tenant)
     since = snapshot_at - REPLAY_MARGIN
     await report({"phase": "replaying", "since": since.isoformat()})
     await replay(pool, sync, index, since, {alias: target}, tenant)
@@ -236,7 +219,4 @@ async def move_tenant(
     await replay(pool, sync, index, since, {alias: target}, tenant)
     left = await clear_group(pool, index, tenant)
     await report({"phase": "moved", "deleted_from_group": left})
-    log.info(
-        "tenant %s moved to %s: %d memories copied, %d documents left its group %s", tenant, alias, done, left, group
-    )
-    return done
+    log.info("tenant %s moved to %s, %d documents left its group %s", tenant, alias, left, group)

@@ -63,18 +63,17 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from config import BraidError, ConfigHolder
 
-from .base import BackendError, postgres_errors
+from .base import BackendError, MemoryRecord, postgres_errors
 from .embedding import Embedder
 from .extraction import Extractors
 from .pgvector import rebuild_index
 from .placement import PlacementWatcher, clear_group, move_tenant, moved_with_leftovers, replay, tenants_to_move
-from .postgres import RECORD_COLUMNS, PostgresStore, entity_text, record_from_row
+from .postgres import PostgresStore, entity_text
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
 from .postgres.reembed import (
     replace_entities,
@@ -84,6 +83,7 @@ from .postgres.reembed import (
     stale_memories,
 )
 from .reextract import reextract
+from .snapshot import copy_snapshot
 from .sync import OutboxSync
 from .typesense import TypesenseGroups
 
@@ -91,7 +91,6 @@ __all__ = ["ReindexBusy", "ReindexJobs"]
 
 log = logging.getLogger("braid.reindex")
 
-BATCH = 500
 #: Memories (or entities) re-embedded and written per step of an embeddings job.
 EMBED_BATCH = 64
 #: Replay window before the snapshot: covers writes whose transactions were
@@ -420,7 +419,6 @@ class ReindexJobs:
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()
-        pool = self._store.pool
         groups = self._index
         previous = await groups.current_collections()
         news: dict[str, str] = {}
@@ -430,32 +428,16 @@ class ReindexJobs:
             news[alias] = await groups.index(alias).new_collection()
             await report({"typesense": {"collections": news, "previous": previous, "phase": "creating"}})
         await report({"typesense": {"phase": "copying", "done": 0}})
-        done = 0
-        async with pool.connection() as conn:
-            await conn.set_autocommit(False)
-            try:
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                cur = await conn.execute("SELECT clock_timestamp(), count(*) FROM memories")
-                row = await cur.fetchone()
-                assert row is not None
-                snapshot_at, total = row
-                await report({"typesense": {"phase": "copying", "done": 0, "total": total}})
-                async with conn.cursor(name="braid_reindex", row_factory=dict_row) as named:
-                    named.itersize = BATCH
-                    await named.execute(f"SELECT {RECORD_COLUMNS} FROM memories m")
-                    while rows := await named.fetchmany(BATCH):
-                        # Each memory once into a collection nothing else writes
-                        # to yet: one import request a batch is safe in 0.24.1.
-                        await groups.upsert([record_from_row(r) for r in rows], collections=news, fresh=True)
-                        done += len(rows)
-                        await report({"typesense": {"phase": "copying", "done": done, "total": total}})
-                await conn.commit()
-            finally:
-                # A failure mid-copy leaves the transaction open: ended first, so that
-                # the failure is what is raised, not the autocommit switch's.
-                if conn.info.transaction_status != TransactionStatus.IDLE:
-                    await conn.rollback()
-                await conn.set_autocommit(True)
+
+        async def write(records: list[MemoryRecord]) -> None:
+            # Each memory once into a collection nothing else writes to yet:
+            # one import request a batch is safe in 0.24.1.
+            await groups.upsert(records, collections=news, fresh=True)
+
+        async def progress(done: int, total: int) -> None:
+            await report({"typesense": {"phase": "copying", "done": done, "total": total}})
+
+        snapshot_at = await copy_snapshot(self._store.pool, write, progress)
         since = snapshot_at - REPLAY_MARGIN
         await report({"typesense": {"phase": "replaying", "since": since.isoformat()}})
         await self._replay(since, news)

@@ -5,6 +5,8 @@ Postgres and Typesense."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -29,6 +31,17 @@ def placing(alias: str, above: int) -> BraidConfig:
     return msgspec.structs.replace(cfg, typesense=msgspec.structs.replace(cfg.typesense, own_collection_above=above))
 
 
+@asynccontextmanager
+async def placing_braid(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, above: int
+) -> AsyncIterator[Braid]:
+    """A Braid on a fresh database and alias whose placement job moves tenants of ``above`` memories."""
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, above), alias=alias)
+    async with serve(app) as client:
+        yield Braid(client=client, app=app, dsn=dsn, alias=alias)
+
+
 async def placements(dsn: str) -> list[tuple[str, str, str]]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT tenant, alias, state FROM typesense_placements ORDER BY tenant")
@@ -38,11 +51,9 @@ async def placements(dsn: str) -> list[tuple[str, str, str]]:
 async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_writes(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> None:
-    alias = f"mem_{uuid.uuid4().hex[:10]}"
-    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 20), alias=alias)
-    own = own_alias(alias, "tenant-a")
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+    async with placing_braid(postgres, typesense, embedder, 20) as braid:
+        alias, dsn = braid.alias, braid.dsn
+        own = own_alias(alias, "tenant-a")
         rt, ts = braid.runtime, braid.runtime.typesense
         big = await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(30)))
         [anchor] = await braid.remember({"content": "Aiko keeps the ship's cat, Miso, in the galley"})
@@ -135,11 +146,9 @@ async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
 async def test_a_move_that_fails_mid_copy_is_reported_and_the_next_job_finishes_it(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> None:
-    alias = f"mem_{uuid.uuid4().hex[:10]}"
-    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 5), alias=alias)
-    own = own_alias(alias, "tenant-a")
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+    async with placing_braid(postgres, typesense, embedder, 5) as braid:
+        alias, dsn = braid.alias, braid.dsn
+        own = own_alias(alias, "tenant-a")
         rt = braid.runtime
         ids = await braid.remember(*({"content": f"Aiko's recipe {n}: miso soup"} for n in range(8)))
         await braid.synced()
@@ -176,11 +185,9 @@ async def test_a_move_that_fails_mid_copy_is_reported_and_the_next_job_finishes_
 async def test_a_move_that_fails_clearing_its_group_is_cleared_by_the_next_job(
     postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
 ) -> None:
-    alias = f"mem_{uuid.uuid4().hex[:10]}"
-    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, 5), alias=alias)
-    own = own_alias(alias, "tenant-a")
-    async with serve(app) as client:
-        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+    async with placing_braid(postgres, typesense, embedder, 5) as braid:
+        alias, dsn = braid.alias, braid.dsn
+        own = own_alias(alias, "tenant-a")
         ts = braid.runtime.typesense
         ids = await braid.remember(*({"content": f"Aiko's kite number {n} is red"} for n in range(6)))
         await braid.synced()
