@@ -83,9 +83,10 @@ class TypesenseGroups:
         return self.clients[self.cluster_of(alias)]
 
     def route(self, tenant: str) -> tuple[TypesenseClient, str]:
-        """Where ``tenant``'s searches go: the cluster's client and the alias (:meth:`alias_of`)."""
-        alias = self.alias_of(tenant)
-        return self.client_of(alias), alias
+        """Where ``tenant``'s searches go: the cluster's client and the alias
+        (:meth:`alias_of`). Its own pair, once moved, is on its group's
+        cluster, so the group decides either way."""
+        return self.client_of(self.group_of(tenant)), self.alias_of(tenant)
 
     def group_of(self, tenant: str) -> str:
         """The alias of ``tenant``'s group (moved or not)."""
@@ -136,10 +137,21 @@ class TypesenseGroups:
         return made
 
     async def ready(self) -> bool:
-        """Whether every group and moved tenant can serve searches (:meth:`TypesenseIndex.ready`)."""
-        for alias in self.aliases():
-            if not await self.index(alias).ready():
-                return False
+        """Whether every group and moved tenant can serve searches: each
+        cluster is healthy *and* each alias resolves to a collection that
+        answers (as :meth:`TypesenseIndex.ready`, with one health check and
+        one alias listing a cluster)."""
+        try:
+            for client in self.clients:
+                if not await client.health():
+                    return False
+            present = await self._present()
+            for alias in self.aliases():
+                if alias not in present:
+                    return False
+                await self.client_of(alias).count(alias)
+        except BackendError:
+            return False
         return True
 
     def _routes(self, tenants: Sequence[str], collections: Mapping[str, str] | None) -> dict[str, list[int]]:
