@@ -80,12 +80,23 @@ async def test_each_tenant_is_written_to_and_searched_in_its_own_group(
         assert set(i["id"] for i in out["items"]) <= {b1, b2} and b2 in [i["id"] for i in out["items"]]
         assert set(searched) == {home_b, f"{home_b}_vectors"}
 
+        # Ready only while every group's alias answers.
+        assert await rt.index.ready() is True
+        r = await client.get("/health")
+        assert r.status_code == 200 and r.json()["backends"]["typesense"]["status"] == "up", r.text
+
         # A delete reaches the tenant's group.
         r = await client.delete(f"/v1/memories/{b1}", headers=braid.headers(AGENT_B))
         assert r.status_code == 200, r.text
         await braid.synced()
         assert await ts.count(home_b) == 1
         assert await rt.index.fetch(b1, tenant="tenant-b") is None
+
+        target = await ts.get_alias(empty)
+        assert target is not None and await ts.delete_alias(empty)
+        assert await rt.index.ready() is False
+        await ts.upsert_alias(empty, target)
+        assert await rt.index.ready() is True
 
 
 async def test_a_changed_group_count_is_filled_from_postgres_at_the_next_start(
