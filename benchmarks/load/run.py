@@ -122,14 +122,29 @@ async def bulk_load(
     }
 
 
-async def graph_load(client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]]) -> dict[str, Any]:
+async def graph_load(
+    client: httpx.AsyncClient, corpus: Corpus, headers: dict[str, dict[str, str]], writers: int = 3
+) -> dict[str, Any]:
+    """Each tenant's entities and relations, one request a tenant, ``writers``
+    requests at a time (10,000 small tenants one at a time took ~30 min)."""
     start, errors = time.perf_counter(), []
-    for t in corpus.tenants:
-        r = await client.post(
-            "/v1/graph", json={"entities": t.entities, "relations": t.relations}, headers=headers[t.name]
-        )
-        if r.status_code != 201:
-            errors.append(f"{r.status_code} {r.text[:200]}")
+    queue = iter(corpus.tenants)
+    done = 0
+    step = max(len(corpus.tenants) // 20, 1)
+
+    async def writer() -> None:
+        nonlocal done
+        for t in queue:
+            r = await client.post(
+                "/v1/graph", json={"entities": t.entities, "relations": t.relations}, headers=headers[t.name]
+            )
+            if r.status_code != 201:
+                errors.append(f"{r.status_code} {r.text[:200]}")
+            done += 1
+            if len(corpus.tenants) > 100 and done % step == 0:
+                print(f"graph: {done}/{len(corpus.tenants)} tenants", flush=True)
+
+    await asyncio.gather(*(writer() for _ in range(writers)))
     n = sum(len(t.relations) for t in corpus.tenants)
     return {"relations": n, "seconds": time.perf_counter() - start, "errors": errors}
 
