@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import RowFactory, tuple_row
@@ -74,11 +75,21 @@ def _pool(dsn: str, name: str, min_size: int, max_size: int) -> AsyncConnectionP
         max_size=max_size,
         open=False,
         configure=_configure,
+        reset=_check_returned,
         kwargs={"autocommit": True},
         name=name,
         # How long a request waits for a connection before it fails with 503.
         timeout=5.0,
     )
+
+
+async def _check_returned(conn: psycopg.AsyncConnection) -> None:
+    """Called by the pool on every connection given back: one still in
+    pipeline mode (a pipeline whose exit failed) is refused, so the pool
+    closes it and opens another instead of lending out a connection whose
+    next statements would join what the failed pipeline left."""
+    if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+        raise psycopg.ProgrammingError("connection given back in pipeline mode")
 
 
 #: A run-time setting's name (``hnsw.ef_search``), as ``set_config`` takes it.
@@ -160,7 +171,11 @@ async def tenant_reads(
     one snapshot for every statement, in an explicit transaction opened by one
     ``BEGIN ISOLATION LEVEL REPEATABLE READ`` (Postgres refuses the level in
     an implicit one). An error in any statement rolls the transaction back
-    and is raised; the connection goes back to the pool outside a transaction.
+    and is raised, and the connection is closed (the pool opens another):
+    whatever state the aborted pipeline left it in, no later read inherits
+    it. (Seen under load before this: a connection whose every repeatable-read
+    pipeline then failed with "SET TRANSACTION ISOLATION LEVEL must be called
+    before any query", four recalls in a row.)
     """
     async with pool.connection() as conn:
         try:
@@ -171,13 +186,10 @@ async def tenant_reads(
                 if repeatable_read:
                     await conn.execute("COMMIT")
         except psycopg.Error:
-            if conn.info.transaction_status in _IN_TRANSACTION:
-                await conn.rollback()
+            with anyio.CancelScope(shield=True):
+                await conn.close()
             raise
         return [await cur.fetchall() for cur in cursors]
-
-
-_IN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
 async def _scoped(

@@ -205,3 +205,28 @@ async def test_tenant_reads_run_scoped_in_one_transaction_and_leave_nothing_behi
             cur = await conn.execute("SELECT current_user <> 'braid_tenant', current_setting('braid.tenant', true)")
             assert await cur.fetchone() in {(True, None), (True, "")}
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+async def test_a_connection_that_failed_a_pipelined_read_or_came_back_in_pipeline_mode_is_not_lent_again(
+    postgres: EmbeddedPostgres,
+) -> None:
+    pool = await open_pool(fresh_database(postgres), dim=DIM, min_size=1, max_size=1)
+
+    async def backend() -> int:
+        rows = await tenant_reads(pool, "acme", [Read("SELECT pg_backend_pid()")], repeatable_read=True)
+        return int(rows[0][0][0])
+
+    try:
+        first = await backend()
+        assert await backend() == first  # one connection, lent again while healthy
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await tenant_reads(pool, "acme", [Read("SELECT 1 / 0")], repeatable_read=True)
+        second = await backend()
+        assert second != first
+        async with pool.connection() as conn:
+            conn.pgconn.enter_pipeline_mode()  # as a pipeline whose exit failed leaves it
+        third = await backend()
+        assert third != second
+        assert await backend() == third
+    finally:
+        await pool.close()
