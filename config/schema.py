@@ -23,6 +23,7 @@ __all__ = [
     "BookkeepingConfig",
     "BraidConfig",
     "CacheConfig",
+    "EfStep",
     "EmbeddingConfig",
     "GraphConfig",
     "LifecycleConfig",
@@ -126,11 +127,23 @@ class BookkeepingConfig(_Base, frozen=True):
     flush_ms: Annotated[int, Meta(ge=1, le=600_000)] = 1000
 
 
+class EfStep(_Base, frozen=True):
+    """``efSearch`` for a tier whose index holds at least ``rows`` rows."""
+
+    rows: Annotated[int, Meta(ge=1)]
+    ef_search: Annotated[int, Meta(ge=1, le=1000)]
+
+
 class TierConfig(_Base, frozen=True):
     holds: Literal["memories", "entities"] = "memories"
     m: Annotated[int, Meta(ge=2, le=100)] = 16
     ef_construction: Annotated[int, Meta(ge=4, le=1000)] = 64
     ef_search: Annotated[int, Meta(ge=1, le=1000)] = 64
+    #: Larger ``efSearch`` values as the tier's index grows: the step with the
+    #: most ``rows`` not above the index's row count (Postgres' estimate,
+    #: ``pg_class.reltuples``, re-read once a minute) replaces ``efSearch``.
+    #: Memory tiers only. Read live: a reload applies it at the next recall.
+    ef_search_at: tuple[EfStep, ...] = ()
     #: A search whose filter matches at most this many rows of the tier
     #: compares them all (exact) instead of walking the HNSW index.
     exact_below: Annotated[int, Meta(ge=0, le=100_000)] = 2000
@@ -154,13 +167,38 @@ class TierConfig(_Base, frozen=True):
             raise ValueError(f"efConstruction ({self.ef_construction}) must be at least 2 * m ({2 * self.m})")
         if self.objective == "decayed" and self.holds != "memories":
             raise ValueError("objective `decayed` applies to tiers holding memories only")
+        if self.ef_search_at and self.holds != "memories":
+            raise ValueError("efSearchAt applies to tiers holding memories only")
+        rows = [step.rows for step in self.ef_search_at]
+        if rows != sorted(set(rows)):
+            raise ValueError(f"efSearchAt: rows must be ascending and distinct, got {rows}")
+
+    def ef_search_for(self, index_rows: int) -> int:
+        """The ``efSearch`` for an index holding ``index_rows`` rows."""
+        ef = self.ef_search
+        for step in self.ef_search_at:
+            if index_rows >= step.rows:
+                ef = step.ef_search
+        return ef
 
 
 def _default_tiers() -> dict[str, TierConfig]:
     return {
-        "session": TierConfig(holds="memories", m=16, ef_construction=64, ef_search=48),
+        "session": TierConfig(
+            holds="memories",
+            m=24,
+            ef_construction=128,
+            ef_search=48,
+            ef_search_at=(EfStep(rows=100_000, ef_search=128), EfStep(rows=400_000, ef_search=200)),
+        ),
         "entities": TierConfig(holds="entities", m=24, ef_construction=128, ef_search=128),
-        "rag": TierConfig(holds="memories", m=16, ef_construction=64, ef_search=64),
+        "rag": TierConfig(
+            holds="memories",
+            m=24,
+            ef_construction=128,
+            ef_search=64,
+            ef_search_at=(EfStep(rows=100_000, ef_search=128), EfStep(rows=400_000, ef_search=256)),
+        ),
     }
 
 

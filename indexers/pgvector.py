@@ -2,7 +2,8 @@
 
 Memory tiers are partial HNSW indexes on ``memories`` (``WHERE tier = '<t>'``),
 the entity tier is the HNSW index on ``entities``. A search sets
-``hnsw.ef_search`` from the tier's config for that query only, and turns on
+``hnsw.ef_search`` from the tier's config for that query only (``efSearch``,
+or the ``efSearchAt`` step for the index's size), and turns on
 pgvector 0.8's iterative index scan so that a selective filter (tenant,
 session, tags, time) still returns ``limit`` rows when enough rows match.
 
@@ -524,6 +525,9 @@ WALK_MEMORY_S = 10.0
 #: Statements a source remembers that way (forgotten all at once past this).
 _WALK_MEMORY_ENTRIES = 10_000
 
+#: How long the tiers' index sizes (for ``efSearchAt``) are used before they are read again.
+INDEX_ROWS_S = 60.0
+
 
 class PgvectorSource(PoolSource):
     """Nearest memories over every memory tier allowed: by cosine distance, or
@@ -539,13 +543,20 @@ class PgvectorSource(PoolSource):
         #: (statement, tenant, model, min_confidence) -> until when (monotonic)
         #: its count is known to exceed ``exactBelow`` (see :data:`WALK_MEMORY_S`).
         self._walks: dict[tuple[str, str, str, float], float] = {}
+        #: Index name -> its row count as Postgres estimates it, for ``efSearchAt``.
+        self._index_rows: dict[str, int] = {}
+        #: Until when (monotonic) :attr:`_index_rows` is used as it is.
+        self._index_rows_until = -math.inf
 
     async def search(self, query: SearchQuery) -> list[Hit]:
-        """One round trip to Postgres as a rule (:meth:`_search_tiers`)."""
+        """One round trip to Postgres as a rule (:meth:`_search_tiers`); once
+        a minute one more, when a tier has ``efSearchAt`` steps."""
         if query.vector is None:
             return []
         cfg = self._get_config()
         tiers = [t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers]
+        if monotonic() > self._index_rows_until and any(cfg.tiers[t].ef_search_at for t in tiers):
+            await self._read_index_rows(cfg)
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
@@ -613,7 +624,7 @@ class PgvectorSource(PoolSource):
             # order; the statement sorts them again.
             # Only vectors of the query's model are compared with it.
             where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
-            wanted = search_settings(t.ef_search)
+            wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg)))
             if first is None:
                 first = wanted
             elif wanted != settings:
@@ -638,6 +649,29 @@ class PgvectorSource(PoolSource):
                 row["similarity"] = made_by.similarity(row)
                 rows.append(row)
         return rows, epochs_from_rows(results[0])
+
+    def _index_names(self, tier: str, cfg: BraidConfig) -> list[str]:
+        """The indexes a search of ``tier`` may walk: its cosine index and its folds' (as last read)."""
+        return [index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, []))]
+
+    def tier_rows(self, tier: str, cfg: BraidConfig) -> int:
+        """The rows of ``tier``'s indexes as last read (0 before the first read)."""
+        return sum(self._index_rows.get(name, 0) for name in self._index_names(tier, cfg))
+
+    async def _read_index_rows(self, cfg: BraidConfig) -> None:
+        """Read the memory tiers' index sizes (``pg_class.reltuples``: set by
+        the build, then by VACUUM and ANALYZE; -1, never counted, reads as 0).
+        A failure keeps the sizes last read: a search goes on with them."""
+        self._index_rows_until = monotonic() + INDEX_ROWS_S  # one reader at a time
+        names = [n for tier in cfg.memory_tiers for n in self._index_names(tier, cfg)]
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT relname, greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = ANY(%s)", (names,)
+                )
+                self._index_rows = {name: int(rows) for name, rows in await cur.fetchall()}
+        except psycopg.Error as exc:
+            log.warning("index sizes not read (efSearchAt keeps the last ones): %s", exc)
 
     def _statement(self, plan: SearchPlan, query: SearchQuery) -> tuple[str, tuple[str, str, str, float] | None]:
         """The statement to run for ``plan``, and the key to remember its

@@ -101,7 +101,7 @@ async def test_reindex_pgvector_applies_new_hnsw_settings(
     async with serve(app) as client:
         braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
         text = text.replace("collection: braid_memories", f"collection: {alias}")
-        path.write_text(text.replace("    m: 16\n    efConstruction: 64", "    m: 12\n    efConstruction: 48", 1))
+        path.write_text(text.replace("    m: 24\n    efConstruction: 128", "    m: 12\n    efConstruction: 48", 1))
         r = await braid.post("/admin/config/reload", {}, key=ADMIN_A)
         assert r.status_code == 200, r.text
         assert r.json()["reindex_required"] == ["tiers.session.efConstruction", "tiers.session.m"]

@@ -24,7 +24,7 @@ import pytest
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
 
-from config import BraidConfig, TierConfig, load_config
+from config import BraidConfig, EfStep, TierConfig, load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, Hit, SearchQuery
 from indexers.pgvector import (
@@ -176,7 +176,10 @@ async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
     postgres: EmbeddedPostgres,
 ) -> None:
     # Three different settings, so a tier built with another's would show.
-    cfg = make_config(session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32))
+    cfg = make_config(
+        session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32),
+        rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=64),
+    )
     pool = await open_test_pool(postgres)
     try:
         created = await ensure_indexes(pool, cfg)
@@ -225,7 +228,10 @@ def test_index_names_follow_the_tier_and_refuse_unsafe_names() -> None:
 async def test_rebuild_index_applies_new_params_and_searches_keep_working(
     postgres: EmbeddedPostgres,
 ) -> None:
-    cfg = make_config(session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32))
+    cfg = make_config(
+        session=TierConfig(holds="memories", m=8, ef_construction=32, ef_search=32),
+        rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=64),
+    )
     pool = await open_test_pool(postgres)
     try:
         rng = np.random.default_rng(11)
@@ -346,6 +352,36 @@ async def test_each_tier_search_runs_with_that_tiers_ef_search(pool: AsyncConnec
         async with spy_pool.connection() as conn:
             cur = await conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')")
             assert await cur.fetchone() == ("40", "off")
+    finally:
+        await spy_pool.close()
+
+
+async def test_a_tier_with_ef_search_steps_searches_with_the_step_its_index_reached(
+    pool: AsyncConnectionPool, corpus: Corpus
+) -> None:
+    cfg = make_config(
+        session=TierConfig(
+            holds="memories",
+            m=8,
+            ef_construction=32,
+            ef_search=37,
+            ef_search_at=(EfStep(rows=1000, ef_search=77), EfStep(rows=10**9, ef_search=500)),
+        ),
+        rag=TierConfig(
+            holds="memories", m=16, ef_construction=64, ef_search=91, ef_search_at=(EfStep(rows=1, ef_search=300),)
+        ),
+    )
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        source = PgvectorSource(spy_pool, lambda: cfg)
+        hits = await source.search(query(BIG_TENANT, corpus.vectors[0]))
+        assert len(hits) == 10
+        # The session index holds the corpus (past 1,000 rows, far below 10^9);
+        # the rag index holds no row, so its first step (1 row) is not reached.
+        assert 1000 <= source.tier_rows("session", cfg) < 10**9
+        assert source.tier_rows("rag", cfg) == 0
+        assert [(e["tier"], e["ef_search"]) for e in log] == [("session", "77"), ("rag", "91")]
     finally:
         await spy_pool.close()
 

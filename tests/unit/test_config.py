@@ -19,9 +19,15 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert {n: s.weight for n, s in cfg.sources.items()} == {"typesense": 1.0, "pgvector": 1.0, "graph": 0.3}
     tiers = {n: (t.holds, t.m, t.ef_construction, t.ef_search) for n, t in cfg.tiers.items()}
     assert tiers == {
-        "session": ("memories", 16, 64, 48),
+        "session": ("memories", 24, 128, 48),
         "entities": ("entities", 24, 128, 128),
-        "rag": ("memories", 16, 64, 64),
+        "rag": ("memories", 24, 128, 64),
+    }
+    steps = {n: [(s.rows, s.ef_search) for s in t.ef_search_at] for n, t in cfg.tiers.items()}
+    assert steps == {
+        "session": [(100_000, 128), (400_000, 200)],
+        "entities": [],
+        "rag": [(100_000, 128), (400_000, 256)],
     }
     assert cfg.graph.max_hops == 2
     q = cfg.query
@@ -36,6 +42,15 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     assert cfg.memory_tiers == ["session", "rag"]
     assert cfg.entity_tier == "entities"
     assert (cfg.postgres.dsn, cfg.postgres.replica_dsn) == (None, None)
+
+
+def test_ef_search_steps_take_the_largest_step_an_index_has_reached() -> None:
+    tier = parse_config(
+        "tiers: {session: {efSearch: 40, efSearchAt: [{rows: 100, efSearch: 80}, {rows: 1000, efSearch: 300}]},"
+        " entities: {holds: entities}}"
+    ).tiers["session"]
+    assert [tier.ef_search_for(n) for n in (0, 99, 100, 999, 1000, 10**9)] == [40, 40, 80, 80, 300, 300]
+    assert parse_config("").tiers["entities"].ef_search_for(10**9) == 128
 
 
 def test_yaml_and_code_defaults_agree() -> None:
@@ -55,6 +70,18 @@ def test_yaml_and_code_defaults_agree() -> None:
         (
             "tiers: {session: {m: 40, efConstruction: 32}}",
             "efConstruction (32) must be at least 2 * m (80) - at `$.tiers.session`",
+        ),
+        (
+            "tiers: {session: {efSearchAt: [{rows: 500, efSearch: 90}, {rows: 100, efSearch: 60}]}}",
+            "efSearchAt: rows must be ascending and distinct, got [500, 100] - at `$.tiers.session`",
+        ),
+        (
+            "tiers: {session: {efSearchAt: [{rows: 0, efSearch: 90}]}}",
+            "Expected `int` >= 1 - at `$.tiers.session.efSearchAt[0].rows`",
+        ),
+        (
+            "tiers: {entities: {holds: entities, efSearchAt: [{rows: 10, efSearch: 90}]}}",
+            "efSearchAt applies to tiers holding memories only - at `$.tiers.entities`",
         ),
         (
             "tiers: {a: {holds: memories}}",
