@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +57,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
+from .graph_cache import Edge, GraphCache
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
 from .pgvector import nearest_sql, search_settings
@@ -111,8 +114,9 @@ def _instant(relation_id: int, seconds: float) -> datetime | None:
 
 #: A relation the walk reached: id, source id, target id, relation, weight,
 #: time (epoch seconds of ``valid_from``, else ``created_at``), source name,
-#: target name, derived (extracted from memories: walked, never a fact).
-_Edge = tuple[int, int, int, str, float, float, str, str, bool]
+#: target name (None when walked in this process: read for facts only),
+#: derived (extracted from memories: walked, never a fact).
+_Edge = Edge
 
 
 @functools.cache
@@ -140,13 +144,6 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
     valid += " AND (r.weight > 0 OR NOT r.derived)"
     if as_of:
         valid += " AND r.created_at <= %(as_of)s"
-    near = ""
-    if seeded:
-        nearest = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
-        near = f"""
-            UNION ALL
-            SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
-            WHERE 1.0 - n.distance >= %(min_similarity)s"""
     if bounded:
         # Both directions, heaviest first; {of} is the entity walked from. Each
         # direction's first few come in order from its index (migration 16), so
@@ -186,13 +183,7 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
         walked = ""
         among_reached = "r.source_id IN (SELECT entity_id FROM reached)\n              AND r.target_id IN (SELECT entity_id FROM reached)"
     return f"""
-        WITH RECURSIVE seeds AS MATERIALIZED (
-            SELECT id, max(weight) AS weight FROM (
-                SELECT e.id, 1.0::float8 AS weight FROM entities e
-                WHERE e.tenant = %(tenant)s AND e.name_norm = ANY(%(names)s::text[]){near}
-            ) s
-            GROUP BY id
-        ),
+        WITH RECURSIVE {_seeds_cte(seeded)},
         walk(entity_id, depth) AS (
             SELECT id, 0 FROM seeds
             UNION
@@ -225,6 +216,37 @@ def _walk_sql(seeded: bool, as_of: bool, bounded: bool = False) -> str:
         """
 
 
+def _seeds_cte(seeded: bool) -> str:
+    """``seeds (id, weight)``: the entities named by ``%(names)s`` (weight 1),
+    and when ``seeded`` the ``%(limit)s`` entities nearest to ``%(vec)s``
+    among those the query's model embedded (weight = cosine similarity, kept
+    from ``%(min_similarity)s``; the larger weight when both)."""
+    near = ""
+    if seeded:
+        nearest = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
+        near = f"""
+            UNION ALL
+            SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
+            WHERE 1.0 - n.distance >= %(min_similarity)s"""
+    return f"""seeds AS MATERIALIZED (
+            SELECT id, max(weight) AS weight FROM (
+                SELECT e.id, 1.0::float8 AS weight FROM entities e
+                WHERE e.tenant = %(tenant)s AND e.name_norm = ANY(%(names)s::text[]){near}
+            ) s
+            GROUP BY id
+        )"""
+
+
+@functools.cache
+def _seeds_sql(seeded: bool) -> str:
+    """The seeds alone (:func:`_seeds_cte`), as ``(id, weight)`` rows, for a walk in the service."""
+    return f"WITH {_seeds_cte(seeded)} SELECT id, weight FROM seeds"
+
+
+#: The names of the entities ``%(ids)s`` (a fact's ends, walked in the service).
+_NAMES_SQL = "SELECT id, name FROM entities WHERE tenant = %(tenant)s AND id = ANY(%(ids)s)"
+
+
 def above_share(hits: list[Hit], share: float) -> list[Hit]:
     """The ``hits`` scoring at least ``share`` of the best one's score (all of
     them at 0). The walk passes some PageRank to every memory of every entity
@@ -242,10 +264,19 @@ class GraphSource(PoolSource):
     #: Without a vector it is seeded by the entities the query names.
     needs_vector = False
 
+    def __init__(self, pool: Any, get_config: Callable[[], BraidConfig]) -> None:
+        super().__init__(pool, get_config)
+        graph = get_config().graph
+        #: The tenants' relations this process walks itself (:mod:`indexers.graph_cache`).
+        self.cache = GraphCache(graph.cache_relations, graph.cache_total_relations)
+
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Two round trips to Postgres, each one transaction scoped to the
-        tenant: the seeds with their walk (:func:`_walk_sql`), then, after
-        PageRank in Python, the memories the reached entities pass it to."""
+        tenant: the seeds with their walk (:func:`_walk_sql`; or, walked in
+        this process, the seeds with what changed in the tenant's relations:
+        :mod:`indexers.graph_cache`), then, after PageRank in Python, the
+        memories the reached entities pass it to (and the facts' names when
+        walked here)."""
         cfg = self._get_config()
         try:
             seeds, edges = await self._walk(cfg, query)
@@ -254,8 +285,11 @@ class GraphSource(PoolSource):
             ppr = await _pagerank([(e[1], e[2], e[4]) for e in edges], seeds, cfg.graph.damping)
             section = cfg.source(self.name)
             share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
-            hits = above_share(self._facts(cfg, query, edges, ppr), share)
-            hits += above_share(await self._memories(cfg, query, ppr), share)
+            stated = self._stated(cfg, query, edges)
+            unnamed = sorted({end for e in stated if e[6] is None for end in (e[1], e[2])})
+            memories, names = await self._memories(cfg, query, ppr, unnamed)
+            hits = above_share(self._facts(cfg, query, stated, ppr, names), share)
+            hits += above_share(memories, share)
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         hits.sort(key=lambda h: (-h.score, h.id))
@@ -263,7 +297,8 @@ class GraphSource(PoolSource):
 
     async def _walk(self, cfg: BraidConfig, query: SearchQuery) -> tuple[dict[int, float], list[_Edge]]:
         """The seeds (entity id -> weight) and the relations the walk reached,
-        heaviest first, in one statement."""
+        heaviest first: walked here from the tenant's relations kept in this
+        process when the cache takes the recall, else by one statement."""
         seeded = query.vector is not None and cfg.graph.seed_limit > 0
         hops = cfg.graph.max_hops if query.hops is None else query.hops
         params: dict[str, Any] = {
@@ -288,14 +323,37 @@ class GraphSource(PoolSource):
                     "min_similarity": cfg.graph.seed_min_similarity,
                 }
             )
+        refresh = None
+        if query.filters.as_of is None and cfg.graph.fanout > 0:
+            if (self.cache.limit, self.cache.total) != (cfg.graph.cache_relations, cfg.graph.cache_total_relations):
+                self.cache.configure(cfg.graph.cache_relations, cfg.graph.cache_total_relations)
+            refresh = self.cache.refresh(query.tenant)
+        if refresh is not None:
+            now = time.time()
+            seed_rows, *changes = await tenant_reads(
+                self._pool, query.tenant, [Read(_seeds_sql(seeded), params), *refresh.reads()], settings=settings
+            )
+            taken = refresh.take(changes)
+            if taken is not None:
+                graph, overlay = taken
+                seeds: dict[int, float] = dict(sorted((row[0], row[1]) for row in seed_rows))
+                edges: list[_Edge] = graph.walk(
+                    seeds,
+                    hops=hops,
+                    fanout=cfg.graph.fanout,
+                    max_edges=cfg.graph.max_edges,
+                    now=now,
+                    overlay=overlay,
+                )
+                return seeds, edges
         (rows,) = await tenant_reads(
             self._pool,
             query.tenant,
             [Read(_walk_sql(seeded, query.filters.as_of is not None, cfg.graph.fanout > 0), params)],
             settings=settings,
         )
-        seeds: dict[int, float] = {}
-        edges: list[_Edge] = []
+        seeds = {}
+        edges = []
         for row in rows:
             if row[0] is None:
                 seeds[row[1]] = row[5]
@@ -304,13 +362,8 @@ class GraphSource(PoolSource):
         # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
         return dict(sorted(seeds.items())), edges
 
-    def _facts(
-        self,
-        cfg: BraidConfig,
-        query: SearchQuery,
-        edges: list[_Edge],
-        ppr: dict[int, float],
-    ) -> list[Hit]:
+    def _stated(self, cfg: BraidConfig, query: SearchQuery, edges: list[_Edge]) -> list[_Edge]:
+        """The walked relations a client wrote, when the recall's filters let facts in."""
         f = query.filters
         # Facts have no session, tags, metadata, importance or memory tier: a
         # filter on those excludes them.
@@ -320,16 +373,30 @@ class GraphSource(PoolSource):
             return []
         if f.tiers is not None and cfg.entity_tier not in f.tiers:
             return []
+        return [e for e in edges if not e[8]]
+
+    def _facts(
+        self,
+        cfg: BraidConfig,
+        query: SearchQuery,
+        stated: list[_Edge],
+        ppr: dict[int, float],
+        names: dict[int, str],
+    ) -> list[Hit]:
+        f = query.filters
         hits = []
-        for rel_id, source_id, target_id, relation, weight, seconds, source, target, derived in edges:
-            if derived:
-                continue
+        for rel_id, source_id, target_id, relation, weight, seconds, source, target, _ in stated:
             created = _instant(rel_id, seconds)
             if created is None:
                 continue
             if f.created_after is not None and created < f.created_after:
                 continue
             if f.created_before is not None and created > f.created_before:
+                continue
+            source = source if source is not None else names.get(source_id)
+            target = target if target is not None else names.get(target_id)
+            if source is None or target is None:
+                # An end deleted since the walk read it (its relations went with it).
                 continue
             hits.append(
                 Hit(
@@ -344,9 +411,13 @@ class GraphSource(PoolSource):
             )
         return hits
 
-    async def _memories(self, cfg: BraidConfig, query: SearchQuery, ppr: dict[int, float]) -> list[Hit]:
+    async def _memories(
+        self, cfg: BraidConfig, query: SearchQuery, ppr: dict[int, float], unnamed: list[int]
+    ) -> tuple[list[Hit], dict[int, str]]:
+        """The memories the reached entities pass their PageRank to, and the
+        names of the entities ``unnamed``, in one round trip."""
         if not ppr:
-            return []
+            return [], {}
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -362,10 +433,12 @@ class GraphSource(PoolSource):
                 "per_entity": cfg.graph.mentions_per_entity,
             }
         )
-        (rows,) = await tenant_reads(
-            self._pool, query.tenant, [Read(_memories_sql(query.filters, where), params, dict_row)]
-        )
-        return [hit_from_row(r, float(r["score"])) for r in rows]
+        reads = [Read(_memories_sql(query.filters, where), params, dict_row)]
+        if unnamed:
+            reads.append(Read(_NAMES_SQL, {"tenant": query.tenant, "ids": unnamed}))
+        rows, *named = await tenant_reads(self._pool, query.tenant, reads)
+        names = {row[0]: row[1] for row in named[0]} if named else {}
+        return [hit_from_row(r, float(r["score"])) for r in rows], names
 
 
 def _memories_sql(filters: Filters, where: str) -> str:

@@ -184,7 +184,14 @@ def _v4(dim: int) -> list[sql.Composable]:
 #: The tables migration v5 put under row-level security (later ones add their own).
 _V5_TABLES = ("memories", "entities", "relations", "mentions", "outbox", "speakers")
 #: Every table holding tenant rows: each has the ``tenant_rows`` policy.
-TENANT_TABLES = (*_V5_TABLES, "memory_usage", "tenant_generations", "relation_support", "entity_degrees")
+TENANT_TABLES = (
+    *_V5_TABLES,
+    "memory_usage",
+    "tenant_generations",
+    "relation_support",
+    "entity_degrees",
+    "relation_tombstones",
+)
 TENANT_ROLE = "braid_tenant"
 
 
@@ -505,6 +512,64 @@ def _v20(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v21(dim: int) -> list[sql.Composable]:
+    """What changed in a tenant's relations, and since when, so that a service
+    process can keep a tenant's graph in memory and read only the changes
+    (:mod:`indexers.graph_cache`).
+
+    ``relations.changed`` is the id of the transaction that last wrote the
+    row (set on insert by its default, on update by a trigger, whatever the
+    statement); a deleted relation leaves its id in ``relation_tombstones``
+    (a trigger again, cascades included), kept for an hour by the lifecycle
+    sweep. A reader that notes ``pg_snapshot_xmin`` of a snapshot taken
+    before it reads the rows changed at or after the xmin it noted last time
+    misses no committed change: a transaction it did not see then either
+    committed before that snapshot or has an id at least its xmin."""
+    return [
+        sql.SQL("ALTER TABLE relations ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
+        sql.SQL("CREATE INDEX relations_tenant_changed ON relations (tenant, changed)"),
+        sql.SQL(
+            """
+            CREATE FUNCTION braid_relation_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                NEW.changed := pg_current_xact_id();
+                RETURN NEW;
+            END $$
+            """
+        ),
+        sql.SQL(
+            "CREATE TRIGGER relations_changed BEFORE UPDATE ON relations"
+            " FOR EACH ROW EXECUTE FUNCTION braid_relation_changed()"
+        ),
+        sql.SQL(
+            """
+            CREATE TABLE relation_tombstones (
+                tenant      text        NOT NULL,
+                relation_id bigint      NOT NULL,
+                changed     xid8        NOT NULL DEFAULT pg_current_xact_id(),
+                dropped_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+            )
+            """
+        ),
+        sql.SQL("CREATE INDEX relation_tombstones_tenant_changed ON relation_tombstones (tenant, changed)"),
+        sql.SQL("CREATE INDEX relation_tombstones_dropped ON relation_tombstones (dropped_at)"),
+        sql.SQL(
+            """
+            CREATE FUNCTION braid_relation_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO relation_tombstones (tenant, relation_id) VALUES (OLD.tenant, OLD.id);
+                RETURN OLD;
+            END $$
+            """
+        ),
+        sql.SQL(
+            "CREATE TRIGGER relations_dropped AFTER DELETE ON relations"
+            " FOR EACH ROW EXECUTE FUNCTION braid_relation_dropped()"
+        ),
+        *_tenant_policy("relation_tombstones"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -527,6 +592,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     18: _v18,
     19: _v19,
     20: _v20,
+    21: _v21,
 }
 
 

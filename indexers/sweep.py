@@ -2,7 +2,8 @@
 
 Every ``lifecycle.sweepIntervalS`` it runs :meth:`PostgresStore.sweep` batch
 after batch (``lifecycle.sweepBatch`` memories each, one transaction per
-batch) until a batch comes back short. Each batch deletes the rows from
+batch) until a batch comes back short, then drops the relation tombstones
+older than ``indexers.graph_cache.TOMBSTONE_KEEP``. Each batch deletes the rows from
 Postgres and leaves an outbox ``delete`` per memory in the same transaction,
 so Typesense loses them through :mod:`indexers.sync`; a Typesense outage only
 delays that (the outbox retries), and nothing that has not expired is
@@ -66,6 +67,7 @@ class Sweeper:
                 self.swept += done
                 if done < batch:
                     break
+            await self._store.drop_tombstones()
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             if self.error is None:
                 log.warning("sweep failed, retried at the next interval: %s", exc)

@@ -46,6 +46,12 @@ from .sql import (
 
 __all__ = ["PostgresStore"]
 
+
+#: How long ``relation_tombstones`` rows are kept: twice as long as a
+#: process's copy of a tenant's relations may go without reading its changes
+#: (``indexers.graph_cache.STALE_S``).
+TOMBSTONE_KEEP = "1 hour"
+
 log = logging.getLogger("braid.postgres")
 
 
@@ -496,6 +502,18 @@ class PostgresStore(GraphWrites):
             await conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
             await bump_generations(conn, tenants)
         return dict(Counter(tenants))
+
+    async def drop_tombstones(self) -> int:
+        """Delete the deleted relations' ids older than :data:`TOMBSTONE_KEEP`
+        (:mod:`indexers.graph_cache`: every service process
+        reads its tenants' changes, tombstones included, more often than
+        that); return how many went."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "DELETE FROM relation_tombstones WHERE dropped_at < clock_timestamp() - %s::interval",
+                (TOMBSTONE_KEEP,),
+            )
+            return cur.rowcount
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""

@@ -1,0 +1,371 @@
+"""A tenant's relations in the service's memory, kept current by reading what changed.
+
+The graph source's walk (:mod:`indexers.graph`) reads the same few hundred
+relations for most recalls of a tenant; Postgres spent most of a graph
+recall's CPU finding them again. With ``graph.cacheRelations`` above 0 each
+service process keeps the relations of the tenants it recalls and walks
+them itself, with the walk's rules (:meth:`TenantGraph.walk`: the same
+relations, in the same order, as the statement ``indexers.graph._walk_sql``).
+
+**Kept current.** Every walk reads, in the round trip that finds its seeds,
+the tenant's relations changed since the cache's cursor and those deleted
+since (migration 21: ``relations.changed``, the id of the transaction that
+last wrote a row, and ``relation_tombstones``), after reading a new cursor:
+``pg_snapshot_xmin`` of a snapshot taken before those reads. A committed
+change the last read did not see was made by a transaction whose id is at
+least that xmin, so it is read again next time; nothing written before a
+recall began is missed by it (read-your-writes, across processes).
+
+**Concurrent recalls.** A read is merged into the shared copy only when no
+other read was merged while it was out (it was sent after every merged read
+came back, so its snapshot is newer than theirs); a recall whose read raced
+another's walks the shared copy with its own changes laid over it
+(:class:`_Overlay`) and leaves the copy as it is, so an older read never
+overwrites a newer one.
+
+**Bounded.** A tenant with more than ``graph.cacheRelations`` relations (or
+a change bigger than that) is not kept: it is walked by Postgres, and tried
+again after :data:`RETRY_S`. ``graph.cacheTotalRelations`` bounds all
+tenants together, the least recently recalled dropped first. A tenant not
+read for :data:`STALE_S` is read whole again: tombstones are kept twice as long
+(``indexers.postgres.store.TOMBSTONE_KEEP``, dropped by the sweeper).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .postgres import Read
+
+__all__ = [
+    "CHANGED_SQL",
+    "CURSOR_SQL",
+    "DROPPED_SQL",
+    "RETRY_S",
+    "STALE_S",
+    "GraphCache",
+    "Refresh",
+    "TenantGraph",
+]
+
+#: The cursor: the oldest transaction still running, of a snapshot taken now.
+CURSOR_SQL = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+
+#: The tenant's relations written at or after the cursor ``%(since)s``, at
+#: most ``%(limit)s``: id, then a :data:`Rel`'s fields.
+CHANGED_SQL = """
+    SELECT id, source_id, target_id, relation, weight, derived,
+           extract(epoch FROM valid_from)::float8, extract(epoch FROM valid_to)::float8,
+           extract(epoch FROM coalesce(valid_from, created_at))::float8
+    FROM relations
+    WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8
+    LIMIT %(limit)s
+"""
+
+#: The ids of the tenant's relations deleted at or after the cursor ``%(since)s``.
+DROPPED_SQL = "SELECT relation_id FROM relation_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
+
+#: How long a tenant too big for the cache is walked by Postgres before it is tried again.
+RETRY_S = 300.0
+#: A tenant's copy not brought up to date for this long is read whole again.
+STALE_S = 1800.0
+
+#: A relation: source id, target id, relation, weight (``real`` as read),
+#: derived, valid_from and valid_to (epoch seconds, or None), and its time
+#: (epoch seconds of ``valid_from``, else ``created_at``).
+Rel = tuple[int, int, str, float, bool, float | None, float | None, float]
+_SRC: Final = 0
+_DST: Final = 1
+_REL: Final = 2
+_W: Final = 3
+_DERIVED: Final = 4
+_FROM: Final = 5
+_TO: Final = 6
+_AT: Final = 7
+
+#: A walked relation as :class:`indexers.graph.GraphSource` takes it: id,
+#: source, target, relation, weight, time, source name, target name (None:
+#: not read here), derived.
+Edge = tuple[int, int, int, str, float, float, str | None, str | None, bool]
+
+
+def _valid(rel: Rel, now: float) -> bool:
+    """As the walk statement's ``valid``: within its window now, and a derived
+    relation that no memory supports any more (weight 0) is not walked."""
+    return (
+        (rel[_FROM] is None or rel[_FROM] <= now)
+        and (rel[_TO] is None or rel[_TO] > now)
+        and (rel[_W] > 0 or not rel[_DERIVED])
+    )
+
+
+class _Overlay:
+    """One read's changes laid over the shared copy, for its own walk only."""
+
+    __slots__ = ("dropped", "incident", "rels")
+
+    def __init__(self, graph: TenantGraph, rows: Sequence[Sequence[Any]], dropped: Iterable[int]) -> None:
+        self.rels: dict[int, Rel] = {row[0]: tuple(row[1:]) for row in rows}
+        self.dropped = set(dropped)
+        # The entities whose relations changed, with the relations the shared copy lacks.
+        self.incident: dict[int, list[int]] = {}
+        for rid, rel in self.rels.items():
+            new = rid not in graph.rels
+            for end in (rel[_SRC], rel[_DST]):
+                extra = self.incident.setdefault(end, [])
+                if new:
+                    extra.append(rid)
+        for rid in self.dropped:
+            old = graph.rels.get(rid)
+            if old is not None:
+                self.incident.setdefault(old[_SRC], [])
+                self.incident.setdefault(old[_DST], [])
+
+
+class TenantGraph:
+    """One tenant's relations, each entity's incident relations, and the cursor they are current to."""
+
+    __slots__ = ("applied", "cursor", "incident", "order", "refreshed", "rels")
+
+    def __init__(self) -> None:
+        self.rels: dict[int, Rel] = {}
+        #: Entity -> its relations' ids, both directions (a relation to itself twice, as the statement lists it).
+        self.incident: dict[int, list[int]] = {}
+        #: Entity -> :attr:`incident` heaviest first (ties by id), made when first walked after a change.
+        self.order: dict[int, list[int]] = {}
+        self.cursor = 0
+        #: How many reads were merged: a read sent after the last merge is newer than all of them.
+        self.applied = 0
+        self.refreshed = 0.0
+
+    def apply(self, rows: Sequence[Sequence[Any]], dropped: Iterable[int], cursor: int) -> None:
+        """Merge one read: ``rows`` as :data:`CHANGED_SQL` gives them, the ids ``dropped``."""
+        rels, incident, order = self.rels, self.incident, self.order
+        for row in rows:
+            rid = row[0]
+            rel: Rel = tuple(row[1:])
+            old = rels.get(rid)
+            if old == rel:
+                continue
+            rels[rid] = rel
+            # A relation's ends never change: an update only re-orders them.
+            if old is None:
+                incident.setdefault(rel[_SRC], []).append(rid)
+                incident.setdefault(rel[_DST], []).append(rid)
+            order.pop(rel[_SRC], None)
+            order.pop(rel[_DST], None)
+        for rid in dropped:
+            old = rels.pop(rid, None)
+            if old is None:
+                continue
+            for end in (old[_SRC], old[_DST]):
+                ids = incident.get(end)
+                if ids is not None:
+                    ids.remove(rid)
+                    if not ids:
+                        del incident[end]
+                order.pop(end, None)
+        self.cursor = cursor
+        self.applied += 1
+        self.refreshed = time.monotonic()
+
+    def _sorted(self, entity: int, overlay: _Overlay | None) -> list[int]:
+        if overlay is None or entity not in overlay.incident:
+            ids = self.order.get(entity)
+            if ids is None:
+                rels = self.rels
+                ids = self.order[entity] = sorted(self.incident.get(entity, ()), key=lambda r: (-rels[r][_W], r))
+            return ids
+        ov = overlay.rels
+        ids = [r for r in (*self.incident.get(entity, ()), *overlay.incident[entity]) if r not in overlay.dropped]
+        ids.sort(key=lambda r: (-(ov.get(r) or self.rels[r])[_W], r))
+        return ids
+
+    def walk(
+        self,
+        seeds: Iterable[int],
+        *,
+        hops: int,
+        fanout: int,
+        max_edges: int,
+        now: float,
+        overlay: _Overlay | None = None,
+    ) -> list[Edge]:
+        """The relations the walk statement reads (its bounded form,
+        ``graph.fanout`` > 0), heaviest first, ties by id, at most
+        ``max_edges``: from the seeds, each entity short of ``hops`` is
+        walked through its ``fanout`` heaviest relations valid at ``now``
+        (epoch seconds), and the relations walked are those read; with
+        ``hops`` 0 the seeds' own among themselves."""
+        rels = self.rels
+        ov = overlay.rels if overlay is not None else {}
+
+        def rel_of(rid: int) -> Rel:
+            return ov.get(rid) or rels[rid]
+
+        seeds = set(seeds)
+        seen = set(seeds)
+        frontier = sorted(seeds)
+        walked: set[int] = set()
+        for _ in range(max(hops, 1)):
+            following: list[int] = []
+            for entity in frontier:
+                taken = 0
+                for rid in self._sorted(entity, overlay):
+                    rel = rel_of(rid)
+                    if not _valid(rel, now):
+                        continue
+                    walked.add(rid)
+                    other = rel[_DST] if rel[_SRC] == entity else rel[_SRC]
+                    if other not in seen:
+                        seen.add(other)
+                        following.append(other)
+                    taken += 1
+                    if taken == fanout:
+                        break
+            frontier = following
+            if not frontier:
+                break
+        chosen = [(rid, rel_of(rid)) for rid in walked]
+        if hops == 0:
+            chosen = [(rid, rel) for rid, rel in chosen if rel[_SRC] in seeds and rel[_DST] in seeds]
+        chosen.sort(key=lambda item: (-item[1][_W], item[0]))
+        return [
+            (rid, rel[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED])
+            for rid, rel in chosen[:max_edges]
+        ]
+
+
+class Refresh:
+    """One walk's read of what changed: the statements to send (:meth:`reads`,
+    cursor first) and, once they are back, the copy to walk (:meth:`take`)."""
+
+    __slots__ = ("_applied", "_cache", "_graph", "_since", "_tenant")
+
+    def __init__(self, cache: GraphCache, tenant: str, graph: TenantGraph | None) -> None:
+        self._cache = cache
+        self._tenant = tenant
+        self._graph = graph
+        self._since = graph.cursor if graph is not None else 0
+        self._applied = graph.applied if graph is not None else 0
+
+    def reads(self) -> list[Read]:
+        params = {"tenant": self._tenant, "since": str(self._since), "limit": self._cache.limit + 1}
+        reads = [Read(CURSOR_SQL), Read(CHANGED_SQL, params)]
+        if self._graph is not None:
+            reads.append(Read(DROPPED_SQL, params))
+        return reads
+
+    def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, _Overlay | None] | None:
+        """The copy to walk, with this read's changes merged into it, or laid
+        over it when another read was merged meanwhile; None when the tenant
+        (or this change) is too big to keep: walk in Postgres instead."""
+        (cursor_row,), rows, *more = results
+        cursor = int(cursor_row[0])
+        dropped = [row[0] for row in more[0]] if more else []
+        cache, graph = self._cache, self._graph
+        if len(rows) > cache.limit:
+            cache.refuse(self._tenant)
+            return None
+        if graph is None:
+            graph = TenantGraph()
+            graph.apply(rows, (), cursor)
+            # Another recall may have loaded it meanwhile: this read, the whole
+            # tenant, is walked as read and the copy already kept stays.
+            if cache.get(self._tenant) is None:
+                cache.put(self._tenant, graph)
+            return graph, None
+        if graph.applied == self._applied and cache.get(self._tenant) is graph:
+            graph.apply(rows, dropped, cursor)
+            cache.resize(self._tenant, graph)
+            return graph, None
+        return graph, _Overlay(graph, rows, dropped)
+
+
+class GraphCache:
+    """The tenants' copies in one process, least recently walked first out."""
+
+    def __init__(self, limit: int, total: int) -> None:
+        self.limit = limit
+        self.total = total
+        self._graphs: OrderedDict[str, TenantGraph] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self._held = 0
+        self._refused: dict[str, float] = {}
+
+    def configure(self, limit: int, total: int) -> None:
+        """Apply reloaded limits (copies over them go at their next walk or eviction)."""
+        self.limit, self.total = limit, total
+        self._evict()
+
+    @property
+    def relations(self) -> int:
+        """Relations held over all tenants."""
+        return self._held
+
+    def tenants(self) -> int:
+        return len(self._graphs)
+
+    def get(self, tenant: str) -> TenantGraph | None:
+        return self._graphs.get(tenant)
+
+    def refresh(self, tenant: str) -> Refresh | None:
+        """How this walk reads the tenant's changes; None when the tenant is
+        walked by Postgres (too big, tried again after :data:`RETRY_S`)."""
+        if self.limit <= 0 or self.total <= 0:
+            return None
+        until = self._refused.get(tenant)
+        if until is not None:
+            if time.monotonic() < until:
+                return None
+            del self._refused[tenant]
+        graph = self._graphs.get(tenant)
+        if graph is not None:
+            if time.monotonic() - graph.refreshed > STALE_S:
+                self.drop(tenant)
+                graph = None
+            else:
+                self._graphs.move_to_end(tenant)
+        return Refresh(self, tenant, graph)
+
+    def put(self, tenant: str, graph: TenantGraph) -> None:
+        self._graphs[tenant] = graph
+        self.resize(tenant, graph)
+
+    def resize(self, tenant: str, graph: TenantGraph) -> None:
+        size = len(graph.rels)
+        if size > self.limit:
+            self.refuse(tenant)
+            return
+        self._held += size - self._sizes.get(tenant, 0)
+        self._sizes[tenant] = size
+        self._evict(keep=tenant)
+
+    def refuse(self, tenant: str) -> None:
+        """Walk ``tenant`` in Postgres for :data:`RETRY_S`."""
+        self.drop(tenant)
+        self._refused[tenant] = time.monotonic() + RETRY_S
+        if len(self._refused) > 10_000:
+            now = time.monotonic()
+            self._refused = {t: u for t, u in self._refused.items() if u > now}
+
+    def drop(self, tenant: str) -> None:
+        if self._graphs.pop(tenant, None) is not None:
+            self._held -= self._sizes.pop(tenant)
+
+    def _evict(self, keep: str | None = None) -> None:
+        while self._held > self.total and self._graphs:
+            oldest = next(iter(self._graphs))
+            if oldest == keep:
+                if len(self._graphs) == 1:
+                    self.drop(oldest)
+                    return
+                self._graphs.move_to_end(oldest)
+                continue
+            self.drop(oldest)
+
+    def stats(self) -> Mapping[str, int]:
+        return {"tenants": len(self._graphs), "relations": self._held}

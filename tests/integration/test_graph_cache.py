@@ -1,0 +1,284 @@
+"""The graph walked in the service (indexers.graph_cache) against the real embedded Postgres.
+
+The oracle is the walk statement itself (``indexers.graph._walk_sql``, which
+still walks recalls with ``as_of``): on random graphs the copy kept in the
+service must read the same relations in the same order, and a cached
+tenant's recalls must equal an uncached source's after every kind of change
+another process can make.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from config import BraidConfig, load_config
+from deploy.embedded import EmbeddedPostgres
+from indexers.base import Filters, SearchQuery
+from indexers.graph import GraphSource, _walk_sql
+from indexers.graph_cache import CHANGED_SQL, TenantGraph
+from indexers.pgvector import ensure_indexes
+from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
+from tests.api.conftest import fresh_database
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def graph_config(**changes: Any) -> BraidConfig:
+    cfg = load_config()
+    # Name seeding only (no entity is 0.99-similar to a question): the seeds are the names asked.
+    return msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, seed_min_similarity=0.99, **changes))
+
+
+@pytest.fixture(scope="module")
+async def pool(postgres: EmbeddedPostgres) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(fresh_database(postgres), dim=384, min_size=1, max_size=4)
+    await ensure_indexes(pool, load_config())
+    yield pool
+    await pool.close()
+
+
+async def random_graph(pool: AsyncConnectionPool, tenant: str, rng: random.Random) -> list[int]:
+    """40 entities and ~300 relations with tied weights, self loops, derived
+    relations of weight 0, and validity windows past and future; the entity ids."""
+    now = datetime.now(UTC)
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO entities (tenant, name, name_norm, embedding, model)"
+            " SELECT %s, 'E' || i, 'e' || i, array_fill(0.05, ARRAY[384])::vector, 'none'"
+            " FROM generate_series(0, 39) i RETURNING id",
+            (tenant,),
+        )
+        ids = [row[0] for row in await cur.fetchall()]
+        seen = set()
+        rows = []
+        for _ in range(300):
+            src, dst = rng.choice(ids), rng.choice(ids)
+            rel = rng.choice(["knows", "likes", "mentioned_with"])
+            if (src, rel, dst) in seen:
+                continue
+            seen.add((src, rel, dst))
+            window = rng.random()
+            valid_from = now + timedelta(days=1) if window < 0.08 else now - timedelta(days=3) if window < 0.3 else None
+            valid_to = now - timedelta(days=1) if 0.3 <= window < 0.38 else None
+            rows.append(
+                (
+                    tenant,
+                    src,
+                    rel,
+                    dst,
+                    rng.choice([0.0, 0.5, 1.0, 1.0, 2.0, 3.5]),
+                    rng.random() < 0.5,
+                    valid_from,
+                    valid_to,
+                )
+            )
+        async with conn.cursor() as c:
+            await c.executemany(
+                "INSERT INTO relations (tenant, source_id, relation, target_id, weight, derived, valid_from, valid_to)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                rows,
+            )
+    return ids
+
+
+async def statement_walk(
+    pool: AsyncConnectionPool, tenant: str, names: list[str], **params: Any
+) -> tuple[list[Any], list[Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            _walk_sql(False, False, True), {"tenant": tenant, "names": names, "as_of": None, **params}
+        )
+        rows = await cur.fetchall()
+    return [r[1] for r in rows if r[0] is None], [r for r in rows if r[0] is not None]
+
+
+async def cached(pool: AsyncConnectionPool, tenant: str) -> TenantGraph:
+    async with pool.connection() as conn:
+        cur = await conn.execute(CHANGED_SQL, {"tenant": tenant, "since": "0", "limit": 100_000})
+        rows = await cur.fetchall()
+    graph = TenantGraph()
+    graph.apply(rows, (), 1)
+    return graph
+
+
+async def test_the_walk_in_the_service_reads_what_the_statement_reads(pool: AsyncConnectionPool) -> None:
+    checked = 0
+    for seed in range(3):
+        rng = random.Random(seed)
+        tenant = f"walk-{seed}"
+        ids = await random_graph(pool, tenant, rng)
+        graph = await cached(pool, tenant)
+        for _ in range(12):
+            picked = rng.sample(range(40), rng.randint(1, 3))
+            params = {
+                "hops": rng.choice([0, 1, 2, 3]),
+                "fanout": rng.choice([1, 3, 16]),
+                "max_edges": rng.choice([7, 2000]),
+            }
+            seeds, rows = await statement_walk(pool, tenant, [f"e{i}" for i in picked], **params)
+            assert sorted(seeds) == sorted(ids[i] for i in picked)
+            edges = graph.walk(seeds, now=time.time(), **params)
+            # Everything but the names, which the service reads for facts only.
+            assert [e[:6] + e[8:] for e in edges] == [tuple(r[:6]) + (r[8],) for r in rows], params
+            checked += bool(rows)
+    # The comparison is not vacuous: most walks read relations.
+    assert checked >= 24
+
+
+class Writer:
+    def __init__(self, pool: AsyncConnectionPool, embedder: Any) -> None:
+        self.store = PostgresStore(pool)
+        self.embedder = embedder
+
+    async def graph(self, tenant: str, names: list[str], relations: list[RelationInput]) -> None:
+        vectors = await self.embedder.embed(names)
+        entities = [EntityInput(name=n, embedding=v, model=self.embedder.model) for n, v in zip(names, vectors)]
+        await self.store.write_graph(tenant, entities, relations)
+
+    async def memory(self, tenant: str, memory_id: str, content: str, entities: tuple[str, ...]) -> None:
+        (vector,) = await self.embedder.embed([content])
+        await self.store.write_memories(
+            tenant,
+            [
+                MemoryInput(
+                    id=memory_id,
+                    content=content,
+                    kind="note",
+                    tier="session",
+                    created_at=T0,
+                    entities=entities,
+                    embedding=vector,
+                    model=self.embedder.model,
+                )
+            ],
+        )
+
+
+def query(tenant: str, text: str) -> SearchQuery:
+    return SearchQuery(tenant=tenant, text=text, vector=None, limit=20, filters=Filters())
+
+
+async def both(cached_source: GraphSource, statement: GraphSource, q: SearchQuery) -> list[tuple[str, float]]:
+    """The cached source's hits, checked equal to the statement's."""
+    got = [(h.id, round(h.score, 9), h.content) for h in await cached_source.search(q)]
+    want = [(h.id, round(h.score, 9), h.content) for h in await statement.search(q)]
+    assert got == want
+    return [(i, s) for i, s, _ in got]
+
+
+async def test_a_cached_tenant_sees_every_change_another_process_makes(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    cfg = graph_config()
+    source = GraphSource(pool, lambda: cfg)
+    uncached = GraphSource(pool, lambda: graph_config(cache_relations=0))
+    w = Writer(pool, embedder)
+    t = "changes"
+    await w.graph(t, ["Alex", "TypeScript", "Bob"], [RelationInput("Alex", "prefers", "TypeScript")])
+    await w.memory(t, "m-ts", "The web client is typed.", ("TypeScript",))
+    q = query(t, "What does Alex like?")
+
+    first = await both(source, uncached, q)
+    assert source.cache.get(t) is not None, "the first recall loads the tenant"
+    assert [i for i, _ in first if not i.startswith("rel:")] == ["m-ts"]
+
+    # A new relation and a memory behind it (written as another process would).
+    await w.graph(t, ["Alex", "Rust"], [RelationInput("Alex", "learns", "Rust", weight=2.0)])
+    await w.memory(t, "m-rust", "The parser is in Rust.", ("Rust",))
+    hits = await both(source, uncached, q)
+    assert "m-rust" in dict(hits)
+
+    # A weight change re-orders the walk's relations.
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE relations SET weight = 0.1 WHERE tenant = %s AND relation = 'learns'", (t,))
+    after = await both(source, uncached, q)
+    assert dict(after)["m-rust"] < dict(hits)["m-rust"]
+
+    # A relation deleted, then an entity with its relations (a cascade leaves tombstones too).
+    await w.store.delete_relations(t, "Alex", "Rust")
+    assert "m-rust" not in dict(await both(source, uncached, q))
+    await w.store.delete_entity(t, "TypeScript")
+    assert not [i for i, _ in await both(source, uncached, q) if i in ("m-ts", "m-rust")]
+    graph = source.cache.get(t)
+    assert graph is not None and all(r[2] != "prefers" for r in graph.rels.values())
+
+
+async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    source = GraphSource(pool, lambda: graph_config())
+    w = Writer(pool, embedder)
+    t = "in-flight"
+    await w.graph(t, ["Ada", "Lisp", "Prolog"], [RelationInput("Ada", "writes", "Lisp")])
+    q = query(t, "Ada")
+    await source.search(q)
+    async with await psycopg.AsyncConnection.connect(pool.conninfo) as other:
+        # The relation's transaction has its id before the next recall reads a
+        # cursor, and commits after that recall: a cursor taken from the
+        # recall's own snapshot would step over it.
+        cur = await other.execute(
+            "INSERT INTO relations (tenant, source_id, relation, target_id)"
+            " SELECT %s, a.id, 'writes', p.id FROM entities a, entities p"
+            " WHERE a.tenant = %s AND p.tenant = %s AND a.name = 'Ada' AND p.name = 'Prolog' RETURNING id",
+            (t, t, t),
+        )
+        (rid,) = await cur.fetchone()  # type: ignore[misc]
+        # A later transaction completes meanwhile: the newest snapshot's xmax
+        # passes the open one, its xmin does not.
+        await w.graph("in-flight-other", ["Later"], [])
+        facts = {h.content for h in await source.search(q)}
+        assert "Ada writes Prolog." not in facts
+        await other.commit()
+    facts = {h.content for h in await source.search(q)}
+    assert "Ada writes Prolog." in facts
+    graph = source.cache.get(t)
+    assert graph is not None and rid in graph.rels
+
+
+async def test_a_tenant_over_the_limit_is_walked_by_postgres(pool: AsyncConnectionPool, embedder: Any) -> None:
+    source = GraphSource(pool, lambda: graph_config(cache_relations=2))
+    uncached = GraphSource(pool, lambda: graph_config(cache_relations=0))
+    w = Writer(pool, embedder)
+    t = "too-big"
+    await w.graph(
+        t,
+        ["Kim", "Go", "Zig", "Nim"],
+        [RelationInput("Kim", "uses", "Go"), RelationInput("Kim", "uses", "Zig"), RelationInput("Kim", "uses", "Nim")],
+    )
+    q = query(t, "Kim")
+    hits = await both(source, uncached, q)
+    assert len(hits) == 3
+    assert source.cache.get(t) is None and source.cache.relations == 0
+    # Refused for a while: the next recall does not read the tenant whole again.
+    assert source.cache.refresh(t) is None
+
+
+async def test_tombstones_are_kept_for_a_while_then_dropped(pool: AsyncConnectionPool, embedder: Any) -> None:
+    w = Writer(pool, embedder)
+    t = "tombstones"
+    await w.graph(t, ["Old", "New"], [RelationInput("Old", "before", "New"), RelationInput("New", "after", "Old")])
+    assert await w.store.delete_relations(t, "Old", "New") == 1
+    assert await w.store.delete_relations(t, "New", "Old") == 1
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM relation_tombstones WHERE tenant = %s", (t,))
+        assert (await cur.fetchone()) == (2,)
+        await conn.execute(
+            "UPDATE relation_tombstones SET dropped_at = dropped_at - interval '2 hours'"
+            " WHERE tenant = %s AND relation_id = (SELECT min(relation_id) FROM relation_tombstones WHERE tenant = %s)",
+            (t, t),
+        )
+    assert await w.store.drop_tombstones() >= 1
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM relation_tombstones WHERE tenant = %s", (t,))
+        assert (await cur.fetchone()) == (1,)

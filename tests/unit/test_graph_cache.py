@@ -1,0 +1,104 @@
+"""The service's copies of tenants' relations (indexers.graph_cache): merging reads, races, bounds.
+
+Rows are given as ``CHANGED_SQL`` returns them: id, source, target,
+relation, weight, derived, valid_from, valid_to, time. The walk itself is
+checked against Postgres' statement in tests/integration/test_graph_cache.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from indexers.graph_cache import GraphCache, Refresh, TenantGraph
+
+
+def rel(rid: int, src: int, dst: int, weight: float = 1.0, **kw: Any) -> tuple[Any, ...]:
+    return (rid, src, dst, kw.get("relation", "r"), weight, kw.get("derived", False), kw.get("vf"), kw.get("vt"), 0.0)
+
+
+def read(refresh: Refresh | None, cursor: int, rows: list[tuple[Any, ...]], dropped: tuple[int, ...] = ()) -> Any:
+    assert refresh is not None
+    results: list[Any] = [[(str(cursor),)], rows]
+    if len(refresh.reads()) == 3:
+        results.append([(d,) for d in dropped])
+    return refresh.take(results)
+
+
+def walked(graph: TenantGraph, seeds: set[int], overlay: Any = None, fanout: int = 16) -> list[tuple[int, float]]:
+    edges = graph.walk(seeds, hops=2, fanout=fanout, max_edges=100, now=1.0, overlay=overlay)
+    return [(e[0], e[4]) for e in edges]
+
+
+def loaded(cache: GraphCache, tenant: str, rows: list[tuple[Any, ...]], cursor: int = 5) -> TenantGraph:
+    refresh = cache.refresh(tenant)
+    assert refresh is not None and len(refresh.reads()) == 2, "a tenant not kept is read whole (no tombstones)"
+    graph, overlay = read(refresh, cursor, rows)
+    assert overlay is None and cache.get(tenant) is graph
+    return graph
+
+
+def test_a_read_merges_changes_and_deletions_and_moves_the_cursor() -> None:
+    cache = GraphCache(100, 1000)
+    graph = loaded(cache, "t", [rel(1, 10, 11), rel(2, 11, 12, 2.0)])
+    assert walked(graph, {10}) == [(2, 2.0), (1, 1.0)]
+    again, overlay = read(cache.refresh("t"), 9, [rel(1, 10, 11, 5.0), rel(3, 10, 13, 0.5)], dropped=(2,))
+    assert again is graph and overlay is None
+    assert graph.cursor == 9 and sorted(graph.rels) == [1, 3]
+    assert walked(graph, {10}) == [(1, 5.0), (3, 0.5)]
+    assert cache.relations == 2
+
+
+def test_a_read_that_raced_a_merged_one_is_laid_over_and_leaves_the_copy_alone() -> None:
+    cache = GraphCache(100, 1000)
+    graph = loaded(cache, "t", [rel(1, 10, 11), rel(2, 10, 12)])
+    first, second = cache.refresh("t"), cache.refresh("t")
+    # The first back is merged: nothing was merged while it was out.
+    _, overlay = read(first, 8, [rel(1, 10, 11, 3.0)])
+    assert overlay is None and graph.rels[1][3] == 3.0
+    # The second, maybe older, must not overwrite it (even with the same cursor): its walk sees its own rows.
+    same, overlay = read(second, 8, [rel(1, 10, 11, 2.0), rel(4, 12, 13, 0.25)], dropped=(2,))
+    assert same is graph and overlay is not None
+    assert graph.rels[1][3] == 3.0 and 2 in graph.rels and 4 not in graph.rels and graph.cursor == 8
+    assert walked(graph, {10}, overlay) == [(1, 2.0)]
+    assert walked(graph, {10}) == [(1, 3.0), (2, 1.0)]
+
+
+def test_the_walk_takes_each_entitys_heaviest_valid_relations_ties_by_id() -> None:
+    graph = TenantGraph()
+    graph.apply(
+        [
+            rel(5, 1, 2, 1.0),
+            rel(3, 3, 1, 1.0),
+            rel(9, 1, 4, 9.0, vt=0.5),  # expired at now = 1.0
+            rel(7, 1, 5, 0.0, derived=True),  # supported by no memory
+            rel(8, 1, 6, 0.0),  # a client's weight 0 is walked
+            rel(2, 2, 7, 4.0),
+        ],
+        (),
+        1,
+    )
+    assert walked(graph, {1}, fanout=2) == [(2, 4.0), (3, 1.0), (5, 1.0)]
+    assert [e[0] for e in graph.walk({1}, hops=0, fanout=16, max_edges=10, now=1.0)] == []
+    assert [e[0] for e in graph.walk({1, 2}, hops=0, fanout=16, max_edges=10, now=1.0)] == [5]
+
+
+def test_a_tenant_or_a_change_over_the_limit_is_refused_for_a_while() -> None:
+    cache = GraphCache(2, 1000)
+    refresh = cache.refresh("big")
+    assert read(refresh, 5, [rel(1, 1, 2), rel(2, 2, 3), rel(3, 3, 4)]) is None
+    assert cache.get("big") is None and cache.refresh("big") is None
+    graph = loaded(cache, "small", [rel(1, 1, 2)])
+    assert read(cache.refresh("small"), 6, [rel(2, 1, 3), rel(3, 1, 4), rel(4, 1, 5)]) is None
+    assert cache.get("small") is None and graph.cursor == 5
+
+
+def test_the_least_recently_walked_tenant_goes_first() -> None:
+    cache = GraphCache(10, 5)
+    loaded(cache, "a", [rel(1, 1, 2), rel(2, 2, 3)])
+    loaded(cache, "b", [rel(1, 1, 2), rel(2, 2, 3)])
+    assert cache.refresh("a") is not None  # a is now the most recent
+    loaded(cache, "c", [rel(1, 1, 2), rel(2, 2, 3)])
+    assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
+    assert cache.relations == 4
+    cache.configure(10, 0)
+    assert cache.tenants() == 0 and cache.refresh("a") is None
