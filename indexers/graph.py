@@ -2,7 +2,10 @@
 
 Two round trips to Postgres a search: the seeds and the walk in one
 statement, the memories in another, each its own transaction scoped to the
-tenant; PageRank runs in Python between them.
+tenant; PageRank runs in Python between them. With ``graph.cacheRelations``
+the walk runs in this process instead, over the tenant's relations kept
+here (:mod:`indexers.graph_cache`): the first round trip then brings the
+seeds and what changed in the tenant's relations since the last read.
 
 1. **Seeds.** Entities the query names (its 1-4 word n-grams against the
    normalised entity names, weight 1.0) plus the nearest entities by vector
