@@ -60,7 +60,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
-from .graph_cache import Edge, GraphCache
+from .graph_cache import Edge, GraphCache, Overlay, TenantGraph
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
 from .pgvector import nearest_sql, search_settings
@@ -282,7 +282,7 @@ class GraphSource(PoolSource):
         walked here)."""
         cfg = self._get_config()
         try:
-            seeds, edges = await self._walk(cfg, query)
+            seeds, edges, kept = await self._walk(cfg, query)
             if not seeds:
                 return []
             ppr = await _pagerank([(e[1], e[2], e[4]) for e in edges], seeds, cfg.graph.damping)
@@ -290,7 +290,7 @@ class GraphSource(PoolSource):
             share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
             stated = self._stated(cfg, query, edges)
             unnamed = sorted({end for e in stated if e[6] is None for end in (e[1], e[2])})
-            memories, names = await self._memories(cfg, query, ppr, unnamed)
+            memories, names = await self._memories(cfg, query, ppr, unnamed, kept)
             hits = above_share(self._facts(cfg, query, stated, ppr, names), share)
             hits += above_share(memories, share)
         except psycopg.Error as exc:
@@ -298,10 +298,13 @@ class GraphSource(PoolSource):
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[: query.limit]
 
-    async def _walk(self, cfg: BraidConfig, query: SearchQuery) -> tuple[dict[int, float], list[_Edge]]:
+    async def _walk(
+        self, cfg: BraidConfig, query: SearchQuery
+    ) -> tuple[dict[int, float], list[_Edge], tuple[TenantGraph, Overlay | None] | None]:
         """The seeds (entity id -> weight) and the relations the walk reached,
         heaviest first: walked here from the tenant's relations kept in this
-        process when the cache takes the recall, else by one statement."""
+        process when the cache takes the recall (then also the copy walked,
+        for the memory step), else by one statement."""
         seeded = query.vector is not None and cfg.graph.seed_limit > 0
         hops = cfg.graph.max_hops if query.hops is None else query.hops
         params: dict[str, Any] = {
@@ -348,7 +351,7 @@ class GraphSource(PoolSource):
                     now=now,
                     overlay=overlay,
                 )
-                return seeds, edges
+                return seeds, edges, taken
         (rows,) = await tenant_reads(
             self._pool,
             query.tenant,
@@ -363,7 +366,7 @@ class GraphSource(PoolSource):
             else:
                 edges.append(row)
         # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
-        return dict(sorted(seeds.items())), edges
+        return dict(sorted(seeds.items())), edges, None
 
     def _stated(self, cfg: BraidConfig, query: SearchQuery, edges: list[_Edge]) -> list[_Edge]:
         """The walked relations a client wrote, when the recall's filters let facts in."""
@@ -415,12 +418,23 @@ class GraphSource(PoolSource):
         return hits
 
     async def _memories(
-        self, cfg: BraidConfig, query: SearchQuery, ppr: dict[int, float], unnamed: list[int]
+        self,
+        cfg: BraidConfig,
+        query: SearchQuery,
+        ppr: dict[int, float],
+        unnamed: list[int],
+        kept: tuple[TenantGraph, Overlay | None] | None,
     ) -> tuple[list[Hit], dict[int, str]]:
         """The memories the reached entities pass their PageRank to, and the
-        names of the entities ``unnamed``, in one round trip."""
+        names of the entities ``unnamed``, in one round trip. Scored here from
+        the tenant's mentions kept in this process when the walk was
+        (``kept``) and the recall has no request filters, else by one statement."""
         if not ppr:
             return [], {}
+        if kept is not None and query.filters == Filters():
+            graph, overlay = kept
+            ranked = graph.shares(ppr, cfg.graph.mentions_per_entity, overlay)
+            return await self._ranked_memories(cfg, query, ranked, unnamed)
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -442,6 +456,54 @@ class GraphSource(PoolSource):
         rows, *named = await tenant_reads(self._pool, query.tenant, reads)
         names = {row[0]: row[1] for row in named[0]} if named else {}
         return [hit_from_row(r, float(r["score"])) for r in rows], names
+
+    async def _ranked_memories(
+        self, cfg: BraidConfig, query: SearchQuery, ranked: list[tuple[str, float]], unnamed: list[int]
+    ) -> tuple[list[Hit], dict[int, str]]:
+        """The first ``query.limit`` of the memories ``ranked`` (id, score; best
+        first) that are current and pass the recall's lifecycle rules, read a
+        slice of candidates at a time (the first with the names of ``unnamed``)."""
+        where, params = filter_clause(
+            query.filters,
+            min_confidence=query.min_confidence,
+            memory_tiers=cfg.memory_tiers,
+            forgetting=Forgetting.from_config(cfg),
+        )
+        params["tenant"] = query.tenant
+        sql = _ranked_sql(where)
+        step = max(2 * query.limit, _RANKED_SLICE)
+        hits: list[Hit] = []
+        names: dict[int, str] = {}
+        for start in range(0, max(len(ranked), 1), step):
+            part = ranked[start : start + step]
+            reads = [Read(sql, {**params, "ids": [mid for mid, _ in part]}, dict_row)]
+            if unnamed and start == 0:
+                reads.append(Read(_NAMES_SQL, {"tenant": query.tenant, "ids": unnamed}))
+            rows, *named = await tenant_reads(self._pool, query.tenant, reads)
+            if named:
+                names = {row[0]: row[1] for row in named[0]}
+            found = {r["id"]: r for r in rows}
+            hits += [hit_from_row(found[mid], score) for mid, score in part if mid in found]
+            if len(hits) >= query.limit:
+                break
+        return hits[: query.limit], names
+
+
+#: Candidates a ranked read asks Postgres about at least (``2 x limit`` when more).
+_RANKED_SLICE = 64
+
+
+@functools.cache
+def _ranked_sql(where: str) -> str:
+    """The memories ``%(ids)s`` that match ``where`` (the recall's lifecycle rules)."""
+    return f"""
+        SELECT {HIT_COLUMNS}
+        FROM unnest(%(ids)s::text[]) AS r(memory_id)
+        CROSS JOIN LATERAL (
+            SELECT * FROM memories m
+            WHERE m.tenant = %(tenant)s AND m.id = r.memory_id AND {where}
+        ) m
+        """
 
 
 def _memories_sql(filters: Filters, where: str) -> str:

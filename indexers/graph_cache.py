@@ -20,7 +20,7 @@ recall began is missed by it (read-your-writes, across processes).
 other read was merged while it was out (it was sent after every merged read
 came back, so its snapshot is newer than theirs); a recall whose read raced
 another's walks the shared copy with its own changes laid over it
-(:class:`_Overlay`) and leaves the copy as it is, so an older read never
+(:class:`Overlay`) and leaves the copy as it is, so an older read never
 overwrites a newer one.
 
 **Bounded.** A tenant with more than ``graph.cacheRelations`` relations (or
@@ -44,9 +44,14 @@ __all__ = [
     "CHANGED_SQL",
     "CURSOR_SQL",
     "DROPPED_SQL",
+    "MENTIONED_SQL",
     "RETRY_S",
     "STALE_S",
+    "UNMENTIONED_SQL",
+    "Delta",
+    "Edge",
     "GraphCache",
+    "Overlay",
     "Refresh",
     "TenantGraph",
 ]
@@ -67,6 +72,20 @@ CHANGED_SQL = """
 
 #: The ids of the tenant's relations deleted at or after the cursor ``%(since)s``.
 DROPPED_SQL = "SELECT relation_id FROM relation_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
+
+#: The tenant's mentions made at or after the cursor ``%(since)s``, at most
+#: ``%(limit)s``: entity id, memory id, the memory's time (epoch seconds).
+MENTIONED_SQL = """
+    SELECT entity_id, memory_id, extract(epoch FROM created_at)::float8
+    FROM mentions
+    WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8
+    LIMIT %(limit)s
+"""
+
+#: The tenant's mentions deleted at or after the cursor ``%(since)s``: entity id, memory id.
+UNMENTIONED_SQL = (
+    "SELECT entity_id, memory_id FROM mention_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
+)
 
 #: How long a tenant too big for the cache is walked by Postgres before it is tried again.
 RETRY_S = 300.0
@@ -102,14 +121,43 @@ def _valid(rel: Rel, now: float) -> bool:
     )
 
 
-class _Overlay:
+def _newest_first(mentioned: Mapping[str, float]) -> list[str]:
+    """Memory ids by time, newest first, ties by id descending (the mentions index's order)."""
+    return sorted(mentioned, key=lambda m: (mentioned[m], m), reverse=True)
+
+
+class Delta:
+    """One read's results: the relations and mentions written and deleted
+    since its cursor, and the cursor for the next read."""
+
+    __slots__ = ("cursor", "dropped", "mentioned", "rows", "unmentioned")
+
+    def __init__(
+        self,
+        cursor: int,
+        rows: Sequence[Sequence[Any]],
+        mentioned: Sequence[Sequence[Any]],
+        dropped: Sequence[int] = (),
+        unmentioned: Sequence[Sequence[Any]] = (),
+    ) -> None:
+        self.cursor = cursor
+        self.rows = rows
+        self.mentioned = mentioned
+        self.dropped = dropped
+        self.unmentioned = unmentioned
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.mentioned) + len(self.dropped) + len(self.unmentioned)
+
+
+class Overlay:
     """One read's changes laid over the shared copy, for its own walk only."""
 
-    __slots__ = ("dropped", "incident", "rels")
+    __slots__ = ("dropped", "incident", "mentions", "rels")
 
-    def __init__(self, graph: TenantGraph, rows: Sequence[Sequence[Any]], dropped: Iterable[int]) -> None:
-        self.rels: dict[int, Rel] = {row[0]: tuple(row[1:]) for row in rows}
-        self.dropped = set(dropped)
+    def __init__(self, graph: TenantGraph, delta: Delta) -> None:
+        self.dropped = set(delta.dropped)
+        self.rels: dict[int, Rel] = {row[0]: tuple(row[1:]) for row in delta.rows}
         # The entities whose relations changed, with the relations the shared copy lacks.
         self.incident: dict[int, list[int]] = {}
         for rid, rel in self.rels.items():
@@ -123,12 +171,19 @@ class _Overlay:
             if old is not None:
                 self.incident.setdefault(old[_SRC], [])
                 self.incident.setdefault(old[_DST], [])
+        # Entity -> its mentions as this read has them, for the entities whose mentions changed.
+        self.mentions: dict[int, dict[str, float]] = {}
+        for eid, mid in delta.unmentioned:
+            self.mentions.setdefault(eid, dict(graph.mentions.get(eid, {}))).pop(mid, None)
+        for eid, mid, at in delta.mentioned:
+            self.mentions.setdefault(eid, dict(graph.mentions.get(eid, {})))[mid] = at
 
 
 class TenantGraph:
-    """One tenant's relations, each entity's incident relations, and the cursor they are current to."""
+    """One tenant's relations and mentions, each entity's incident relations,
+    and the cursor they are current to."""
 
-    __slots__ = ("applied", "cursor", "incident", "order", "refreshed", "rels")
+    __slots__ = ("applied", "cursor", "incident", "mentions", "newest", "order", "refreshed", "rels")
 
     def __init__(self) -> None:
         self.rels: dict[int, Rel] = {}
@@ -136,31 +191,29 @@ class TenantGraph:
         self.incident: dict[int, list[int]] = {}
         #: Entity -> :attr:`incident` heaviest first (ties by id), made when first walked after a change.
         self.order: dict[int, list[int]] = {}
+        #: Entity -> memory id -> the memory's time: every memory that mentions it.
+        self.mentions: dict[int, dict[str, float]] = {}
+        #: Entity -> :attr:`mentions` newest first, made when first read after a change.
+        self.newest: dict[int, list[str]] = {}
         self.cursor = 0
-        #: How many reads were merged: a read sent after the last merge is newer than all of them.
+        #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
         self.refreshed = 0.0
 
-    def apply(self, rows: Sequence[Sequence[Any]], dropped: Iterable[int], cursor: int) -> None:
-        """Merge one read: ``rows`` as :data:`CHANGED_SQL` gives them, the ids ``dropped``."""
+    def __len__(self) -> int:
+        """Relations and mentions held."""
+        return len(self.rels) + sum(len(m) for m in self.mentions.values())
+
+    def apply(self, delta: Delta) -> None:
+        """Merge one read. Deletions first: a row read is the newest word on its key
+        (a memory rewritten in one transaction deletes its mentions and makes them again)."""
         rels, incident, order = self.rels, self.incident, self.order
-        for row in rows:
-            rid = row[0]
-            rel: Rel = tuple(row[1:])
-            old = rels.get(rid)
-            if old == rel:
-                continue
-            rels[rid] = rel
-            # A relation's ends never change: an update only re-orders them.
-            if old is None:
-                incident.setdefault(rel[_SRC], []).append(rid)
-                incident.setdefault(rel[_DST], []).append(rid)
-            order.pop(rel[_SRC], None)
-            order.pop(rel[_DST], None)
-        for rid in dropped:
+        changed = False
+        for rid in delta.dropped:
             old = rels.pop(rid, None)
             if old is None:
                 continue
+            changed = True
             for end in (old[_SRC], old[_DST]):
                 ids = incident.get(end)
                 if ids is not None:
@@ -168,11 +221,40 @@ class TenantGraph:
                     if not ids:
                         del incident[end]
                 order.pop(end, None)
-        self.cursor = cursor
-        self.applied += 1
+        for row in delta.rows:
+            rid = row[0]
+            rel: Rel = tuple(row[1:])
+            old = rels.get(rid)
+            if old == rel:
+                continue
+            changed = True
+            rels[rid] = rel
+            # A relation's ends never change: an update only re-orders them.
+            if old is None:
+                incident.setdefault(rel[_SRC], []).append(rid)
+                incident.setdefault(rel[_DST], []).append(rid)
+            order.pop(rel[_SRC], None)
+            order.pop(rel[_DST], None)
+        mentions, newest = self.mentions, self.newest
+        for eid, mid in delta.unmentioned:
+            held = mentions.get(eid)
+            if held is not None and held.pop(mid, None) is not None:
+                changed = True
+                newest.pop(eid, None)
+                if not held:
+                    del mentions[eid]
+        for eid, mid, at in delta.mentioned:
+            held = mentions.setdefault(eid, {})
+            if held.get(mid) != at:
+                changed = True
+                held[mid] = at
+                newest.pop(eid, None)
+        self.cursor = delta.cursor
+        if changed:
+            self.applied += 1
         self.refreshed = time.monotonic()
 
-    def _sorted(self, entity: int, overlay: _Overlay | None) -> list[int]:
+    def _sorted(self, entity: int, overlay: Overlay | None) -> list[int]:
         if overlay is None or entity not in overlay.incident:
             ids = self.order.get(entity)
             if ids is None:
@@ -192,7 +274,7 @@ class TenantGraph:
         fanout: int,
         max_edges: int,
         now: float,
-        overlay: _Overlay | None = None,
+        overlay: Overlay | None = None,
     ) -> list[Edge]:
         """The relations the walk statement reads (its bounded form,
         ``graph.fanout`` > 0), heaviest first, ties by id, at most
@@ -238,6 +320,36 @@ class TenantGraph:
             for rid, rel in chosen[:max_edges]
         ]
 
+    def shares(
+        self, ppr: Mapping[int, float], per_entity: int, overlay: Overlay | None = None
+    ) -> list[tuple[str, float]]:
+        """The memories the entities ``ppr`` pass their PageRank to, best
+        first (ties by id), as the memory statement without request filters
+        scores them (``indexers.graph._memories_sql``): each entity's score
+        split evenly over every memory that mentions it, of which its
+        ``per_entity`` newest receive their share; a memory's shares summed
+        in entity id order (so ties are exact, as in the statement)."""
+        scores: dict[str, float] = {}
+        own = overlay.mentions if overlay is not None else {}
+        for eid in sorted(ppr):
+            mentioned = own.get(eid)
+            if mentioned is not None:
+                ids = _newest_first(mentioned)
+            else:
+                mentioned = self.mentions.get(eid)
+                if not mentioned:
+                    continue
+                kept = self.newest.get(eid)
+                if kept is None:
+                    kept = self.newest[eid] = _newest_first(mentioned)
+                ids = kept
+            if not ids:
+                continue
+            share = ppr[eid] / len(ids)
+            for mid in ids[:per_entity]:
+                scores[mid] = scores.get(mid, 0.0) + share
+        return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
 
 class Refresh:
     """One walk's read of what changed: the statements to send (:meth:`reads`,
@@ -253,36 +365,48 @@ class Refresh:
         self._applied = graph.applied if graph is not None else 0
 
     def reads(self) -> list[Read]:
+        """The cursor, then the deletions (a tenant not kept yet has none to
+        read), then the rows: each statement's snapshot is newer than the one
+        before, so the rows read are the newest word on their keys."""
         params = {"tenant": self._tenant, "since": str(self._since), "limit": self._cache.limit + 1}
-        reads = [Read(CURSOR_SQL), Read(CHANGED_SQL, params)]
+        reads = [Read(CURSOR_SQL)]
         if self._graph is not None:
-            reads.append(Read(DROPPED_SQL, params))
-        return reads
+            reads += [Read(DROPPED_SQL, params), Read(UNMENTIONED_SQL, params)]
+        return [*reads, Read(CHANGED_SQL, params), Read(MENTIONED_SQL, params)]
 
-    def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, _Overlay | None] | None:
+    def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, Overlay | None] | None:
         """The copy to walk, with this read's changes merged into it, or laid
-        over it when another read was merged meanwhile; None when the tenant
-        (or this change) is too big to keep: walk in Postgres instead."""
-        (cursor_row,), rows, *more = results
+        over it when another read changed the copy meanwhile; None when the
+        tenant (or this change) is too big to keep: walk in Postgres instead."""
+        (cursor_row,), *rest = results
         cursor = int(cursor_row[0])
-        dropped = [row[0] for row in more[0]] if more else []
+        if self._graph is not None:
+            dropped, unmentioned, rows, mentioned = rest
+            delta = Delta(cursor, rows, mentioned, [row[0] for row in dropped], unmentioned)
+        else:
+            rows, mentioned = rest
+            delta = Delta(cursor, rows, mentioned)
         cache, graph = self._cache, self._graph
-        if len(rows) > cache.limit:
+        if len(rows) > cache.limit or len(mentioned) > cache.limit:
             cache.refuse(self._tenant)
             return None
         if graph is None:
             graph = TenantGraph()
-            graph.apply(rows, (), cursor)
+            graph.apply(delta)
             # Another recall may have loaded it meanwhile: this read, the whole
             # tenant, is walked as read and the copy already kept stays.
             if cache.get(self._tenant) is None:
                 cache.put(self._tenant, graph)
             return graph, None
         if graph.applied == self._applied and cache.get(self._tenant) is graph:
-            graph.apply(rows, dropped, cursor)
+            graph.apply(delta)
             cache.resize(self._tenant, graph)
             return graph, None
-        return graph, _Overlay(graph, rows, dropped)
+        if not len(delta):
+            # Nothing changed since this read's cursor as it saw it: whatever
+            # was merged meanwhile is newer than its snapshot.
+            return graph, None
+        return graph, Overlay(graph, delta)
 
 
 class GraphCache:
@@ -336,7 +460,7 @@ class GraphCache:
         self.resize(tenant, graph)
 
     def resize(self, tenant: str, graph: TenantGraph) -> None:
-        size = len(graph.rels)
+        size = len(graph)
         if size > self.limit:
             self.refuse(tenant)
             return

@@ -191,6 +191,7 @@ TENANT_TABLES = (
     "relation_support",
     "entity_degrees",
     "relation_tombstones",
+    "mention_tombstones",
 )
 TENANT_ROLE = "braid_tenant"
 
@@ -513,18 +514,20 @@ def _v20(dim: int) -> list[sql.Composable]:
 
 
 def _v21(dim: int) -> list[sql.Composable]:
-    """What changed in a tenant's relations, and since when, so that a service
-    process can keep a tenant's graph in memory and read only the changes
-    (:mod:`indexers.graph_cache`).
+    """What changed in a tenant's relations and mentions, and since when, so
+    that a service process can keep a tenant's graph in memory and read only
+    the changes (:mod:`indexers.graph_cache`).
 
     ``relations.changed`` is the id of the transaction that last wrote the
     row (set on insert by its default, on update by a trigger, whatever the
-    statement); a deleted relation leaves its id in ``relation_tombstones``
-    (a trigger again, cascades included), kept for an hour by the lifecycle
-    sweep. A reader that notes ``pg_snapshot_xmin`` of a snapshot taken
-    before it reads the rows changed at or after the xmin it noted last time
-    misses no committed change: a transaction it did not see then either
-    committed before that snapshot or has an id at least its xmin."""
+    statement), ``mentions.changed`` the one that made it (mentions are
+    never updated); a deleted relation leaves its id in
+    ``relation_tombstones``, a deleted mention its entity and memory in
+    ``mention_tombstones`` (triggers again, cascades included), kept for an
+    hour by the sweeper. A reader that notes ``pg_snapshot_xmin`` of a
+    snapshot taken before it reads the rows changed at or after the xmin it
+    noted last time misses no committed change: a transaction it did not see
+    then either committed before that snapshot or has an id at least its xmin."""
     return [
         sql.SQL("ALTER TABLE relations ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
         sql.SQL("CREATE INDEX relations_tenant_changed ON relations (tenant, changed)"),
@@ -567,6 +570,36 @@ def _v21(dim: int) -> list[sql.Composable]:
             " FOR EACH ROW EXECUTE FUNCTION braid_relation_dropped()"
         ),
         *_tenant_policy("relation_tombstones"),
+        sql.SQL("ALTER TABLE mentions ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
+        sql.SQL("CREATE INDEX mentions_tenant_changed ON mentions (tenant, changed)"),
+        sql.SQL(
+            """
+            CREATE TABLE mention_tombstones (
+                tenant      text        NOT NULL,
+                entity_id   bigint      NOT NULL,
+                memory_id   text        NOT NULL,
+                changed     xid8        NOT NULL DEFAULT pg_current_xact_id(),
+                dropped_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+            )
+            """
+        ),
+        sql.SQL("CREATE INDEX mention_tombstones_tenant_changed ON mention_tombstones (tenant, changed)"),
+        sql.SQL("CREATE INDEX mention_tombstones_dropped ON mention_tombstones (dropped_at)"),
+        sql.SQL(
+            """
+            CREATE FUNCTION braid_mention_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO mention_tombstones (tenant, entity_id, memory_id)
+                VALUES (OLD.tenant, OLD.entity_id, OLD.memory_id);
+                RETURN OLD;
+            END $$
+            """
+        ),
+        sql.SQL(
+            "CREATE TRIGGER mentions_dropped AFTER DELETE ON mentions"
+            " FOR EACH ROW EXECUTE FUNCTION braid_mention_dropped()"
+        ),
+        *_tenant_policy("mention_tombstones"),
     ]
 
 

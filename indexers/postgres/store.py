@@ -504,16 +504,18 @@ class PostgresStore(GraphWrites):
         return dict(Counter(tenants))
 
     async def drop_tombstones(self) -> int:
-        """Delete the deleted relations' ids older than :data:`TOMBSTONE_KEEP`
+        """Delete the tombstones of relations and mentions older than :data:`TOMBSTONE_KEEP`
         (:mod:`indexers.graph_cache`: every service process
         reads its tenants' changes, tombstones included, more often than
         that); return how many went."""
+        dropped = 0
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "DELETE FROM relation_tombstones WHERE dropped_at < clock_timestamp() - %s::interval",
-                (TOMBSTONE_KEEP,),
-            )
-            return cur.rowcount
+            for table in ("relation_tombstones", "mention_tombstones"):
+                cur = await conn.execute(
+                    f"DELETE FROM {table} WHERE dropped_at < clock_timestamp() - %s::interval", (TOMBSTONE_KEEP,)
+                )
+                dropped += cur.rowcount
+        return dropped
 
     async def fetch_records(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], MemoryRecord]:
         """Current rows for (tenant, id) pairs; missing ones are absent."""

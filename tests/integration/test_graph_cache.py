@@ -24,7 +24,7 @@ from config import BraidConfig, load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, SearchQuery
 from indexers.graph import GraphSource, _walk_sql
-from indexers.graph_cache import CHANGED_SQL, TenantGraph
+from indexers.graph_cache import CHANGED_SQL, Delta, TenantGraph
 from indexers.pgvector import ensure_indexes
 from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
 from tests.api.conftest import fresh_database
@@ -108,7 +108,7 @@ async def cached(pool: AsyncConnectionPool, tenant: str) -> TenantGraph:
         cur = await conn.execute(CHANGED_SQL, {"tenant": tenant, "since": "0", "limit": 100_000})
         rows = await cur.fetchall()
     graph = TenantGraph()
-    graph.apply(rows, (), 1)
+    graph.apply(Delta(1, rows, []))
     return graph
 
 
@@ -146,7 +146,9 @@ class Writer:
         entities = [EntityInput(name=n, embedding=v, model=self.embedder.model) for n, v in zip(names, vectors)]
         await self.store.write_graph(tenant, entities, relations)
 
-    async def memory(self, tenant: str, memory_id: str, content: str, entities: tuple[str, ...]) -> None:
+    async def memory(
+        self, tenant: str, memory_id: str, content: str, entities: tuple[str, ...], created_at: datetime = T0
+    ) -> None:
         (vector,) = await self.embedder.embed([content])
         await self.store.write_memories(
             tenant,
@@ -156,7 +158,7 @@ class Writer:
                     content=content,
                     kind="note",
                     tier="session",
-                    created_at=T0,
+                    created_at=created_at,
                     entities=entities,
                     embedding=vector,
                     model=self.embedder.model,
@@ -165,8 +167,8 @@ class Writer:
         )
 
 
-def query(tenant: str, text: str) -> SearchQuery:
-    return SearchQuery(tenant=tenant, text=text, vector=None, limit=20, filters=Filters())
+def query(tenant: str, text: str, limit: int = 20) -> SearchQuery:
+    return SearchQuery(tenant=tenant, text=text, vector=None, limit=limit, filters=Filters())
 
 
 async def both(cached_source: GraphSource, statement: GraphSource, q: SearchQuery) -> list[tuple[str, float]]:
@@ -205,6 +207,12 @@ async def test_a_cached_tenant_sees_every_change_another_process_makes(
     after = await both(source, uncached, q)
     assert dict(after)["m-rust"] < dict(hits)["m-rust"]
 
+    # A memory deleted: its mentions go with it.
+    await w.memory(t, "m-rust-2", "Rust again.", ("Rust",))
+    assert "m-rust-2" in dict(await both(source, uncached, q))
+    assert await w.store.delete_memory(t, "m-rust-2") is not None
+    assert "m-rust-2" not in dict(await both(source, uncached, q))
+
     # A relation deleted, then an entity with its relations (a cascade leaves tombstones too).
     await w.store.delete_relations(t, "Alex", "Rust")
     assert "m-rust" not in dict(await both(source, uncached, q))
@@ -212,6 +220,30 @@ async def test_a_cached_tenant_sees_every_change_another_process_makes(
     assert not [i for i, _ in await both(source, uncached, q) if i in ("m-ts", "m-rust")]
     graph = source.cache.get(t)
     assert graph is not None and all(r[2] != "prefers" for r in graph.rels.values())
+
+
+async def test_memories_scored_in_the_service_are_the_statements(pool: AsyncConnectionPool, embedder: Any) -> None:
+    rng = random.Random(7)
+    t = "memory-step"
+    await random_graph(pool, t, rng)
+    w = Writer(pool, embedder)
+    # Entities named by many memories (past the cap of 3 below), times that tie, a superseded memory.
+    for i in range(60):
+        named = tuple(f"E{j}" for j in rng.sample(range(12), rng.randint(1, 3)))
+        await w.memory(t, f"m{i:03d}", f"memory {i}", named, created_at=T0 + timedelta(hours=rng.randint(0, 4)))
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE memories SET superseded_at = now() WHERE tenant = %s AND id = 'm007'", (t,))
+    for cap in (3, 100):
+        source = GraphSource(pool, lambda cap=cap: graph_config(mentions_per_entity=cap))  # type: ignore[misc]
+        uncached = GraphSource(pool, lambda cap=cap: graph_config(mentions_per_entity=cap, cache_relations=0))  # type: ignore[misc]
+        scored = 0
+        for _ in range(15):
+            names = " ".join(f"E{j}" for j in rng.sample(range(14), rng.randint(1, 3)))
+            # Past the facts (half the random relations are a client's): the memories.
+            hits = await both(source, uncached, query(t, names, limit=300))
+            scored += sum(1 for i, _ in hits if i.startswith("m"))
+        assert source.cache.get(t) is not None and scored > 30
+        assert "m007" not in {i for i, _ in hits}
 
 
 async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(

@@ -9,19 +9,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexers.graph_cache import GraphCache, Refresh, TenantGraph
+from indexers.graph_cache import Delta, GraphCache, Refresh, TenantGraph
 
 
 def rel(rid: int, src: int, dst: int, weight: float = 1.0, **kw: Any) -> tuple[Any, ...]:
     return (rid, src, dst, kw.get("relation", "r"), weight, kw.get("derived", False), kw.get("vf"), kw.get("vt"), 0.0)
 
 
-def read(refresh: Refresh | None, cursor: int, rows: list[tuple[Any, ...]], dropped: tuple[int, ...] = ()) -> Any:
+def read(
+    refresh: Refresh | None,
+    cursor: int,
+    rows: list[tuple[Any, ...]],
+    dropped: tuple[int, ...] = (),
+    mentioned: list[tuple[int, str, float]] | None = None,
+    unmentioned: list[tuple[int, str]] | None = None,
+) -> Any:
+    """``refresh`` taken with these results, in the order of its reads."""
     assert refresh is not None
-    results: list[Any] = [[(str(cursor),)], rows]
-    if len(refresh.reads()) == 3:
-        results.append([(d,) for d in dropped])
-    return refresh.take(results)
+    results: list[Any] = [[(str(cursor),)]]
+    if len(refresh.reads()) == 5:
+        results += [[(d,) for d in dropped], unmentioned or []]
+    return refresh.take([*results, rows, mentioned or []])
 
 
 def walked(graph: TenantGraph, seeds: set[int], overlay: Any = None, fanout: int = 16) -> list[tuple[int, float]]:
@@ -31,7 +39,7 @@ def walked(graph: TenantGraph, seeds: set[int], overlay: Any = None, fanout: int
 
 def loaded(cache: GraphCache, tenant: str, rows: list[tuple[Any, ...]], cursor: int = 5) -> TenantGraph:
     refresh = cache.refresh(tenant)
-    assert refresh is not None and len(refresh.reads()) == 2, "a tenant not kept is read whole (no tombstones)"
+    assert refresh is not None and len(refresh.reads()) == 3, "a tenant not kept is read whole (no tombstones)"
     graph, overlay = read(refresh, cursor, rows)
     assert overlay is None and cache.get(tenant) is graph
     return graph
@@ -66,16 +74,18 @@ def test_a_read_that_raced_a_merged_one_is_laid_over_and_leaves_the_copy_alone()
 def test_the_walk_takes_each_entitys_heaviest_valid_relations_ties_by_id() -> None:
     graph = TenantGraph()
     graph.apply(
-        [
-            rel(5, 1, 2, 1.0),
-            rel(3, 3, 1, 1.0),
-            rel(9, 1, 4, 9.0, vt=0.5),  # expired at now = 1.0
-            rel(7, 1, 5, 0.0, derived=True),  # supported by no memory
-            rel(8, 1, 6, 0.0),  # a client's weight 0 is walked
-            rel(2, 2, 7, 4.0),
-        ],
-        (),
-        1,
+        Delta(
+            1,
+            [
+                rel(5, 1, 2, 1.0),
+                rel(3, 3, 1, 1.0),
+                rel(9, 1, 4, 9.0, vt=0.5),  # expired at now = 1.0
+                rel(7, 1, 5, 0.0, derived=True),  # supported by no memory
+                rel(8, 1, 6, 0.0),  # a client's weight 0 is walked
+                rel(2, 2, 7, 4.0),
+            ],
+            [],
+        )
     )
     assert walked(graph, {1}, fanout=2) == [(2, 4.0), (3, 1.0), (5, 1.0)]
     assert [e[0] for e in graph.walk({1}, hops=0, fanout=16, max_edges=10, now=1.0)] == []
@@ -102,3 +112,25 @@ def test_the_least_recently_walked_tenant_goes_first() -> None:
     assert cache.relations == 4
     cache.configure(10, 0)
     assert cache.tenants() == 0 and cache.refresh("a") is None
+
+
+def test_memories_share_their_entities_pagerank_newest_first_and_capped() -> None:
+    cache = GraphCache(100, 1000)
+    graph = loaded(cache, "t", [rel(1, 10, 11)])
+    mentioned = [(10, "a", 3.0), (10, "b", 2.0), (10, "c", 2.0), (11, "b", 1.0)]
+    again, overlay = read(cache.refresh("t"), 6, [], mentioned=mentioned)
+    assert again is graph and overlay is None
+    # Entity 10's 0.75 splits over its 3 memories, of which its 2 newest (a, then c before b on a tie) get 0.25 each.
+    assert graph.shares({10: 0.75, 11: 0.5}, per_entity=2) == [("b", 0.5), ("a", 0.25), ("c", 0.25)]
+    # A memory rewritten in one transaction: its mention deleted and made again is kept, with its new time.
+    read(cache.refresh("t"), 7, [], mentioned=[(10, "b", 9.0)], unmentioned=[(10, "b"), (11, "b")])
+    assert graph.mentions == {10: {"a": 3.0, "b": 9.0, "c": 2.0}}
+    assert graph.shares({10: 0.75, 11: 0.5}, per_entity=2) == [("a", 0.25), ("b", 0.25)]
+    # A raced read's mentions are laid over for its own scores only.
+    first, second = cache.refresh("t"), cache.refresh("t")
+    read(first, 8, [], mentioned=[(11, "z", 1.0)])
+    _, overlay = read(second, 8, [], unmentioned=[(10, "a")])
+    assert overlay is not None
+    assert graph.shares({10: 0.75}, per_entity=5, overlay=overlay) == [("b", 0.375), ("c", 0.375)]
+    assert graph.shares({10: 0.75}, per_entity=5) == [("a", 0.25), ("b", 0.25), ("c", 0.25)]
+    assert len(graph) == 1 + 4
