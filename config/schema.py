@@ -222,15 +222,16 @@ class GraphConfig(_Base, frozen=True):
     #: Most entities extracted from one memory (named entities first, then
     #: noun compounds, then head nouns); a client's own entities come on top.
     extract_max_entities: Annotated[int, Meta(ge=1, le=64)] = 16
-    #: The walk in the service (:mod:`indexers.graph_cache`): each process
-    #: keeps the relations of the tenants it recalls in memory, reads only
-    #: what changed since (one more statement in the seeds' round trip), and
-    #: walks them itself; a tenant with more relations than this is walked
-    #: by Postgres, as are recalls with ``as_of`` and ``fanout`` 0. 0 turns
-    #: the cache off.
-    cache_relations: Annotated[int, Meta(ge=0, le=100_000_000)] = 200_000
-    #: Most relations kept over all tenants (least recently recalled go first).
-    cache_total_relations: Annotated[int, Meta(ge=0, le=1_000_000_000)] = 1_000_000
+    #: The graph walked in the service (:mod:`indexers.graph_cache`): each
+    #: process keeps the relations and mentions of the tenants it recalls,
+    #: reads only what changed since (in the seeds' round trip), and walks
+    #: them and scores the memories itself; a tenant with more relations +
+    #: mentions than this is walked by Postgres, as are recalls with
+    #: ``as_of`` and ``fanout`` 0 (request filters send the memory step
+    #: there). 0 turns the cache off.
+    cache_rows: Annotated[int, Meta(ge=0, le=100_000_000)] = 200_000
+    #: Most relations + mentions kept over all tenants (least recently recalled go first).
+    cache_total_rows: Annotated[int, Meta(ge=0, le=1_000_000_000)] = 1_000_000
 
 
 class LifecycleConfig(_Base, frozen=True):

@@ -2,7 +2,7 @@
 
 Two round trips to Postgres a search: the seeds and the walk in one
 statement, the memories in another, each its own transaction scoped to the
-tenant; PageRank runs in Python between them. With ``graph.cacheRelations``
+tenant; PageRank runs in Python between them. With ``graph.cacheRows``
 the walk runs in this process instead, over the tenant's relations kept
 here (:mod:`indexers.graph_cache`): the first round trip then brings the
 seeds and what changed in the tenant's relations since the last read.
@@ -271,7 +271,7 @@ class GraphSource(PoolSource):
         super().__init__(pool, get_config)
         graph = get_config().graph
         #: The tenants' relations this process walks itself (:mod:`indexers.graph_cache`).
-        self.cache = GraphCache(graph.cache_relations, graph.cache_total_relations)
+        self.cache = GraphCache(graph.cache_rows, graph.cache_total_rows)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Two round trips to Postgres, each one transaction scoped to the
@@ -331,8 +331,8 @@ class GraphSource(PoolSource):
             )
         refresh = None
         if query.filters.as_of is None and cfg.graph.fanout > 0:
-            if (self.cache.limit, self.cache.total) != (cfg.graph.cache_relations, cfg.graph.cache_total_relations):
-                self.cache.configure(cfg.graph.cache_relations, cfg.graph.cache_total_relations)
+            if (self.cache.limit, self.cache.total) != (cfg.graph.cache_rows, cfg.graph.cache_total_rows):
+                self.cache.configure(cfg.graph.cache_rows, cfg.graph.cache_total_rows)
             refresh = self.cache.refresh(query.tenant)
         if refresh is not None:
             now = time.time()

@@ -1,34 +1,41 @@
-"""A tenant's relations in the service's memory, kept current by reading what changed.
+"""A tenant's graph in the service's memory, kept current by reading what changed.
 
-The graph source's walk (:mod:`indexers.graph`) reads the same few hundred
-relations for most recalls of a tenant; Postgres spent most of a graph
-recall's CPU finding them again. With ``graph.cacheRelations`` above 0 each
-service process keeps the relations of the tenants it recalls and walks
-them itself, with the walk's rules (:meth:`TenantGraph.walk`: the same
-relations, in the same order, as the statement ``indexers.graph._walk_sql``).
+The graph source (:mod:`indexers.graph`) reads the same relations and
+mentions for most recalls of a tenant: walking the relations, then passing
+the reached entities' PageRank on to the memories that mention them, was
+nearly all of a graph recall's Postgres CPU. With ``graph.cacheRows`` above
+0 each service process keeps the relations and mentions of the tenants it
+recalls and does both itself, by the statements' rules
+(:meth:`TenantGraph.walk`: the relations ``indexers.graph._walk_sql`` reads,
+in its order; :meth:`TenantGraph.shares`: the memories and scores of
+``indexers.graph._memories_sql`` without request filters). Postgres still
+finds the seeds, and the candidates' rows that pass the lifecycle rules.
 
 **Kept current.** Every walk reads, in the round trip that finds its seeds,
-the tenant's relations changed since the cache's cursor and those deleted
-since (migration 21: ``relations.changed``, the id of the transaction that
-last wrote a row, and ``relation_tombstones``), after reading a new cursor:
-``pg_snapshot_xmin`` of a snapshot taken before those reads. A committed
-change the last read did not see was made by a transaction whose id is at
-least that xmin, so it is read again next time; nothing written before a
-recall began is missed by it (read-your-writes, across processes).
+what changed in the tenant's relations and mentions since the copy's
+cursor (migration 21: ``changed``, the id of the transaction that last
+wrote a row, and the tombstones deleted rows leave), after reading a new
+cursor: ``pg_snapshot_xmin`` of a snapshot taken before those reads. A
+committed change the last read did not see was made by a transaction whose
+id is at least that xmin, so it is read again next time; nothing written
+before a recall began is missed by it (read-your-writes, across processes).
+Deletions are read before rows, and merged first: a row read is the newest
+word on its key.
 
 **Concurrent recalls.** A read is merged into the shared copy only when no
-other read was merged while it was out (it was sent after every merged read
-came back, so its snapshot is newer than theirs); a recall whose read raced
-another's walks the shared copy with its own changes laid over it
+other read changed the copy while it was out (it was sent after every such
+read came back, so its snapshot is newer than theirs); a recall whose read
+raced another's walks the shared copy with its own changes laid over it
 (:class:`Overlay`) and leaves the copy as it is, so an older read never
-overwrites a newer one.
+overwrites a newer one. A read that found nothing changed needs neither.
 
-**Bounded.** A tenant with more than ``graph.cacheRelations`` relations (or
-a change bigger than that) is not kept: it is walked by Postgres, and tried
-again after :data:`RETRY_S`. ``graph.cacheTotalRelations`` bounds all
-tenants together, the least recently recalled dropped first. A tenant not
-read for :data:`STALE_S` is read whole again: tombstones are kept twice as long
-(``indexers.postgres.store.TOMBSTONE_KEEP``, dropped by the sweeper).
+**Bounded.** A tenant with more than ``graph.cacheRows`` relations +
+mentions (or a change bigger than that) is not kept: it is walked by
+Postgres, and tried again after :data:`RETRY_S`. ``graph.cacheTotalRows``
+bounds all tenants together, the least recently recalled dropped first. A
+tenant not read for :data:`STALE_S` is read whole again: tombstones are kept
+twice as long (``indexers.postgres.store.TOMBSTONE_KEEP``, dropped by the
+sweeper).
 """
 
 from __future__ import annotations

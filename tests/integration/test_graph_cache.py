@@ -184,7 +184,7 @@ async def test_a_cached_tenant_sees_every_change_another_process_makes(
 ) -> None:
     cfg = graph_config()
     source = GraphSource(pool, lambda: cfg)
-    uncached = GraphSource(pool, lambda: graph_config(cache_relations=0))
+    uncached = GraphSource(pool, lambda: graph_config(cache_rows=0))
     w = Writer(pool, embedder)
     t = "changes"
     await w.graph(t, ["Alex", "TypeScript", "Bob"], [RelationInput("Alex", "prefers", "TypeScript")])
@@ -235,7 +235,7 @@ async def test_memories_scored_in_the_service_are_the_statements(pool: AsyncConn
         await conn.execute("UPDATE memories SET superseded_at = now() WHERE tenant = %s AND id = 'm007'", (t,))
     for cap in (3, 100):
         source = GraphSource(pool, lambda cap=cap: graph_config(mentions_per_entity=cap))  # type: ignore[misc]
-        uncached = GraphSource(pool, lambda cap=cap: graph_config(mentions_per_entity=cap, cache_relations=0))  # type: ignore[misc]
+        uncached = GraphSource(pool, lambda cap=cap: graph_config(mentions_per_entity=cap, cache_rows=0))  # type: ignore[misc]
         scored = 0
         for _ in range(15):
             names = " ".join(f"E{j}" for j in rng.sample(range(14), rng.randint(1, 3)))
@@ -279,8 +279,8 @@ async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(
 
 
 async def test_a_tenant_over_the_limit_is_walked_by_postgres(pool: AsyncConnectionPool, embedder: Any) -> None:
-    source = GraphSource(pool, lambda: graph_config(cache_relations=2))
-    uncached = GraphSource(pool, lambda: graph_config(cache_relations=0))
+    source = GraphSource(pool, lambda: graph_config(cache_rows=2))
+    uncached = GraphSource(pool, lambda: graph_config(cache_rows=0))
     w = Writer(pool, embedder)
     t = "too-big"
     await w.graph(
