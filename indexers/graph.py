@@ -60,7 +60,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
-from .graph_cache import Edge, GraphCache, Overlay, TenantGraph
+from .graph_cache import Edge, GraphCache, Overlay, TenantGraph, best
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
 from .pgvector import nearest_sql, search_settings
@@ -433,8 +433,8 @@ class GraphSource(PoolSource):
             return [], {}
         if kept is not None and query.filters == Filters():
             graph, overlay = kept
-            ranked = graph.shares(ppr, cfg.graph.mentions_per_entity, overlay)
-            return await self._ranked_memories(cfg, query, ranked, unnamed)
+            scores = graph.shares(ppr, cfg.graph.mentions_per_entity, overlay)
+            return await self._ranked_memories(cfg, query, scores, unnamed)
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -458,11 +458,12 @@ class GraphSource(PoolSource):
         return [hit_from_row(r, float(r["score"])) for r in rows], names
 
     async def _ranked_memories(
-        self, cfg: BraidConfig, query: SearchQuery, ranked: list[tuple[str, float]], unnamed: list[int]
+        self, cfg: BraidConfig, query: SearchQuery, scores: dict[str, float], unnamed: list[int]
     ) -> tuple[list[Hit], dict[int, str]]:
-        """The first ``query.limit`` of the memories ``ranked`` (id, score; best
-        first) that are current and pass the recall's lifecycle rules, read a
-        slice of candidates at a time (the first with the names of ``unnamed``)."""
+        """The first ``query.limit`` of the memories ``scores`` ranks (best
+        first, ties by id) that are current and pass the recall's lifecycle
+        rules, read a slice of candidates at a time (the first with the names
+        of ``unnamed``)."""
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -472,9 +473,11 @@ class GraphSource(PoolSource):
         params["tenant"] = query.tenant
         sql = _ranked_sql(where)
         step = max(2 * query.limit, _RANKED_SLICE)
+        ranked = best(scores, step)
         hits: list[Hit] = []
         names: dict[int, str] = {}
-        for start in range(0, max(len(ranked), 1), step):
+        start = 0
+        while True:
             part = ranked[start : start + step]
             reads = [Read(sql, {**params, "ids": [mid for mid, _ in part]}, dict_row)]
             if unnamed and start == 0:
@@ -484,9 +487,12 @@ class GraphSource(PoolSource):
                 names = {row[0]: row[1] for row in named[0]}
             found = {r["id"]: r for r in rows}
             hits += [hit_from_row(found[mid], score) for mid, score in part if mid in found]
-            if len(hits) >= query.limit:
-                break
-        return hits[: query.limit], names
+            start += len(part)
+            if len(hits) >= query.limit or start >= len(scores):
+                return hits[: query.limit], names
+            if start >= len(ranked):
+                # Rarely: the best candidates did not pass. The rest, in order (the same first ones).
+                ranked = best(scores, len(scores))
 
 
 #: Candidates a ranked read asks Postgres about at least (``2 x limit`` when more).

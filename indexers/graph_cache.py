@@ -40,10 +40,13 @@ sweeper).
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
+
+import numpy as np
 
 from .postgres import Read
 
@@ -61,6 +64,7 @@ __all__ = [
     "Overlay",
     "Refresh",
     "TenantGraph",
+    "best",
 ]
 
 #: The cursor: the oldest transaction still running, of a snapshot taken now.
@@ -190,7 +194,19 @@ class TenantGraph:
     """One tenant's relations and mentions, each entity's incident relations,
     and the cursor they are current to."""
 
-    __slots__ = ("applied", "cursor", "incident", "mentions", "newest", "order", "refreshed", "rels")
+    __slots__ = (
+        "applied",
+        "cursor",
+        "incident",
+        "memory_ids",
+        "memory_index",
+        "mentions",
+        "newest",
+        "order",
+        "refreshed",
+        "rels",
+        "tops",
+    )
 
     def __init__(self) -> None:
         self.rels: dict[int, Rel] = {}
@@ -200,8 +216,15 @@ class TenantGraph:
         self.order: dict[int, list[int]] = {}
         #: Entity -> memory id -> the memory's time: every memory that mentions it.
         self.mentions: dict[int, dict[str, float]] = {}
-        #: Entity -> :attr:`mentions` newest first, made when first read after a change.
-        self.newest: dict[int, list[str]] = {}
+        #: Entity -> :attr:`mentions` newest first, as indexes into :attr:`memory_ids`, and their count;
+        #: made when first read after a change.
+        self.newest: dict[int, tuple[np.ndarray, int]] = {}
+        #: Entity -> (fanout, its walked relations: id and the entity at the other end), kept
+        #: while no relation it looked at has a validity window (the list cannot age).
+        self.tops: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+        #: Every memory id met, and its index (for scoring with numpy).
+        self.memory_ids: list[str] = []
+        self.memory_index: dict[str, int] = {}
         self.cursor = 0
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
@@ -214,7 +237,7 @@ class TenantGraph:
     def apply(self, delta: Delta) -> None:
         """Merge one read. Deletions first: a row read is the newest word on its key
         (a memory rewritten in one transaction deletes its mentions and makes them again)."""
-        rels, incident, order = self.rels, self.incident, self.order
+        rels, incident, order, tops = self.rels, self.incident, self.order, self.tops
         changed = False
         for rid in delta.dropped:
             old = rels.pop(rid, None)
@@ -228,6 +251,7 @@ class TenantGraph:
                     if not ids:
                         del incident[end]
                 order.pop(end, None)
+                tops.pop(end, None)
         for row in delta.rows:
             rid = row[0]
             rel: Rel = tuple(row[1:])
@@ -240,8 +264,9 @@ class TenantGraph:
             if old is None:
                 incident.setdefault(rel[_SRC], []).append(rid)
                 incident.setdefault(rel[_DST], []).append(rid)
-            order.pop(rel[_SRC], None)
-            order.pop(rel[_DST], None)
+            for end in (rel[_SRC], rel[_DST]):
+                order.pop(end, None)
+                tops.pop(end, None)
         mentions, newest = self.mentions, self.newest
         for eid, mid in delta.unmentioned:
             held = mentions.get(eid)
@@ -273,6 +298,30 @@ class TenantGraph:
         ids.sort(key=lambda r: (-(ov.get(r) or self.rels[r])[_W], r))
         return ids
 
+    def _top(self, entity: int, fanout: int, now: float, overlay: Overlay | None) -> list[tuple[int, int]]:
+        """``entity``'s ``fanout`` heaviest relations valid at ``now``, with the entity at their other end."""
+        cached = overlay is None or entity not in overlay.incident
+        if cached:
+            kept = self.tops.get(entity)
+            if kept is not None and kept[0] == fanout:
+                return kept[1]
+        own = overlay.rels if overlay is not None else {}
+        rels = self.rels
+        top: list[tuple[int, int]] = []
+        ageless = True
+        for rid in self._sorted(entity, overlay):
+            rel = own.get(rid) or rels[rid]
+            if rel[_FROM] is not None or rel[_TO] is not None:
+                ageless = False
+            if not _valid(rel, now):
+                continue
+            top.append((rid, rel[_DST] if rel[_SRC] == entity else rel[_SRC]))
+            if len(top) == fanout:
+                break
+        if cached and ageless:
+            self.tops[entity] = (fanout, top)
+        return top
+
     def walk(
         self,
         seeds: Iterable[int],
@@ -289,12 +338,6 @@ class TenantGraph:
         walked through its ``fanout`` heaviest relations valid at ``now``
         (epoch seconds), and the relations walked are those read; with
         ``hops`` 0 the seeds' own among themselves."""
-        rels = self.rels
-        ov = overlay.rels if overlay is not None else {}
-
-        def rel_of(rid: int) -> Rel:
-            return ov.get(rid) or rels[rid]
-
         seeds = set(seeds)
         seen = set(seeds)
         frontier = sorted(seeds)
@@ -302,23 +345,17 @@ class TenantGraph:
         for _ in range(max(hops, 1)):
             following: list[int] = []
             for entity in frontier:
-                taken = 0
-                for rid in self._sorted(entity, overlay):
-                    rel = rel_of(rid)
-                    if not _valid(rel, now):
-                        continue
+                for rid, other in self._top(entity, fanout, now, overlay):
                     walked.add(rid)
-                    other = rel[_DST] if rel[_SRC] == entity else rel[_SRC]
                     if other not in seen:
                         seen.add(other)
                         following.append(other)
-                    taken += 1
-                    if taken == fanout:
-                        break
             frontier = following
             if not frontier:
                 break
-        chosen = [(rid, rel_of(rid)) for rid in walked]
+        rels = self.rels
+        own = overlay.rels if overlay is not None else {}
+        chosen = [(rid, own.get(rid) or rels[rid]) for rid in walked]
         if hops == 0:
             chosen = [(rid, rel) for rid, rel in chosen if rel[_SRC] in seeds and rel[_DST] in seeds]
         chosen.sort(key=lambda item: (-item[1][_W], item[0]))
@@ -327,35 +364,63 @@ class TenantGraph:
             for rid, rel in chosen[:max_edges]
         ]
 
-    def shares(
-        self, ppr: Mapping[int, float], per_entity: int, overlay: Overlay | None = None
-    ) -> list[tuple[str, float]]:
-        """The memories the entities ``ppr`` pass their PageRank to, best
-        first (ties by id), as the memory statement without request filters
-        scores them (``indexers.graph._memories_sql``): each entity's score
-        split evenly over every memory that mentions it, of which its
+    def _index(self, mids: Iterable[str]) -> np.ndarray:
+        index, ids = self.memory_index, self.memory_ids
+        out = []
+        for mid in mids:
+            i = index.get(mid)
+            if i is None:
+                i = index[mid] = len(ids)
+                ids.append(mid)
+            out.append(i)
+        return np.asarray(out, dtype=np.int64)
+
+    def shares(self, ppr: Mapping[int, float], per_entity: int, overlay: Overlay | None = None) -> dict[str, float]:
+        """The memories the entities ``ppr`` pass their PageRank to, with
+        their scores, as the memory statement without request filters scores
+        them (``indexers.graph._memories_sql``): each entity's score split
+        evenly over every memory that mentions it, of which its
         ``per_entity`` newest receive their share; a memory's shares summed
         in entity id order (so ties are exact, as in the statement)."""
-        scores: dict[str, float] = {}
         own = overlay.mentions if overlay is not None else {}
+        parts: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
         for eid in sorted(ppr):
             mentioned = own.get(eid)
             if mentioned is not None:
-                ids = _newest_first(mentioned)
-            else:
-                mentioned = self.mentions.get(eid)
                 if not mentioned:
                     continue
+                ids, degree = self._index(_newest_first(mentioned)[:per_entity]), len(mentioned)
+            else:
                 kept = self.newest.get(eid)
                 if kept is None:
-                    kept = self.newest[eid] = _newest_first(mentioned)
-                ids = kept
-            if not ids:
-                continue
-            share = ppr[eid] / len(ids)
-            for mid in ids[:per_entity]:
-                scores[mid] = scores.get(mid, 0.0) + share
-        return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+                    held = self.mentions.get(eid)
+                    if not held:
+                        continue
+                    kept = self.newest[eid] = (self._index(_newest_first(held)), len(held))
+                ids, degree = kept[0][:per_entity], kept[1]
+            parts.append(ids)
+            weights.append(np.full(len(ids), ppr[eid] / degree))
+        if not parts:
+            return {}
+        at = np.concatenate(parts)
+        # bincount adds in input order: each memory's shares in entity id order.
+        sums = np.bincount(at, weights=np.concatenate(weights))
+        hit = np.unique(at)
+        names = self.memory_ids
+        return {names[i]: float(sums[i]) for i in hit.tolist()}
+
+
+def best(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+    """The ``k`` best of ``scores`` (more on a tie at the last place), best
+    first, ties by id; all of them, sorted, when ``k`` reaches their number."""
+    if k < len(scores):
+        floor = heapq.nlargest(k, scores.values())[-1]
+        chosen = [(mid, v) for mid, v in scores.items() if v >= floor]
+    else:
+        chosen = list(scores.items())
+    chosen.sort(key=lambda item: (-item[1], item[0]))
+    return chosen
 
 
 class Refresh:

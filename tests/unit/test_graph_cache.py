@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexers.graph_cache import Delta, GraphCache, Refresh, TenantGraph
+from indexers.graph_cache import Delta, GraphCache, Refresh, TenantGraph, best
 
 
 def rel(rid: int, src: int, dst: int, weight: float = 1.0, **kw: Any) -> tuple[Any, ...]:
@@ -121,16 +121,23 @@ def test_memories_share_their_entities_pagerank_newest_first_and_capped() -> Non
     again, overlay = read(cache.refresh("t"), 6, [], mentioned=mentioned)
     assert again is graph and overlay is None
     # Entity 10's 0.75 splits over its 3 memories, of which its 2 newest (a, then c before b on a tie) get 0.25 each.
-    assert graph.shares({10: 0.75, 11: 0.5}, per_entity=2) == [("b", 0.5), ("a", 0.25), ("c", 0.25)]
+    assert best(graph.shares({10: 0.75, 11: 0.5}, per_entity=2), 9) == [("b", 0.5), ("a", 0.25), ("c", 0.25)]
     # A memory rewritten in one transaction: its mention deleted and made again is kept, with its new time.
     read(cache.refresh("t"), 7, [], mentioned=[(10, "b", 9.0)], unmentioned=[(10, "b"), (11, "b")])
     assert graph.mentions == {10: {"a": 3.0, "b": 9.0, "c": 2.0}}
-    assert graph.shares({10: 0.75, 11: 0.5}, per_entity=2) == [("a", 0.25), ("b", 0.25)]
+    assert best(graph.shares({10: 0.75, 11: 0.5}, per_entity=2), 9) == [("a", 0.25), ("b", 0.25)]
     # A raced read's mentions are laid over for its own scores only.
     first, second = cache.refresh("t"), cache.refresh("t")
     read(first, 8, [], mentioned=[(11, "z", 1.0)])
     _, overlay = read(second, 8, [], unmentioned=[(10, "a")])
     assert overlay is not None
-    assert graph.shares({10: 0.75}, per_entity=5, overlay=overlay) == [("b", 0.375), ("c", 0.375)]
-    assert graph.shares({10: 0.75}, per_entity=5) == [("a", 0.25), ("b", 0.25), ("c", 0.25)]
+    assert graph.shares({10: 0.75}, per_entity=5, overlay=overlay) == {"b": 0.375, "c": 0.375}
+    assert graph.shares({10: 0.75}, per_entity=5) == {"a": 0.25, "b": 0.25, "c": 0.25}
     assert len(graph) == 1 + 4
+
+
+def test_best_keeps_every_tie_at_the_last_place_and_orders_by_id() -> None:
+    scores = {"d": 1.0, "a": 3.0, "c": 2.0, "b": 2.0, "e": 0.5}
+    assert best(scores, 2) == [("a", 3.0), ("b", 2.0), ("c", 2.0)]
+    assert best(scores, 9) == sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    assert best(scores, 9)[:3] == best(scores, 2)
