@@ -273,6 +273,10 @@ class GraphSource(PoolSource):
         #: The tenants' relations this process walks itself (:mod:`indexers.graph_cache`).
         self.cache = GraphCache(graph.cache_rows, graph.cache_total_rows)
 
+    def stats(self) -> dict[str, int]:
+        """The walk's cache in this process (``/health``: ``backends.graph.cache``)."""
+        return self.cache.stats()
+
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Two round trips to Postgres, each one transaction scoped to the
         tenant: the seeds with their walk (:func:`_walk_sql`; or, walked in
@@ -342,6 +346,8 @@ class GraphSource(PoolSource):
             taken = refresh.take(changes)
             if taken is not None:
                 graph, overlay = taken
+                self.cache.walks["here"] += 1
+                self.cache.walks["raced"] += overlay is not None
                 seeds: dict[int, float] = dict(sorted((row[0], row[1]) for row in seed_rows))
                 edges: list[_Edge] = graph.walk(
                     seeds,
@@ -352,6 +358,7 @@ class GraphSource(PoolSource):
                     overlay=overlay,
                 )
                 return seeds, edges, taken
+        self.cache.walks["postgres"] += 1
         (rows,) = await tenant_reads(
             self._pool,
             query.tenant,

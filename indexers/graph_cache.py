@@ -491,6 +491,8 @@ class GraphCache:
         self._sizes: dict[str, int] = {}
         self._held = 0
         self._refused: dict[str, float] = {}
+        #: Walks since start: ``here``, of which ``raced``, and by ``postgres``.
+        self.walks = {"here": 0, "raced": 0, "postgres": 0}
 
     def configure(self, limit: int, total: int) -> None:
         """Apply reloaded limits (copies over them go at their next walk or eviction)."""
@@ -563,5 +565,8 @@ class GraphCache:
                 continue
             self.drop(oldest)
 
-    def stats(self) -> Mapping[str, int]:
-        return {"tenants": len(self._graphs), "relations": self._held}
+    def stats(self) -> dict[str, int]:
+        """What this process holds (tenants, rows: relations + mentions) and
+        how its walks went since start: walked here, raced another read (laid
+        over), and walked by Postgres instead."""
+        return {"tenants": len(self._graphs), "rows": self._held, **self.walks}

@@ -409,6 +409,10 @@ async def health(state: State) -> Response[HealthOut]:
         backends[name] = {"status": "up" if stores.get(store, True) else "down", "store": store}
         if store == "typesense":
             backends[name]["node"] = rt.typesense.active_node
+        # A source with a cache of its own says how it goes (the graph's walk in the service).
+        stats = getattr(rt.engine.sources[name], "stats", None)
+        if callable(stats):
+            backends[name]["cache"] = stats()
     backends["sync"] = {
         "status": "up" if pg_up and rt.sync.last_error is None else "lagging",
         "pending": pending,

@@ -59,6 +59,7 @@ async def test_graph_reaches_memory_about_related_entity(braid: Braid) -> None:
         {"content": "TypeScript 5.4 added the NoInfer utility type", "entities": ["TypeScript"]}
     )
     await braid.remember(*({"content": c} for c in UNRELATED))
+    before = (await braid.client.get("/health")).json()["backends"]["graph"]["cache"]
     out = await braid.recall("What should I know about Alex?", sources=["graph"])
     contents = [i["content"] for i in out["items"]]
     assert "Alex prefers TypeScript." in contents
@@ -67,6 +68,10 @@ async def test_graph_reaches_memory_about_related_entity(braid: Braid) -> None:
     fused = await braid.recall("What should I know about Alex?")
     assert ts_id in [i["id"] for i in fused["items"]]
     assert fused["sources"]["graph"]["hits"] >= 2
+    # Both walked in the service (graph.cacheRows, shipped on), the tenant's graph kept.
+    after = (await braid.client.get("/health")).json()["backends"]["graph"]["cache"]
+    assert after["here"] - before["here"] == 2 and after["postgres"] == before["postgres"]
+    assert after["tenants"] >= 1 and after["rows"] >= 2
 
 
 async def test_budget_caps_block_tokens(braid: Braid) -> None:
