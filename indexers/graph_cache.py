@@ -98,6 +98,24 @@ UNMENTIONED_SQL = (
     "SELECT entity_id, memory_id FROM mention_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
 )
 
+#: Whether the tenant's relations and mentions together are at most
+#: ``%(limit)s`` (each counted up to one past it, from its index alone).
+_FITS = """(
+    (SELECT count(*) FROM (SELECT 1 FROM relations WHERE tenant = %(tenant)s LIMIT %(limit)s + 1) r)
+    + (SELECT count(*) FROM (SELECT 1 FROM mentions WHERE tenant = %(tenant)s LIMIT %(limit)s + 1) m)
+    <= %(limit)s)"""
+
+
+def _whole(changed: str, nulls: int) -> str:
+    """``changed`` without its limit, for a tenant's first read: every row
+    when the tenant fits (:data:`_FITS`), else one row of ``nulls`` NULLs."""
+    rows = changed.rstrip().removesuffix("LIMIT %(limit)s").rstrip()
+    return f"{rows} AND {_FITS}\n    UNION ALL SELECT {', '.join(['NULL'] * nulls)} WHERE NOT {_FITS}"
+
+
+_WHOLE_RELATIONS_SQL = _whole(CHANGED_SQL, 9)
+_WHOLE_MENTIONS_SQL = _whole(MENTIONED_SQL, 3)
+
 #: How long a tenant too big for the cache is walked by Postgres before it is tried again.
 RETRY_S = 300.0
 #: A tenant's copy not brought up to date for this long is read whole again.
@@ -441,10 +459,19 @@ class Refresh:
         read), then the rows: each statement's snapshot is newer than the one
         before, so the rows read are the newest word on their keys."""
         params = {"tenant": self._tenant, "since": str(self._since), "limit": self._cache.limit + 1}
-        reads = [Read(CURSOR_SQL)]
-        if self._graph is not None:
-            reads += [Read(DROPPED_SQL, params), Read(UNMENTIONED_SQL, params)]
-        return [*reads, Read(CHANGED_SQL, params), Read(MENTIONED_SQL, params)]
+        if self._graph is None:
+            # The whole tenant, if it fits: counted first in each statement
+            # (index entries only, up to the limit), so a tenant too big costs
+            # no rows read; it answers one row of NULLs instead.
+            fits = {**params, "limit": self._cache.limit}
+            return [Read(CURSOR_SQL), Read(_WHOLE_RELATIONS_SQL, fits), Read(_WHOLE_MENTIONS_SQL, fits)]
+        return [
+            Read(CURSOR_SQL),
+            Read(DROPPED_SQL, params),
+            Read(UNMENTIONED_SQL, params),
+            Read(CHANGED_SQL, params),
+            Read(MENTIONED_SQL, params),
+        ]
 
     def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, Overlay | None] | None:
         """The copy to walk, with this read's changes merged into it, or laid
@@ -455,11 +482,15 @@ class Refresh:
         if self._graph is not None:
             dropped, unmentioned, rows, mentioned = rest
             delta = Delta(cursor, rows, mentioned, [row[0] for row in dropped], unmentioned)
+            too_big = len(rows) > self._cache.limit or len(mentioned) > self._cache.limit
         else:
             rows, mentioned = rest
             delta = Delta(cursor, rows, mentioned)
+            # Postgres answers a row of NULLs for a tenant that does not fit.
+            sentinel = any(row[0] is None for row in rows[:1]) or any(row[0] is None for row in mentioned[:1])
+            too_big = sentinel or len(rows) + len(mentioned) > self._cache.limit
         cache, graph = self._cache, self._graph
-        if len(rows) > cache.limit or len(mentioned) > cache.limit:
+        if too_big:
             cache.refuse(self._tenant)
             return None
         if graph is None:
@@ -552,7 +583,7 @@ class GraphCache:
 
     def drop(self, tenant: str) -> None:
         if self._graphs.pop(tenant, None) is not None:
-            self._held -= self._sizes.pop(tenant)
+            self._held -= self._sizes.pop(tenant, 0)
 
     def _evict(self, keep: str | None = None) -> None:
         while self._held > self.total and self._graphs:

@@ -97,6 +97,8 @@ def test_a_tenant_or_a_change_over_the_limit_is_refused_for_a_while() -> None:
     refresh = cache.refresh("big")
     assert read(refresh, 5, [rel(1, 1, 2), rel(2, 2, 3), rel(3, 3, 4)]) is None
     assert cache.get("big") is None and cache.refresh("big") is None
+    # As Postgres answers for a tenant over the limit: a row of NULLs, no rows read.
+    assert read(cache.refresh("other"), 5, [(None,) * 9]) is None and cache.refresh("other") is None
     graph = loaded(cache, "small", [rel(1, 1, 2)])
     assert read(cache.refresh("small"), 6, [rel(2, 1, 3), rel(3, 1, 4), rel(4, 1, 5)]) is None
     assert cache.get("small") is None and graph.cursor == 5
