@@ -513,6 +513,40 @@ def _v20(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _tombstones(table: str, tombstones: str, key: dict[str, tuple[str, str]]) -> list[sql.Composable]:
+    """``tombstones``: the ``key`` of every row deleted from ``table`` (column
+    -> its type and the deleted row's column it copies), with the deleting
+    transaction's id (``changed``) and time, filled by a trigger (cascades
+    included), under row-level security."""
+    columns = "".join(f"                {name:<11} {kind:<11} NOT NULL,\n" for name, (kind, _) in key.items())
+    function = f"braid_{table}_dropped"
+    return [
+        sql.SQL(
+            f"""
+            CREATE TABLE {tombstones} (
+                tenant      text        NOT NULL,
+{columns}                changed     xid8        NOT NULL DEFAULT pg_current_xact_id(),
+                dropped_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+            )
+            """
+        ),
+        sql.SQL(f"CREATE INDEX {tombstones}_tenant_changed ON {tombstones} (tenant, changed)"),
+        sql.SQL(f"CREATE INDEX {tombstones}_dropped ON {tombstones} (dropped_at)"),
+        sql.SQL(
+            f"""
+            CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO {tombstones} (tenant, {", ".join(key)})
+                VALUES (OLD.tenant, {", ".join(f"OLD.{old}" for _, old in key.values())});
+                RETURN OLD;
+            END $$
+            """
+        ),
+        sql.SQL(f"CREATE TRIGGER {table}_dropped AFTER DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"),
+        *_tenant_policy(tombstones),
+    ]
+
+
 def _v21(dim: int) -> list[sql.Composable]:
     """What changed in a tenant's relations and mentions, and since when, so
     that a service process can keep a tenant's graph in memory and read only
@@ -544,62 +578,12 @@ def _v21(dim: int) -> list[sql.Composable]:
             "CREATE TRIGGER relations_changed BEFORE UPDATE ON relations"
             " FOR EACH ROW EXECUTE FUNCTION braid_relation_changed()"
         ),
-        sql.SQL(
-            """
-            CREATE TABLE relation_tombstones (
-                tenant      text        NOT NULL,
-                relation_id bigint      NOT NULL,
-                changed     xid8        NOT NULL DEFAULT pg_current_xact_id(),
-                dropped_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-            )
-            """
-        ),
-        sql.SQL("CREATE INDEX relation_tombstones_tenant_changed ON relation_tombstones (tenant, changed)"),
-        sql.SQL("CREATE INDEX relation_tombstones_dropped ON relation_tombstones (dropped_at)"),
-        sql.SQL(
-            """
-            CREATE FUNCTION braid_relation_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                INSERT INTO relation_tombstones (tenant, relation_id) VALUES (OLD.tenant, OLD.id);
-                RETURN OLD;
-            END $$
-            """
-        ),
-        sql.SQL(
-            "CREATE TRIGGER relations_dropped AFTER DELETE ON relations"
-            " FOR EACH ROW EXECUTE FUNCTION braid_relation_dropped()"
-        ),
-        *_tenant_policy("relation_tombstones"),
+        *_tombstones("relations", "relation_tombstones", {"relation_id": ("bigint", "id")}),
         sql.SQL("ALTER TABLE mentions ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
         sql.SQL("CREATE INDEX mentions_tenant_changed ON mentions (tenant, changed)"),
-        sql.SQL(
-            """
-            CREATE TABLE mention_tombstones (
-                tenant      text        NOT NULL,
-                entity_id   bigint      NOT NULL,
-                memory_id   text        NOT NULL,
-                changed     xid8        NOT NULL DEFAULT pg_current_xact_id(),
-                dropped_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-            )
-            """
+        *_tombstones(
+            "mentions", "mention_tombstones", {"entity_id": ("bigint", "entity_id"), "memory_id": ("text", "memory_id")}
         ),
-        sql.SQL("CREATE INDEX mention_tombstones_tenant_changed ON mention_tombstones (tenant, changed)"),
-        sql.SQL("CREATE INDEX mention_tombstones_dropped ON mention_tombstones (dropped_at)"),
-        sql.SQL(
-            """
-            CREATE FUNCTION braid_mention_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                INSERT INTO mention_tombstones (tenant, entity_id, memory_id)
-                VALUES (OLD.tenant, OLD.entity_id, OLD.memory_id);
-                RETURN OLD;
-            END $$
-            """
-        ),
-        sql.SQL(
-            "CREATE TRIGGER mentions_dropped AFTER DELETE ON mentions"
-            " FOR EACH ROW EXECUTE FUNCTION braid_mention_dropped()"
-        ),
-        *_tenant_policy("mention_tombstones"),
     ]
 
 

@@ -7,7 +7,6 @@ scores follow from closed forms of personalized PageRank on small graphs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,13 +15,10 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, load_config
-from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, Hit, SearchQuery
 from indexers.embedding import MiniLMEmbedder
 from indexers.graph import GraphSource, fact_sentence, personalized_pagerank
-from indexers.pgvector import ensure_indexes
-from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
-from tests.api.conftest import fresh_database
+from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput
 
 pytestmark = pytest.mark.anyio
 
@@ -111,14 +107,6 @@ def graph_config(**changes: Any) -> BraidConfig:
 
 #: Name seeding only: no entity is 0.99-similar to a question.
 NAMES_ONLY = graph_config(seed_min_similarity=0.99)
-
-
-@pytest.fixture(scope="module")
-async def pool(postgres: EmbeddedPostgres) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(fresh_database(postgres), dim=384, min_size=1, max_size=4)
-    await ensure_indexes(pool, load_config())
-    yield pool
-    await pool.close()
 
 
 class Writer:

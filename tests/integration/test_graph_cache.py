@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,13 +20,10 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, load_config
-from deploy.embedded import EmbeddedPostgres
 from indexers.base import Filters, SearchQuery
 from indexers.graph import GraphSource, _walk_sql
 from indexers.graph_cache import CHANGED_SQL, Delta, TenantGraph
-from indexers.pgvector import ensure_indexes
-from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
-from tests.api.conftest import fresh_database
+from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput
 
 pytestmark = pytest.mark.anyio
 
@@ -38,14 +34,6 @@ def graph_config(**changes: Any) -> BraidConfig:
     cfg = load_config()
     # Name seeding only (no entity is 0.99-similar to a question): the seeds are the names asked.
     return msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, seed_min_similarity=0.99, **changes))
-
-
-@pytest.fixture(scope="module")
-async def pool(postgres: EmbeddedPostgres) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(fresh_database(postgres), dim=384, min_size=1, max_size=4)
-    await ensure_indexes(pool, load_config())
-    yield pool
-    await pool.close()
 
 
 async def random_graph(pool: AsyncConnectionPool, tenant: str, rng: random.Random) -> list[int]:
