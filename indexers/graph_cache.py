@@ -15,10 +15,15 @@ finds the seeds, and the candidates' rows that pass the lifecycle rules.
 what changed in the tenant's relations and mentions since the copy's
 cursor (migration 21: ``changed``, the id of the transaction that last
 wrote a row, and the tombstones deleted rows leave), after reading a new
-cursor: ``pg_snapshot_xmin`` of a snapshot taken before those reads. A
-committed change the last read did not see was made by a transaction whose
-id is at least that xmin, so it is read again next time; nothing written
-before a recall began is missed by it (read-your-writes, across processes).
+cursor: a snapshot taken before those reads, kept as its xmax and the
+transactions it saw running. The next read asks for the rows written by
+those transactions or from that xmax on: exactly what the snapshot did not
+see, so a transaction still open then is read once it commits, and nothing
+written before a recall began is missed by it (read-your-writes, across
+processes). (The snapshot's xmin alone would also be safe, but it re-reads
+everything written since the oldest transaction still open: under steady
+writes, whose transactions last, every recall read thousands of rows again,
+benchmarks/results/load-10000-s31.md.)
 Deletions are read before rows, and merged first: a row read is the newest
 word on its key.
 
@@ -67,36 +72,42 @@ __all__ = [
     "best",
 ]
 
-#: The cursor: the oldest transaction still running, of a snapshot taken now.
-CURSOR_SQL = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+#: The cursor, a snapshot taken now: the first transaction id not yet
+#: completed, and the transactions still running below it.
+CURSOR_SQL = (
+    "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) AS x)"
+    " FROM pg_current_snapshot() AS s"
+)
 
-#: The tenant's relations written at or after the cursor ``%(since)s``, at
+#: What the cursor's snapshot did not see: written by a transaction then
+#: running (``%(running)s``) or not yet begun (from ``%(since)s``).
+_UNSEEN = "(changed >= %(since)s::xid8 OR changed = ANY(%(running)s::xid8[]))"
+
+#: The tenant's relations written since the cursor (:data:`_UNSEEN`), at
 #: most ``%(limit)s``: id, then a :data:`Rel`'s fields.
-CHANGED_SQL = """
+CHANGED_SQL = f"""
     SELECT id, source_id, target_id, relation, weight, derived,
            extract(epoch FROM valid_from)::float8, extract(epoch FROM valid_to)::float8,
            extract(epoch FROM coalesce(valid_from, created_at))::float8
     FROM relations
-    WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8
+    WHERE tenant = %(tenant)s AND {_UNSEEN}
     LIMIT %(limit)s
 """
 
-#: The ids of the tenant's relations deleted at or after the cursor ``%(since)s``.
-DROPPED_SQL = "SELECT relation_id FROM relation_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
+#: The ids of the tenant's relations deleted since the cursor.
+DROPPED_SQL = f"SELECT relation_id FROM relation_tombstones WHERE tenant = %(tenant)s AND {_UNSEEN}"
 
-#: The tenant's mentions made at or after the cursor ``%(since)s``, at most
+#: The tenant's mentions made since the cursor, at most
 #: ``%(limit)s``: entity id, memory id, the memory's time (epoch seconds).
-MENTIONED_SQL = """
+MENTIONED_SQL = f"""
     SELECT entity_id, memory_id, extract(epoch FROM created_at)::float8
     FROM mentions
-    WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8
+    WHERE tenant = %(tenant)s AND {_UNSEEN}
     LIMIT %(limit)s
 """
 
-#: The tenant's mentions deleted at or after the cursor ``%(since)s``: entity id, memory id.
-UNMENTIONED_SQL = (
-    "SELECT entity_id, memory_id FROM mention_tombstones WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8"
-)
+#: The tenant's mentions deleted since the cursor: entity id, memory id.
+UNMENTIONED_SQL = f"SELECT entity_id, memory_id FROM mention_tombstones WHERE tenant = %(tenant)s AND {_UNSEEN}"
 
 #: Whether the tenant's relations and mentions together are at most
 #: ``%(limit)s`` (each counted up to one past it, from its index alone).
@@ -120,6 +131,11 @@ _WHOLE_MENTIONS_SQL = _whole(MENTIONED_SQL, 3)
 RETRY_S = 300.0
 #: A tenant's copy not brought up to date for this long is read whole again.
 STALE_S = 1800.0
+
+#: A cursor: a snapshot's xmax and the transactions it saw running (as text).
+Cursor = tuple[str, tuple[str, ...]]
+#: Before the first read: everything unseen.
+_START: Cursor = ("0", ())
 
 #: A relation: source id, target id, relation, weight (``real`` as read),
 #: derived, valid_from and valid_to (epoch seconds, or None), and its time
@@ -163,7 +179,7 @@ class Delta:
 
     def __init__(
         self,
-        cursor: int,
+        cursor: Cursor,
         rows: Sequence[Sequence[Any]],
         mentioned: Sequence[Sequence[Any]],
         dropped: Sequence[int] = (),
@@ -243,7 +259,7 @@ class TenantGraph:
         #: Every memory id met, and its index (for scoring with numpy).
         self.memory_ids: list[str] = []
         self.memory_index: dict[str, int] = {}
-        self.cursor = 0
+        self.cursor: Cursor = _START
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
         self.refreshed = 0.0
@@ -451,14 +467,15 @@ class Refresh:
         self._cache = cache
         self._tenant = tenant
         self._graph = graph
-        self._since = graph.cursor if graph is not None else 0
+        self._since = graph.cursor if graph is not None else _START
         self._applied = graph.applied if graph is not None else 0
 
     def reads(self) -> list[Read]:
         """The cursor, then the deletions (a tenant not kept yet has none to
         read), then the rows: each statement's snapshot is newer than the one
         before, so the rows read are the newest word on their keys."""
-        params = {"tenant": self._tenant, "since": str(self._since), "limit": self._cache.limit + 1}
+        since, running = self._since
+        params = {"tenant": self._tenant, "since": since, "running": list(running), "limit": self._cache.limit + 1}
         if self._graph is None:
             # The whole tenant, if it fits: counted first in each statement
             # (index entries only, up to the limit), so a tenant too big costs
@@ -477,8 +494,8 @@ class Refresh:
         """The copy to walk, with this read's changes merged into it, or laid
         over it when another read changed the copy meanwhile; None when the
         tenant (or this change) is too big to keep: walk in Postgres instead."""
-        (cursor_row,), *rest = results
-        cursor = int(cursor_row[0])
+        ((xmax, running),), *rest = results
+        cursor = (xmax, tuple(running))
         if self._graph is not None:
             dropped, unmentioned, rows, mentioned = rest
             delta = Delta(cursor, rows, mentioned, [row[0] for row in dropped], unmentioned)

@@ -558,10 +558,11 @@ def _v21(dim: int) -> list[sql.Composable]:
     never updated); a deleted relation leaves its id in
     ``relation_tombstones``, a deleted mention its entity and memory in
     ``mention_tombstones`` (triggers again, cascades included), kept for an
-    hour by the sweeper. A reader that notes ``pg_snapshot_xmin`` of a
-    snapshot taken before it reads the rows changed at or after the xmin it
-    noted last time misses no committed change: a transaction it did not see
-    then either committed before that snapshot or has an id at least its xmin."""
+    hour by the sweeper. A reader that keeps a snapshot taken before it
+    reads (its xmax and the transactions it saw running) and next reads the
+    rows changed by those transactions or from that xmax on misses no
+    committed change: a transaction the snapshot did not see was running
+    then or had no id yet, and gets one from xmax on."""
     return [
         sql.SQL("ALTER TABLE relations ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
         sql.SQL("CREATE INDEX relations_tenant_changed ON relations (tenant, changed)"),

@@ -93,10 +93,10 @@ async def statement_walk(
 
 async def cached(pool: AsyncConnectionPool, tenant: str) -> TenantGraph:
     async with pool.connection() as conn:
-        cur = await conn.execute(CHANGED_SQL, {"tenant": tenant, "since": "0", "limit": 100_000})
+        cur = await conn.execute(CHANGED_SQL, {"tenant": tenant, "since": "0", "running": [], "limit": 100_000})
         rows = await cur.fetchall()
     graph = TenantGraph()
-    graph.apply(Delta(1, rows, []))
+    graph.apply(Delta(("1", ()), rows, []))
     return graph
 
 

@@ -26,7 +26,7 @@ def read(
 ) -> Any:
     """``refresh`` taken with these results, in the order of its reads."""
     assert refresh is not None
-    results: list[Any] = [[(str(cursor),)]]
+    results: list[Any] = [[(str(cursor), [])]]
     if len(refresh.reads()) == 5:
         results += [[(d,) for d in dropped], unmentioned or []]
     return refresh.take([*results, rows, mentioned or []])
@@ -51,7 +51,7 @@ def test_a_read_merges_changes_and_deletions_and_moves_the_cursor() -> None:
     assert walked(graph, {10}) == [(2, 2.0), (1, 1.0)]
     again, overlay = read(cache.refresh("t"), 9, [rel(1, 10, 11, 5.0), rel(3, 10, 13, 0.5)], dropped=(2,))
     assert again is graph and overlay is None
-    assert graph.cursor == 9 and sorted(graph.rels) == [1, 3]
+    assert graph.cursor == ("9", ()) and sorted(graph.rels) == [1, 3]
     assert walked(graph, {10}) == [(1, 5.0), (3, 0.5)]
     assert cache.relations == 2
 
@@ -66,7 +66,7 @@ def test_a_read_that_raced_a_merged_one_is_laid_over_and_leaves_the_copy_alone()
     # The second, maybe older, must not overwrite it (even with the same cursor): its walk sees its own rows.
     same, overlay = read(second, 8, [rel(1, 10, 11, 2.0), rel(4, 12, 13, 0.25)], dropped=(2,))
     assert same is graph and overlay is not None
-    assert graph.rels[1][3] == 3.0 and 2 in graph.rels and 4 not in graph.rels and graph.cursor == 8
+    assert graph.rels[1][3] == 3.0 and 2 in graph.rels and 4 not in graph.rels and graph.cursor == ("8", ())
     assert walked(graph, {10}, overlay) == [(1, 2.0)]
     assert walked(graph, {10}) == [(1, 3.0), (2, 1.0)]
 
@@ -101,7 +101,7 @@ def test_a_tenant_or_a_change_over_the_limit_is_refused_for_a_while() -> None:
     assert read(cache.refresh("other"), 5, [(None,) * 9]) is None and cache.refresh("other") is None
     graph = loaded(cache, "small", [rel(1, 1, 2)])
     assert read(cache.refresh("small"), 6, [rel(2, 1, 3), rel(3, 1, 4), rel(4, 1, 5)]) is None
-    assert cache.get("small") is None and graph.cursor == 5
+    assert cache.get("small") is None and graph.cursor == ("5", ())
 
 
 def test_the_least_recently_walked_tenant_goes_first() -> None:
