@@ -33,6 +33,8 @@ T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 def graph_config(**changes: Any) -> BraidConfig:
     cfg = load_config()
     # Name seeding only (no entity is 0.99-similar to a question): the seeds are the names asked.
+    # The cache on unless a test says otherwise (it is off in the shipped config).
+    changes = {"cache_rows": 200_000, **changes}
     return msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, seed_min_similarity=0.99, **changes))
 
 
