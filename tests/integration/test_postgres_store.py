@@ -107,10 +107,12 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "fold_epochs",
             "memories",
             "memory_usage",
+            "mention_tombstones",
             "mentions",
             "outbox",
             "reindex_jobs",
             "relation_support",
+            "relation_tombstones",
             "relations",
             "speakers",
             "tenant_generations",
@@ -587,7 +589,11 @@ async def test_migration_v3_backfills_counts_and_dates(dsn: str, monkeypatch: py
             ("m2", 2, T0 + timedelta(days=2)),
         ]
         cur = await conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'mentions' ORDER BY 1")
-        assert [n for (n,) in await cur.fetchall()] == ["mentions_entity_recent", "mentions_pkey"]
+        assert [n for (n,) in await cur.fetchall()] == [
+            "mentions_entity_recent",
+            "mentions_pkey",
+            "mentions_tenant_changed",
+        ]
 
 
 # --- health ------------------------------------------------------------------
