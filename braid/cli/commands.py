@@ -194,6 +194,13 @@ def follow_job(jobs: Any) -> Job:
     return last
 
 
+def _flat(value: Any) -> str:
+    """A detail as one cell: a mapping (a source's cache) as ``key=value`` pairs."""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
 @app.command(rich_help_panel="Service")
 def health(url: URL = DEFAULT_URL) -> None:
     """Each backend's status; exit 0 when all are up, 1 otherwise."""
@@ -204,7 +211,7 @@ def health(url: URL = DEFAULT_URL) -> None:
     table.add_column("status")
     table.add_column("detail")
     for name, info in answer.backends.items():
-        detail = ", ".join(f"{k} {v}" for k, v in info.items() if k != "status" and v is not None)
+        detail = ", ".join(f"{k} {_flat(v)}" for k, v in info.items() if k != "status" and v is not None)
         table.add_row(name, str(info.get("status")), escape(detail))
     out.print(table)
     raise typer.Exit(0 if answer.ok else 1)

@@ -400,6 +400,8 @@ def test_health_shows_each_backend(served: Live) -> None:
     for backend in ("typesense", "pgvector", "graph", "sync"):
         cells = ([c.strip() for c in line.split("│") if c.strip()] for line in run.out.splitlines())
         assert [backend, "up"] in (row[:2] for row in cells), run.out
+    # The graph's cache counters as key=value pairs, not a Python dict.
+    assert "tenants=0" in run.out and "{'tenants'" not in run.out, run.out
 
 
 def test_errors_are_one_line_and_exit_2(served: Live) -> None:
