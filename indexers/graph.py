@@ -45,10 +45,12 @@ seeds and what changed in the tenant's relations since the last read.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,7 +62,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
-from .graph_cache import Edge, GraphCache, Overlay, TenantGraph, best
+from .graph_cache import Edge, GraphCache, Overlay, Refresh, TenantGraph, best
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
 from .pgvector import nearest_sql, search_settings
@@ -78,6 +80,9 @@ from .registry import register
 __all__ = ["GraphSource", "above_share", "fact_sentence", "personalized_pagerank"]
 
 log = logging.getLogger("braid.graph")
+
+#: How long a tenant's first read into the cache may take before it is given up (and tried again later).
+LOAD_TIMEOUT_S = 120.0
 
 FACT_KIND = "fact"
 
@@ -272,10 +277,48 @@ class GraphSource(PoolSource):
         graph = get_config().graph
         #: The tenants' relations this process walks itself (:mod:`indexers.graph_cache`).
         self.cache = GraphCache(graph.cache_rows, graph.cache_total_rows)
+        #: The tenants' first reads out now (:meth:`_load`), held until done.
+        self._loads: set[asyncio.Task[None]] = set()
 
     def stats(self) -> dict[str, int]:
         """The walk's cache in this process (``/health``: ``backends.graph.cache``)."""
         return self.cache.stats()
+
+    async def settle(self) -> None:
+        """Wait for the tenants' first reads started so far (their copies kept, or refused)."""
+        while self._loads:
+            await asyncio.wait(set(self._loads))
+
+    async def aclose(self) -> None:
+        """Cancel the tenants' first reads still out."""
+        for task in self._loads:
+            task.cancel()
+        await self.settle()
+
+    def _start_load(self, tenant: str, refresh: Refresh) -> None:
+        task = asyncio.get_running_loop().create_task(self._load(tenant, refresh, self.cache.load(tenant)))
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _load(self, tenant: str, refresh: Refresh, loading: AbstractAsyncContextManager[None]) -> None:
+        """A tenant's first read, off the recall that asked for it: its
+        relations and mentions whole (or a refusal when they pass
+        ``graph.cacheRows``), the copy built on a worker thread, then kept.
+        A failure is logged; the tenant is tried again after a while."""
+        started = time.monotonic()
+        try:
+            async with loading:
+                with anyio.fail_after(LOAD_TIMEOUT_S):
+                    results = await tenant_reads(self._pool, tenant, refresh.reads())
+                delta = refresh.read(results)
+                if delta is None:
+                    log.info("graph of tenant %s not kept: more than graph.cacheRows", tenant)
+                    return
+                refresh.keep(await anyio.to_thread.run_sync(TenantGraph.of, delta))
+        except (psycopg.Error, TimeoutError) as exc:
+            log.warning("graph of tenant %s not loaded: %s", tenant, str(exc).strip() or type(exc).__name__)
+            return
+        log.info("graph of tenant %s kept: %d rows read in %.2f s", tenant, len(delta), time.monotonic() - started)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Two round trips to Postgres, each one transaction scoped to the
@@ -338,6 +381,11 @@ class GraphSource(PoolSource):
             if (self.cache.limit, self.cache.total) != (cfg.graph.cache_rows, cfg.graph.cache_total_rows):
                 self.cache.configure(cfg.graph.cache_rows, cfg.graph.cache_total_rows)
             refresh = self.cache.refresh(query.tenant)
+            if refresh is not None and refresh.whole:
+                # Read whole off this recall (its deadline is too short for a
+                # large tenant); walked by the statement meanwhile.
+                self._start_load(query.tenant, refresh)
+                refresh = None
         if refresh is not None:
             now = time.time()
             seed_rows, *changes = await tenant_reads(

@@ -34,6 +34,14 @@ raced another's walks the shared copy with its own changes laid over it
 (:class:`Overlay`) and leaves the copy as it is, so an older read never
 overwrites a newer one. A read that found nothing changed needs neither.
 
+**Loaded off the recall path.** A tenant not kept yet is walked by
+Postgres while one background read (:meth:`GraphCache.load`) brings its
+relations and mentions whole; the recalls after it walk the copy. The first
+read of a large tenant takes longer than a recall may (seconds for ~170k
+rows on a busy machine): made inside a recall under its deadline it was
+cancelled with the recall, every time, so no copy was ever kept and every
+recall paid for the read again (benchmarks/results/load-10000-s31*.md).
+
 **Bounded.** A tenant with more than ``graph.cacheRows`` relations +
 mentions (or a change bigger than that) is not kept: it is walked by
 Postgres, and tried again after :data:`RETRY_S`. ``graph.cacheTotalRows``
@@ -48,7 +56,8 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 import numpy as np
@@ -59,6 +68,7 @@ __all__ = [
     "CHANGED_SQL",
     "CURSOR_SQL",
     "DROPPED_SQL",
+    "FAILED_RETRY_S",
     "MENTIONED_SQL",
     "RETRY_S",
     "STALE_S",
@@ -129,6 +139,8 @@ _WHOLE_MENTIONS_SQL = _whole(MENTIONED_SQL, 3)
 
 #: How long a tenant too big for the cache is walked by Postgres before it is tried again.
 RETRY_S = 300.0
+#: How long a tenant whose first read failed is walked by Postgres before it is tried again.
+FAILED_RETRY_S = 30.0
 #: A tenant's copy not brought up to date for this long is read whole again.
 STALE_S = 1800.0
 
@@ -267,6 +279,14 @@ class TenantGraph:
     def __len__(self) -> int:
         """Relations and mentions held."""
         return len(self.rels) + sum(len(m) for m in self.mentions.values())
+
+    @classmethod
+    def of(cls, delta: Delta) -> TenantGraph:
+        """A new copy holding ``delta`` (a tenant's whole read); touches nothing
+        shared, so it may be built on a worker thread."""
+        graph = cls()
+        graph.apply(delta)
+        return graph
 
     def apply(self, delta: Delta) -> None:
         """Merge one read. Deletions first: a row read is the newest word on its key
@@ -490,10 +510,16 @@ class Refresh:
             Read(MENTIONED_SQL, params),
         ]
 
-    def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, Overlay | None] | None:
-        """The copy to walk, with this read's changes merged into it, or laid
-        over it when another read changed the copy meanwhile; None when the
-        tenant (or this change) is too big to keep: walk in Postgres instead."""
+    @property
+    def whole(self) -> bool:
+        """Whether this is a tenant's first read (everything it has): for
+        :meth:`GraphCache.load`, not a recall's round trip."""
+        return self._graph is None
+
+    def read(self, results: Sequence[Sequence[Any]]) -> Delta | None:
+        """The changes the results of :meth:`reads` hold; None when the tenant
+        (or this change) is too big to keep (then walked in Postgres for
+        :data:`RETRY_S`)."""
         ((xmax, running),), *rest = results
         cursor = (xmax, tuple(running))
         if self._graph is not None:
@@ -506,17 +532,29 @@ class Refresh:
             # Postgres answers a row of NULLs for a tenant that does not fit.
             sentinel = any(row[0] is None for row in rows[:1]) or any(row[0] is None for row in mentioned[:1])
             too_big = sentinel or len(rows) + len(mentioned) > self._cache.limit
-        cache, graph = self._cache, self._graph
         if too_big:
-            cache.refuse(self._tenant)
+            self._cache.refuse(self._tenant)
             return None
+        return delta
+
+    def keep(self, graph: TenantGraph) -> None:
+        """Keep ``graph``, built from this (whole) read, unless a copy is kept already."""
+        if self._cache.get(self._tenant) is None:
+            self._cache.put(self._tenant, graph)
+
+    def take(self, results: Sequence[Sequence[Any]]) -> tuple[TenantGraph, Overlay | None] | None:
+        """The copy to walk, with this read's changes merged into it, or laid
+        over it when another read changed the copy meanwhile; None when the
+        tenant (or this change) is too big to keep: walk in Postgres instead."""
+        delta = self.read(results)
+        if delta is None:
+            return None
+        cache, graph = self._cache, self._graph
         if graph is None:
-            graph = TenantGraph()
-            graph.apply(delta)
-            # Another recall may have loaded it meanwhile: this read, the whole
+            # Another read may have loaded it meanwhile: this one, the whole
             # tenant, is walked as read and the copy already kept stays.
-            if cache.get(self._tenant) is None:
-                cache.put(self._tenant, graph)
+            graph = TenantGraph.of(delta)
+            self.keep(graph)
             return graph, None
         if graph.applied == self._applied and cache.get(self._tenant) is graph:
             graph.apply(delta)
@@ -539,6 +577,8 @@ class GraphCache:
         self._sizes: dict[str, int] = {}
         self._held = 0
         self._refused: dict[str, float] = {}
+        #: Tenants whose first read is out (:meth:`load`).
+        self._loading: set[str] = set()
         #: Walks since start: ``here``, of which ``raced``, and by ``postgres``.
         self.walks = {"here": 0, "raced": 0, "postgres": 0}
 
@@ -559,9 +599,11 @@ class GraphCache:
         return self._graphs.get(tenant)
 
     def refresh(self, tenant: str) -> Refresh | None:
-        """How this walk reads the tenant's changes; None when the tenant is
-        walked by Postgres (too big, tried again after :data:`RETRY_S`)."""
-        if self.limit <= 0 or self.total <= 0:
+        """How this walk reads the tenant's changes (for a tenant not kept
+        yet, a whole read: :attr:`Refresh.whole`); None when the tenant is
+        walked by Postgres: too big (tried again after :data:`RETRY_S`), or
+        its first read is out (:meth:`load`)."""
+        if self.limit <= 0 or self.total <= 0 or tenant in self._loading:
             return None
         until = self._refused.get(tenant)
         if until is not None:
@@ -577,6 +619,24 @@ class GraphCache:
                 self._graphs.move_to_end(tenant)
         return Refresh(self, tenant, graph)
 
+    def load(self, tenant: str) -> AbstractAsyncContextManager[None]:
+        """To be entered around a tenant's first read (a :attr:`Refresh.whole`
+        one): from now on its recalls are walked by Postgres and start no
+        other read until it ends; a read that fails is not tried again for
+        :data:`FAILED_RETRY_S`."""
+        self._loading.add(tenant)
+        return self._loaded(tenant)
+
+    @asynccontextmanager
+    async def _loaded(self, tenant: str) -> AsyncIterator[None]:
+        try:
+            yield
+        except BaseException:
+            self.refuse(tenant, FAILED_RETRY_S)
+            raise
+        finally:
+            self._loading.discard(tenant)
+
     def put(self, tenant: str, graph: TenantGraph) -> None:
         self._graphs[tenant] = graph
         self.resize(tenant, graph)
@@ -590,10 +650,10 @@ class GraphCache:
         self._sizes[tenant] = size
         self._evict(keep=tenant)
 
-    def refuse(self, tenant: str) -> None:
-        """Walk ``tenant`` in Postgres for :data:`RETRY_S`."""
+    def refuse(self, tenant: str, seconds: float = RETRY_S) -> None:
+        """Walk ``tenant`` in Postgres for ``seconds``."""
         self.drop(tenant)
-        self._refused[tenant] = time.monotonic() + RETRY_S
+        self._refused[tenant] = time.monotonic() + seconds
         if len(self._refused) > 10_000:
             now = time.monotonic()
             self._refused = {t: u for t, u in self._refused.items() if u > now}

@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import msgspec
 import psycopg
 import pytest
@@ -162,8 +163,10 @@ def query(tenant: str, text: str, limit: int = 20) -> SearchQuery:
 
 
 async def both(cached_source: GraphSource, statement: GraphSource, q: SearchQuery) -> list[tuple[str, float]]:
-    """The cached source's hits, checked equal to the statement's."""
+    """The cached source's hits, checked equal to the statement's (a tenant's
+    first recall walks by the statement and starts its load: waited for)."""
     got = [(h.id, round(h.score, 9), h.content) for h in await cached_source.search(q)]
+    await cached_source.settle()
     want = [(h.id, round(h.score, 9), h.content) for h in await statement.search(q)]
     assert got == want
     return [(i, s) for i, s, _ in got]
@@ -245,6 +248,8 @@ async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(
     await w.graph(t, ["Ada", "Lisp", "Prolog"], [RelationInput("Ada", "writes", "Lisp")])
     q = query(t, "Ada")
     await source.search(q)
+    await source.settle()
+    assert source.cache.get(t) is not None
     async with await psycopg.AsyncConnection.connect(pool.conninfo) as other:
         # The relation's transaction has its id before the next recall reads a
         # cursor, and commits after that recall: a cursor taken from the
@@ -266,6 +271,28 @@ async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(
     assert "Ada writes Prolog." in facts
     graph = source.cache.get(t)
     assert graph is not None and rid in graph.rels
+
+
+async def test_a_tenant_is_loaded_off_the_recall_and_its_deadline(pool: AsyncConnectionPool, embedder: Any) -> None:
+    source = GraphSource(pool, lambda: graph_config())
+    w = Writer(pool, embedder)
+    t = "loaded-aside"
+    await w.graph(t, ["Noor", "Haskell"], [RelationInput("Noor", "teaches", "Haskell")])
+    await w.memory(t, "m-hs", "Lectures on Haskell.", ("Haskell",))
+    q = query(t, "Noor")
+    # A recall cancelled at once (its deadline passed) does not take the tenant's first read with it.
+    with anyio.move_on_after(0):
+        await source.search(q)
+    assert source.cache.get(t) is None
+    # Meanwhile the tenant's recalls are walked by the statement, and start no second read.
+    assert source.cache.refresh(t) is None
+    before = dict(source.cache.walks)
+    assert "m-hs" in {h.id for h in await source.search(q)}
+    assert source.cache.walks["postgres"] == before["postgres"] + 1
+    await source.settle()
+    assert source.cache.get(t) is not None
+    assert "m-hs" in {h.id for h in await source.search(q)}
+    assert source.cache.walks["here"] == before["here"] + 1
 
 
 async def test_a_tenant_over_the_limit_is_walked_by_postgres(pool: AsyncConnectionPool, embedder: Any) -> None:

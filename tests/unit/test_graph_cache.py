@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from indexers.graph_cache import Delta, GraphCache, Refresh, TenantGraph, best
 
 
@@ -102,6 +104,28 @@ def test_a_tenant_or_a_change_over_the_limit_is_refused_for_a_while() -> None:
     graph = loaded(cache, "small", [rel(1, 1, 2)])
     assert read(cache.refresh("small"), 6, [rel(2, 1, 3), rel(3, 1, 4), rel(4, 1, 5)]) is None
     assert cache.get("small") is None and graph.cursor == ("5", ())
+
+
+@pytest.mark.anyio
+async def test_while_a_tenant_is_loaded_its_recalls_start_no_other_read_and_a_failed_load_waits() -> None:
+    cache = GraphCache(100, 1000)
+    first = cache.refresh("t")
+    assert first is not None and first.whole
+    loading = cache.load("t")
+    # From the moment the load is started (not when its task first runs).
+    assert cache.refresh("t") is None
+    async with loading:
+        assert cache.refresh("t") is None
+        delta = first.read([[("5", [])], [rel(1, 1, 2)], []])
+        assert delta is not None
+        first.keep(TenantGraph.of(delta))
+    again = cache.refresh("t")
+    assert again is not None and not again.whole and cache.get("t") is not None
+
+    with pytest.raises(OSError):
+        async with cache.load("u"):
+            raise OSError("connection lost")
+    assert cache.refresh("u") is None and cache.get("u") is None, "refused for a while after a failed load"
 
 
 def test_the_least_recently_walked_tenant_goes_first() -> None:
