@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from benchmarks.quality.tuning import parse_set
+
 from .corpus import build_corpus, describe
 from .growth import write_growth
 from .report import summary_line, write_report
@@ -28,6 +30,9 @@ def main() -> None:
     parser.add_argument("--fresh-check-every", type=int, default=5, help="pgvector/graph checked on 1 write in N")
     parser.add_argument("--raw-sample", type=int, default=20000, help="documents in the raw Typesense import")
     parser.add_argument(
+        "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
+    )
+    parser.add_argument(
         "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
     )
     args = parser.parse_args()
@@ -46,6 +51,7 @@ def main() -> None:
             fresh_check_every=args.fresh_check_every,
             raw_sample=args.raw_sample,
             steady_rates=tuple(int(r) for r in args.steady_rates.split(",")),
+            sets=args.set,
         )
     )
     report.update(

@@ -12,7 +12,7 @@ import itertools
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,9 +20,11 @@ import httpx
 import msgspec
 import numpy as np
 import psycopg
+import yaml
 from pgvector.psycopg import register_vector_async
 
 from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
+from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
 
 from .client import LeanClient
@@ -50,15 +52,17 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-def config_text(keys: dict[str, str]) -> str:
-    """The shipped config with one agent key per corpus tenant (the rest untouched)."""
+def config_text(keys: dict[str, str], sets: Sequence[Override] = ()) -> str:
+    """The shipped config with one agent key per corpus tenant, and ``sets``
+    (dotted key, value) over it (the rest untouched)."""
     text = CONFIG.read_text()
     entries = "".join(f"\n    - {{tenant: {t}, role: agent, key: {k}}}" for t, k in keys.items())
     assert "  keys: []" in text, "config/braid.yaml changed: no `keys: []` to replace"
     # Throughput is what is measured here: no per-key rate limit.
     assert "  ratePerSecond: 100\n" in text, "config/braid.yaml changed: no `ratePerSecond: 100`"
     text = text.replace("  ratePerSecond: 100\n", "  ratePerSecond: 0\n")
-    return text.replace("  keys: []", "  keys:" + entries)
+    text = text.replace("  keys: []", "  keys:" + entries)
+    return yaml.safe_dump(apply_sets(yaml.safe_load(text), sets)) if sets else text
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -730,9 +734,10 @@ async def run(
     fresh_check_every: int,
     raw_sample: int,
     steady_rates: tuple[int, ...] = (50,),
+    sets: Sequence[Override] = (),
 ) -> dict[str, Any]:
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
-    cfg_text = config_text(keys)
+    cfg_text = config_text(keys, sets)
     cfg = parse_config(cfg_text)
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
     report: dict[str, Any] = {}
