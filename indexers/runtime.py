@@ -244,6 +244,9 @@ async def _open_runtime(
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(extractors.close)
+                    # Work a source left running (the graph's first reads) ends before the pools close.
+                    for source in {*sources.values(), *(replica.sources.values() if replica else ())}:
+                        await source.aclose()
     finally:
         await client.aclose()
         for cluster in clusters:
