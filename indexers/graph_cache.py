@@ -89,35 +89,40 @@ CURSOR_SQL = (
     " FROM pg_current_snapshot() AS s"
 )
 
-#: What the cursor's snapshot did not see: written by a transaction then
-#: running (``%(running)s``) or not yet begun (from ``%(since)s``).
-_UNSEEN = "(changed >= %(since)s::xid8 OR changed = ANY(%(running)s::xid8[]))"
 
-#: The tenant's relations written since the cursor (:data:`_UNSEEN`), at
-#: most ``%(limit)s``: id, then a :data:`Rel`'s fields.
-CHANGED_SQL = f"""
-    SELECT id, source_id, target_id, relation, weight, derived,
-           extract(epoch FROM valid_from)::float8, extract(epoch FROM valid_to)::float8,
-           extract(epoch FROM coalesce(valid_from, created_at))::float8
-    FROM relations
-    WHERE tenant = %(tenant)s AND {_UNSEEN}
-    LIMIT %(limit)s
+def _unseen(columns: str, table: str) -> str:
+    """The tenant's rows of ``table`` the cursor's snapshot did not see:
+    written from ``%(since)s`` (its xmax) on, or by a transaction it saw
+    running (``%(running)s``). Two index ranges joined, not one ``OR``:
+    the generic plan of ``changed >= x OR changed = ANY(y)`` filters every
+    row of the tenant (``EXPLAIN (GENERIC_PLAN)`` on relations), a read of
+    the whole tenant on each recall once the statement is prepared."""
+    return f"""
+    SELECT {columns} FROM {table} WHERE tenant = %(tenant)s AND changed >= %(since)s::xid8
+    UNION ALL
+    SELECT {columns} FROM {table}
+    WHERE tenant = %(tenant)s AND changed = ANY(%(running)s::xid8[]) AND changed < %(since)s::xid8
 """
+
+
+#: A :data:`Rel` as read: id, then its fields.
+_RELATION = """id, source_id, target_id, relation, weight, derived,
+           extract(epoch FROM valid_from)::float8, extract(epoch FROM valid_to)::float8,
+           extract(epoch FROM coalesce(valid_from, created_at))::float8"""
+#: A mention as read: entity id, memory id, the memory's time (epoch seconds).
+_MENTION = "entity_id, memory_id, extract(epoch FROM created_at)::float8"
+
+#: The tenant's relations written since the cursor, at most ``%(limit)s``.
+CHANGED_SQL = _unseen(_RELATION, "relations") + "    LIMIT %(limit)s\n"
 
 #: The ids of the tenant's relations deleted since the cursor.
-DROPPED_SQL = f"SELECT relation_id FROM relation_tombstones WHERE tenant = %(tenant)s AND {_UNSEEN}"
+DROPPED_SQL = _unseen("relation_id", "relation_tombstones")
 
-#: The tenant's mentions made since the cursor, at most
-#: ``%(limit)s``: entity id, memory id, the memory's time (epoch seconds).
-MENTIONED_SQL = f"""
-    SELECT entity_id, memory_id, extract(epoch FROM created_at)::float8
-    FROM mentions
-    WHERE tenant = %(tenant)s AND {_UNSEEN}
-    LIMIT %(limit)s
-"""
+#: The tenant's mentions made since the cursor, at most ``%(limit)s``.
+MENTIONED_SQL = _unseen(_MENTION, "mentions") + "    LIMIT %(limit)s\n"
 
 #: The tenant's mentions deleted since the cursor: entity id, memory id.
-UNMENTIONED_SQL = f"SELECT entity_id, memory_id FROM mention_tombstones WHERE tenant = %(tenant)s AND {_UNSEEN}"
+UNMENTIONED_SQL = _unseen("entity_id, memory_id", "mention_tombstones")
 
 #: Whether the tenant's relations and mentions together are at most
 #: ``%(limit)s`` (each counted up to one past it, from its index alone).
@@ -127,15 +132,17 @@ _FITS = """(
     <= %(limit)s)"""
 
 
-def _whole(changed: str, nulls: int) -> str:
-    """``changed`` without its limit, for a tenant's first read: every row
-    when the tenant fits (:data:`_FITS`), else one row of ``nulls`` NULLs."""
-    rows = changed.rstrip().removesuffix("LIMIT %(limit)s").rstrip()
-    return f"{rows} AND {_FITS}\n    UNION ALL SELECT {', '.join(['NULL'] * nulls)} WHERE NOT {_FITS}"
+def _whole(columns: str, table: str, nulls: int) -> str:
+    """For a tenant's first read: every row of ``table`` when the tenant fits
+    (:data:`_FITS`), else one row of ``nulls`` NULLs."""
+    return f"""
+    SELECT {columns} FROM {table} WHERE tenant = %(tenant)s AND {_FITS}
+    UNION ALL SELECT {", ".join(["NULL"] * nulls)} WHERE NOT {_FITS}
+"""
 
 
-_WHOLE_RELATIONS_SQL = _whole(CHANGED_SQL, 9)
-_WHOLE_MENTIONS_SQL = _whole(MENTIONED_SQL, 3)
+_WHOLE_RELATIONS_SQL = _whole(_RELATION, "relations", 9)
+_WHOLE_MENTIONS_SQL = _whole(_MENTION, "mentions", 3)
 
 #: How long a tenant too big for the cache is walked by Postgres before it is tried again.
 RETRY_S = 300.0
