@@ -1,10 +1,10 @@
 """Where a fused recall's (or a write's) CPU goes in the service: a py-spy profile under load.
 
-``python -m benchmarks.recall_profile [--size N] [--seconds S] [--clients C] [--writes R]``
-loads the load benchmark's synthetic corpus (``benchmarks/load/corpus.py``,
+``python -m benchmarks.recall_profile [--size N] [--seconds S] [--clients C] [--writes R]
+[--sources a,b] [--set dotted.key=value ...]`` loads the load benchmark's synthetic corpus (``benchmarks/load/corpus.py``,
 big tenant of ``N`` memories) into the service on the embedded stack, then
-drives fused recalls (vectors supplied, as ``make bench-load``'s fused rows)
-from ``C`` clients for ``S`` seconds while ``py-spy record`` samples the
+drives fused recalls (vectors supplied, as ``make bench-load``'s fused rows;
+with ``--sources``, recalls restricted to those sources) from ``C`` clients for ``S`` seconds while ``py-spy record`` samples the
 service process (``--idle`` off: only samples where a thread was on the CPU).
 It reports CPU per recall by process (the load benchmark's meter) and the
 service's profile: self and inclusive share of samples by function, and the
@@ -36,6 +36,7 @@ from benchmarks.common import RESULTS, CpuMeter
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.run import loaded_service, steady_writes, timed
+from benchmarks.quality.tuning import Override, parse_set
 
 #: Stages of a recall, each named by a frame that appears under it (the first match wins).
 STAGES = {
@@ -82,14 +83,31 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
 
 
 async def profile(
-    size: int, seconds: float, clients: int, rate: int, out: Path, native: bool = False, writes: float = 0.0
+    size: int,
+    seconds: float,
+    clients: int,
+    rate: int,
+    out: Path,
+    native: bool = False,
+    writes: float = 0.0,
+    sources: list[str] | None = None,
+    sets: list[Override] | None = None,
 ) -> dict[str, Any]:
     corpus = build_corpus(size)
-    report: dict[str, Any] = {"size": size, "seconds": seconds, "clients": clients, "rate": rate, "writes": writes}
+    report: dict[str, Any] = {
+        "size": size,
+        "seconds": seconds,
+        "clients": clients,
+        "rate": rate,
+        "writes": writes,
+        "sources": sources,
+        "sets": [f"{k}={v}" for k, v in sets or ()],
+    }
     print("profile: loading", flush=True)
-    async with loaded_service(corpus, "braid-profile-") as (svc, headers):
+    async with loaded_service(corpus, "braid-profile-", sets=sets or ()) as (svc, headers):
+        only = {"sources": sources} if sources else {}
         bodies = [
-            msgspec.json.encode({"query": q["text"], "embedding": v.tolist()})
+            msgspec.json.encode({"query": q["text"], "embedding": v.tolist(), **only})
             for q, v in zip(corpus.queries, corpus.query_vectors, strict=True)
         ]
         meter = CpuMeter(svc.processes)
@@ -97,7 +115,8 @@ async def profile(
         async with LeanClient(svc.url, max_connections=64) as lean:
             print("profile: warm-up", flush=True)
             await timed(lean, recall_headers, bodies, 4, 0)
-            what = f"single writes at {writes:g}/s" if writes else f"fused recalls at {clients} clients"
+            kind = "+".join(sources) if sources else "fused"
+            what = f"single writes at {writes:g}/s" if writes else f"{kind} recalls at {clients} clients"
             print(f"profile: {seconds:.0f} s of {what} under py-spy", flush=True)
             raw = out.with_suffix(".txt")
             spy = subprocess.Popen(
@@ -151,13 +170,16 @@ def markdown(report: dict[str, Any], command: str) -> str:
     cpu = report["cpu_ms"]
     prof = report["profile"]
     unit = "write" if report.get("writes") else "recall"
+    kind = "+".join(report["sources"]) if report.get("sources") else "fused"
     driven = (
         f"single writes at {report['writes']:g}/s (vectors supplied), outbox drained"
         if report.get("writes")
-        else f"fused recalls with vectors supplied, {report['clients']} clients"
+        else f"{kind} recalls with vectors supplied, {report['clients']} clients"
     )
+    if report.get("sets"):
+        driven += "; config: shipped with " + ", ".join(f"`{s}`" for s in report["sets"])
     lines = [
-        f"# Where a fused {unit}'s CPU goes (service profile under load)",
+        f"# Where a {'fused' if unit == 'write' else kind} {unit}'s CPU goes (service profile under load)",
         "",
         f"Command: `{command}`  ",
         f"Corpus: the load benchmark's, big tenant of {report['size']} memories; {driven} for "
@@ -196,11 +218,18 @@ def main() -> None:
     parser.add_argument(
         "--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)"
     )
+    parser.add_argument("--sources", default="", help="comma list: recalls restricted to these sources (default: fused)")
+    parser.add_argument(
+        "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = "write-cpu-profile" if args.writes else "recall-profile"
     out = RESULTS / (stem + (f"-{args.name}" if args.name else "") + ".md")
-    report = asyncio.run(profile(args.size, args.seconds, args.clients, args.rate, out, args.native, args.writes))
+    sources = [s for s in args.sources.split(",") if s] or None
+    report = asyncio.run(
+        profile(args.size, args.seconds, args.clients, args.rate, out, args.native, args.writes, sources, args.set)
+    )
     command = "python -m benchmarks.recall_profile " + " ".join(sys.argv[1:])
     out.write_text(markdown(report, command))
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))

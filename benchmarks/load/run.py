@@ -155,15 +155,15 @@ async def graph_load(
 
 @asynccontextmanager
 async def loaded_service(
-    corpus: Corpus, prefix: str, *, graph: bool = True
+    corpus: Corpus, prefix: str, *, graph: bool = True, sets: Sequence[Override] = ()
 ) -> AsyncIterator[tuple[Service, dict[str, dict[str, str]]]]:
-    """The service on the embedded stack (shipped config, one agent key per
-    tenant) with ``corpus`` written through it (its graph too, with
-    ``graph``) and the outbox drained; yields it and each tenant's auth
-    headers, and stops it on exit."""
+    """The service on the embedded stack (shipped config with ``sets`` over
+    it, one agent key per tenant) with ``corpus`` written through it (its
+    graph too, with ``graph``) and the outbox drained; yields it and each
+    tenant's auth headers, and stops it on exit."""
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    svc = Service(config_text=config_text(keys), prefix=prefix)
+    svc = Service(config_text=config_text(keys, sets), prefix=prefix)
     try:
         async with httpx.AsyncClient(base_url=svc.url, timeout=300) as client:
             if graph:
