@@ -65,6 +65,10 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: ``bm25``: what an occurrence in the context (and a term of its length)
     #: counts against one in the content (BM25F's field weight).
     bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    #: How long a count Typesense made for the keyword ranking (a filter's
+    #: document count and mean lengths, a term's document frequency) is
+    #: reused, in ms (0: counted again by every recall).
+    count_ttl_ms: Annotated[int, Meta(ge=0, le=86_400_000)] = 10_000
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.

@@ -117,6 +117,8 @@ class Bm25Plan:
     include_fields: str
     stats: CorpusStats | None
     dfs: dict[str, int]
+    #: How long the counts learnt are kept, in seconds (``None``: the caches' own).
+    ttl: float | None = None
     #: The terms of the candidate search sent last (``None``: none sent).
     sent: list[str] | None = None
     found: int = 0
@@ -160,13 +162,13 @@ class Bm25Plan:
             means = {f["field_name"]: _mean(f) for f in answer.get("facet_counts", [])}
             self.stats = CorpusStats(int(answer.get("found", 0)), means.get("length"), means.get("context_length"))
             if self._cache is not None:
-                self._cache.stats.put(self.filter_by, self.stats)
+                self._cache.stats.put(self.filter_by, self.stats, self.ttl)
         for term in self.terms:
             answer = results.get(DF + term)
             if answer is not None:
                 self.dfs[term] = int(answer.get("found", 0))
                 if self._cache is not None:
-                    self._cache.dfs.put((self.filter_by, term), self.dfs[term])
+                    self._cache.dfs.put((self.filter_by, term), self.dfs[term], self.ttl)
         answer = results.get(CANDIDATES)
         self.found = 0 if answer is None else int(answer.get("found", 0))
         if self.sent is None or self.found <= self.budget:
@@ -238,9 +240,16 @@ class Bm25Keywords:
         self.dfs: TtlCache[tuple[str, str], int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
 
     def plan(
-        self, filter_by: str, terms: Sequence[str], budget: int, context_weight: float, include_fields: str
+        self,
+        filter_by: str,
+        terms: Sequence[str],
+        budget: int,
+        context_weight: float,
+        include_fields: str,
+        ttl: float | None = None,
     ) -> Bm25Plan:
-        """A recall's plan, with what the caches know of ``filter_by``."""
+        """A recall's plan, with what the caches know of ``filter_by``; the
+        counts it learns are kept ``ttl`` seconds (``None``: the caches' own)."""
         dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
         stats = self.stats.get(filter_by)
-        return Bm25Plan(filter_by, tuple(terms), budget, context_weight, include_fields, stats, dfs, _cache=self)
+        return Bm25Plan(filter_by, tuple(terms), budget, context_weight, include_fields, stats, dfs, ttl, _cache=self)

@@ -161,12 +161,12 @@ class TtlCache(Generic[K, V]):
     def get(self, key: K) -> V | None:
         """The value put under ``key``, or ``None`` if none or expired."""
         item = self._items.get(key)
-        if item is None or item[0] < time.monotonic():
+        if item is None or item[0] <= time.monotonic():
             return None
         return item[1]
 
-    def put(self, key: K, value: V) -> None:
-        """Keep ``value`` under ``key`` for ``ttl`` seconds."""
+    def put(self, key: K, value: V, ttl: float | None = None) -> None:
+        """Keep ``value`` under ``key`` for ``ttl`` seconds (default: the cache's)."""
         if len(self._items) >= self.size:
             self._items.clear()
-        self._items[key] = (time.monotonic() + self.ttl, value)
+        self._items[key] = (time.monotonic() + (self.ttl if ttl is None else ttl), value)

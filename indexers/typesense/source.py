@@ -146,7 +146,9 @@ class TypesenseSource:
         total = self._totals.get(filter_by) if terms and ts.keyword_mode == "terms" else None
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
-            bm25 = self._bm25.plan(filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS)
+            bm25 = self._bm25.plan(
+                filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS, ts.count_ttl_ms / 1000.0
+            )
         client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
@@ -191,7 +193,7 @@ class TypesenseSource:
         elif terms:
             if total is None:
                 total = int(results["count"].get("found", 0))
-                self._totals.put(filter_by, total)
+                self._totals.put(filter_by, total, ts.count_ttl_ms / 1000.0)
             rankings["keyword"] = idf_ranking([results[f"term:{t}"] for t in terms], total)[:candidates]
         if "vector" in results and query.vector is not None:
             rankings["vector"] = _vector_ranking(

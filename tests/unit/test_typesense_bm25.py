@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
-from indexers.typesense.bm25 import Bm25Plan, CorpusStats, bm25_score, select_terms
+from indexers.typesense.bm25 import Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
 from indexers.typesense.documents import counts_reader, document_terms, record_document
 from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
 
@@ -214,6 +214,22 @@ def test_a_cold_plan_counts_and_searches_every_term_then_retries_if_it_overflowe
     plan = _plan(["common", "rare"], {}, budget=10)
     plan.searches()
     assert plan.learn({**answers, "bm25:df:common": {"found": 8}, "bm25": {"found": 10}}) is None
+
+
+@pytest.mark.parametrize(("ttl", "kept"), [(0.0, False), (60.0, True), (None, True)])
+def test_counts_learnt_are_kept_for_the_plans_ttl(ttl: float | None, kept: bool) -> None:
+    """``sources.typesense.countTtlMs`` reaches the caches: 0 counts again at
+    every recall; ``None`` keeps the caches' own time."""
+    keywords = Bm25Keywords()
+    plan = keywords.plan("tenant:=`a`", ["rare"], 10, 1.0, "content", ttl)
+    assert [role for role, _ in plan.searches()] == ["bm25:stats", "bm25:df:rare", "bm25"]
+    plan.learn({"bm25:stats": {"found": 5, "facet_counts": []}, "bm25:df:rare": {"found": 2}, "bm25": {"found": 2}})
+    warm = keywords.plan("tenant:=`a`", ["rare"], 10, 1.0, "content", ttl)
+    if kept:
+        assert warm.dfs == {"rare": 2} and warm.stats == CorpusStats(5, None, None)
+        assert [role for role, _ in warm.searches()] == ["bm25"]
+    else:
+        assert warm.dfs == {} and warm.stats is None
 
 
 def test_plan_ranking_is_bm25_over_every_query_term() -> None:
