@@ -108,7 +108,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000)
-    parser.add_argument("--key", default="maxEdges", help="the setting varied: a graph one, or an integer one named once in the config")
+    parser.add_argument(
+        "--key", default="maxEdges", help="the setting varied: a graph one, or an integer one named once in the config"
+    )
     parser.add_argument("--values", default="2000,1000,500,250", help="its values, comma-separated")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--name", default="", help="report name suffix")

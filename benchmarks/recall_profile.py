@@ -218,7 +218,9 @@ def main() -> None:
     parser.add_argument(
         "--native", action="store_true", help="py-spy --native: C extension frames too (pauses the service to sample)"
     )
-    parser.add_argument("--sources", default="", help="comma list: recalls restricted to these sources (default: fused)")
+    parser.add_argument(
+        "--sources", default="", help="comma list: recalls restricted to these sources (default: fused)"
+    )
     parser.add_argument(
         "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
     )
