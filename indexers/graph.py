@@ -62,7 +62,7 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
-from .graph_cache import Edge, GraphCache, Overlay, Refresh, TenantGraph, best
+from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
 from .pgvector import nearest_sql, search_settings
@@ -513,7 +513,7 @@ class GraphSource(PoolSource):
         return [hit_from_row(r, float(r["score"])) for r in rows], names
 
     async def _ranked_memories(
-        self, cfg: BraidConfig, query: SearchQuery, scores: dict[str, float], unnamed: list[int]
+        self, cfg: BraidConfig, query: SearchQuery, scores: Shares, unnamed: list[int]
     ) -> tuple[list[Hit], dict[int, str]]:
         """The first ``query.limit`` of the memories ``scores`` ranks (best
         first, ties by id) that are current and pass the recall's lifecycle

@@ -78,6 +78,7 @@ __all__ = [
     "GraphCache",
     "Overlay",
     "Refresh",
+    "Shares",
     "TenantGraph",
     "best",
 ]
@@ -253,6 +254,7 @@ class TenantGraph:
         "incident",
         "memory_ids",
         "memory_index",
+        "mentioned",
         "mentions",
         "newest",
         "order",
@@ -269,6 +271,8 @@ class TenantGraph:
         self.order: dict[int, list[int]] = {}
         #: Entity -> memory id -> the memory's time: every memory that mentions it.
         self.mentions: dict[int, dict[str, float]] = {}
+        #: Mentions held: the sum of :attr:`mentions`' sizes.
+        self.mentioned = 0
         #: Entity -> :attr:`mentions` newest first, as indexes into :attr:`memory_ids`, and their count;
         #: made when first read after a change.
         self.newest: dict[int, tuple[np.ndarray, int]] = {}
@@ -285,7 +289,7 @@ class TenantGraph:
 
     def __len__(self) -> int:
         """Relations and mentions held."""
-        return len(self.rels) + sum(len(m) for m in self.mentions.values())
+        return len(self.rels) + self.mentioned
 
     @classmethod
     def of(cls, delta: Delta) -> TenantGraph:
@@ -333,13 +337,16 @@ class TenantGraph:
             held = mentions.get(eid)
             if held is not None and held.pop(mid, None) is not None:
                 changed = True
+                self.mentioned -= 1
                 newest.pop(eid, None)
                 if not held:
                     del mentions[eid]
         for eid, mid, at in delta.mentioned:
             held = mentions.setdefault(eid, {})
-            if held.get(mid) != at:
+            old_at = held.get(mid)
+            if old_at != at:
                 changed = True
+                self.mentioned += old_at is None
                 held[mid] = at
                 newest.pop(eid, None)
         self.cursor = delta.cursor
@@ -436,7 +443,7 @@ class TenantGraph:
             out.append(i)
         return np.asarray(out, dtype=np.int64)
 
-    def shares(self, ppr: Mapping[int, float], per_entity: int, overlay: Overlay | None = None) -> dict[str, float]:
+    def shares(self, ppr: Mapping[int, float], per_entity: int, overlay: Overlay | None = None) -> Shares:
         """The memories the entities ``ppr`` pass their PageRank to, with
         their scores, as the memory statement without request filters scores
         them (``indexers.graph._memories_sql``): each entity's score split
@@ -463,19 +470,51 @@ class TenantGraph:
             parts.append(ids)
             weights.append(np.full(len(ids), ppr[eid] / degree))
         if not parts:
-            return {}
+            return Shares(self.memory_ids, _NO_INDEXES, _NO_SCORES)
         at = np.concatenate(parts)
         # bincount adds in input order: each memory's shares in entity id order.
         sums = np.bincount(at, weights=np.concatenate(weights))
-        hit = np.unique(at)
-        names = self.memory_ids
-        return {names[i]: float(sums[i]) for i in hit.tolist()}
+        hit = np.zeros(len(sums), dtype=bool)
+        hit[at] = True
+        which = np.flatnonzero(hit)
+        return Shares(self.memory_ids, which, sums[which])
 
 
-def best(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+_NO_INDEXES: Final = np.zeros(0, dtype=np.int64)
+_NO_SCORES: Final = np.zeros(0, dtype=np.float64)
+
+
+class Shares:
+    """The memories :meth:`TenantGraph.shares` scored: their indexes into
+    ``names`` (the copy's memory ids, which only grow) and their scores, kept
+    as arrays until :func:`best` picks the few a recall reads."""
+
+    __slots__ = ("indexes", "names", "scores")
+
+    def __init__(self, names: Sequence[str], indexes: np.ndarray, scores: np.ndarray) -> None:
+        self.names = names
+        self.indexes = indexes
+        self.scores = scores
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def as_dict(self) -> dict[str, float]:
+        """Memory id -> score, for every memory scored."""
+        names = self.names
+        return {names[i]: s for i, s in zip(self.indexes.tolist(), self.scores.tolist(), strict=True)}
+
+
+def best(scores: Mapping[str, float] | Shares, k: int) -> list[tuple[str, float]]:
     """The ``k`` best of ``scores`` (more on a tie at the last place), best
     first, ties by id; all of them, sorted, when ``k`` reaches their number."""
-    if k < len(scores):
+    if isinstance(scores, Shares):
+        values, n = scores.scores, len(scores)
+        # The k-th largest score, as heapq.nlargest(k, ...)[-1] finds it.
+        which = np.flatnonzero(values >= np.partition(values, n - k)[n - k]) if k < n else np.arange(n)
+        names = scores.names
+        chosen = [(names[i], v) for i, v in zip(scores.indexes[which].tolist(), values[which].tolist(), strict=True)]
+    elif k < len(scores):
         floor = heapq.nlargest(k, scores.values())[-1]
         chosen = [(mid, v) for mid, v in scores.items() if v >= floor]
     else:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from indexers.graph_cache import Delta, GraphCache, Refresh, TenantGraph, best
+from indexers.graph_cache import Delta, GraphCache, Refresh, Shares, TenantGraph, best
 
 
 def rel(rid: int, src: int, dst: int, weight: float = 1.0, **kw: Any) -> tuple[Any, ...]:
@@ -157,8 +160,8 @@ def test_memories_share_their_entities_pagerank_newest_first_and_capped() -> Non
     read(first, 8, [], mentioned=[(11, "z", 1.0)])
     _, overlay = read(second, 8, [], unmentioned=[(10, "a")])
     assert overlay is not None
-    assert graph.shares({10: 0.75}, per_entity=5, overlay=overlay) == {"b": 0.375, "c": 0.375}
-    assert graph.shares({10: 0.75}, per_entity=5) == {"a": 0.25, "b": 0.25, "c": 0.25}
+    assert graph.shares({10: 0.75}, per_entity=5, overlay=overlay).as_dict() == {"b": 0.375, "c": 0.375}
+    assert graph.shares({10: 0.75}, per_entity=5).as_dict() == {"a": 0.25, "b": 0.25, "c": 0.25}
     assert len(graph) == 1 + 4
 
 
@@ -167,3 +170,16 @@ def test_best_keeps_every_tie_at_the_last_place_and_orders_by_id() -> None:
     assert best(scores, 2) == [("a", 3.0), ("b", 2.0), ("c", 2.0)]
     assert best(scores, 9) == sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     assert best(scores, 9)[:3] == best(scores, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.sampled_from([0.0, 0.25, 0.5, 1.0, 1e-9])),
+    st.integers(1, 40),
+)
+def test_best_of_shares_is_best_of_their_dict(scores: dict[str, float], k: int) -> None:
+    """The arrays the walk scores with pick what the dict would, ties and all."""
+    names = ["unused", *scores]
+    shares = Shares(names, np.arange(1, len(names), dtype=np.int64), np.array(list(scores.values()), dtype=float))
+    assert shares.as_dict() == scores and len(shares) == len(scores)
+    assert best(shares, k) == best(scores, k)
