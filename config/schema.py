@@ -228,9 +228,8 @@ class GraphConfig(_Base, frozen=True):
     #: them and scores the memories itself; a tenant with more relations +
     #: mentions than this is walked by Postgres, as are recalls with
     #: ``as_of`` and ``fanout`` 0 (request filters send the memory step
-    #: there). 0 (the default) turns the cache off: under steady writes it
-    #: failed the load benchmark's graph freshness probes (docs/design.md).
-    cache_rows: Annotated[int, Meta(ge=0, le=100_000_000)] = 0
+    #: there). 0 turns the cache off.
+    cache_rows: Annotated[int, Meta(ge=0, le=100_000_000)] = 200_000
     #: Most relations + mentions kept over all tenants (least recently recalled go first).
     cache_total_rows: Annotated[int, Meta(ge=0, le=1_000_000_000)] = 1_000_000
 
