@@ -351,7 +351,9 @@ class Engine:
         new_entities = await self._new_entities(tenant, named, types)
         written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities, extracted))
         await self._wrote(tenant)
-        if any(m.speaker for m in memories):
+        cached = self._speakers.get(tenant)
+        if cached is not None and not {m.speaker for m in memories if m.speaker} <= set(cached[1]):
+            # A new speaker: the next recall or write reads the list again.
             self._speakers.pop(tenant, None)
         if self.observer is not None:
             self.observer.wrote(written)

@@ -195,6 +195,32 @@ async def test_a_speaker_the_query_addresses_is_not_boosted(braid: Braid) -> Non
     assert all(boosted[i] is None for i in (ids[2], ids[3]) if i in boosted)
 
 
+async def test_the_speaker_list_is_read_again_after_a_write_names_a_new_speaker_only(
+    braid: Braid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await braid.remember({"content": "Caroline painted a lake.", "speaker": "Caroline"})
+    engine = braid.runtime.engine
+    reads: list[str] = []
+    read = engine.store.speakers
+
+    async def counted(tenant: str) -> list[str]:
+        reads.append(tenant)
+        return await read(tenant)
+
+    monkeypatch.setattr(engine.store, "speakers", counted)
+    engine._speakers.clear()
+    assert (await braid.recall("What did Caroline paint?"))["query"]["speakers"] == ["Caroline"]
+    assert len(reads) == 1
+    # A memory from a speaker the list has: the cached list is still right.
+    await braid.remember({"content": "Caroline painted a boat.", "speaker": "Caroline"})
+    await braid.recall("What did Caroline paint?")
+    assert len(reads) == 1
+    # A new speaker: the next recall reads the list and knows them.
+    await braid.remember({"content": "Melanie painted a sunset.", "speaker": "Melanie"})
+    assert (await braid.recall("What did Melanie paint?"))["query"]["speakers"] == ["Melanie"]
+    assert len(reads) == 2
+
+
 @pytest.mark.parametrize("fault", ["error", "stall"])
 async def test_speaker_lookup_failure_does_not_fail_the_recall(
     braid: Braid, monkeypatch: pytest.MonkeyPatch, fault: str
