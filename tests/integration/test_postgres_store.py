@@ -291,6 +291,31 @@ async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(store: Po
     assert await rows(store, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == [(3,)]
 
 
+async def test_a_write_failing_late_in_its_pipeline_stores_nothing_and_the_next_one_lands(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write's statements go out pipelined: an error in one after rows,
+    mentions and support were sent (a real Postgres error, injected by
+    replacing the supersession step) rolls all of them back."""
+    import indexers.postgres.store as store_module
+
+    await store.write_graph("t", [entity("Alex")], [])
+
+    async def failing(conn: psycopg.AsyncConnection, *args: Any) -> tuple[list[str], list[str]]:
+        await conn.execute("SELECT 1 / 0")  # raised with a later fetch's rows, or at the end
+        return [], []
+
+    monkeypatch.setattr(store_module, "supersede", failing)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await store.write_memories("t", [memory("m1", "Alex went home")])
+    for table in ("memories", "mentions", "outbox", "speakers"):
+        assert await rows(store, f"SELECT count(*) FROM {table}") == [(0,)], table
+    monkeypatch.undo()
+    await store.write_memories("t", [memory("m1", "Alex went home")])
+    assert await rows(store, "SELECT id FROM memories") == [("m1",)]
+    assert await mentions(store, "t", "m1") == ["alex"]
+
+
 async def test_same_id_in_two_tenants_is_two_memories(store: PostgresStore) -> None:
     await store.write_memories("a", [memory("m1", "for a")])
     await store.write_memories("b", [memory("m1", "for b")])
