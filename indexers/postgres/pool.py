@@ -130,32 +130,11 @@ async def scope_to_tenant(
 
 
 @asynccontextmanager
-async def tenant_transaction(
-    pool: AsyncConnectionPool, tenant: str, *, pipelined: bool = False
-) -> AsyncIterator[psycopg.AsyncConnection]:
-    """A pooled connection inside a transaction scoped to ``tenant``.
-
-    ``pipelined``: in pipeline mode, so statements go out together until one's
-    rows are fetched, and the last ones with the COMMIT (a write of ~20
-    statements makes about 8 round trips instead of ~20). Their errors are
-    raised when the rows of a later statement are fetched or when the block
-    ends, and roll the transaction back; the connection is then closed (the
-    pool opens another), as :func:`tenant_reads` does.
-    """
-    if not pipelined:
-        async with pool.connection() as conn, conn.transaction():
-            await scope_to_tenant(conn, tenant)
-            yield conn
-        return
-    async with pool.connection() as conn:
-        try:
-            async with conn.pipeline(), conn.transaction():
-                await scope_to_tenant(conn, tenant)
-                yield conn
-        except psycopg.Error:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            raise
+async def tenant_transaction(pool: AsyncConnectionPool, tenant: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection inside a transaction scoped to ``tenant``."""
+    async with pool.connection() as conn, conn.transaction():
+        await scope_to_tenant(conn, tenant)
+        yield conn
 
 
 #: A statement's parameters, by position or by name.

@@ -151,7 +151,7 @@ class PostgresStore(GraphWrites):
         if any(m.embedding is None or m.model is None for m in memories):
             raise ValueError("every memory must carry its embedding and model")
         ids = [m.id or str(uuid.uuid4()) for m in memories]
-        async with tenant_transaction(self.pool, tenant, pipelined=True) as conn:
+        async with tenant_transaction(self.pool, tenant) as conn:
             # Each key's lock first, in one order: writers of a key queue here.
             await lock_keys(conn, tenant, [m.mem_key for m in memories if m.mem_key is not None])
             if any(m.stamped and m.mem_key is not None for m in memories):

@@ -291,18 +291,18 @@ async def test_every_write_adds_one_outbox_row_per_memory_and_notifies(store: Po
     assert await rows(store, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == [(3,)]
 
 
-async def test_a_write_failing_late_in_its_pipeline_stores_nothing_and_the_next_one_lands(
+async def test_a_write_failing_late_stores_nothing_and_the_next_one_lands(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The write's statements go out pipelined: an error in one after rows,
-    mentions and support were sent (a real Postgres error, injected by
-    replacing the supersession step) rolls all of them back."""
+    """An error in one of the write's last statements, after its rows,
+    mentions and support were written (a real Postgres error, injected by
+    replacing the supersession step), rolls all of them back."""
     import indexers.postgres.store as store_module
 
     await store.write_graph("t", [entity("Alex")], [])
 
     async def failing(conn: psycopg.AsyncConnection, *args: Any) -> tuple[list[str], list[str]]:
-        await conn.execute("SELECT 1 / 0")  # raised with a later fetch's rows, or at the end
+        await conn.execute("SELECT 1 / 0")
         return [], []
 
     monkeypatch.setattr(store_module, "supersede", failing)
