@@ -270,8 +270,8 @@ class SpacyExtractor:
 
     def __init__(self) -> None:
         self.lane = Lane("extract")
-        #: Writes waiting at once are parsed in one ``nlp.pipe`` call: a text
-        #: alone costs about 2.5 times the CPU it does in a batch of 16.
+        #: Writes waiting at once are parsed in one ``nlp.pipe`` call, which
+        #: costs less CPU a text than a call each (``benchmarks.extract_batch``).
         self.batches: Coalescing[tuple[str, frozenset[str], int], Extraction] = Coalescing(
             self.lane, _run, COALESCE_TEXTS
         )
