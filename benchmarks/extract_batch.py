@@ -71,12 +71,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {r + 1}: {size} a call: {cpu[size][-1]:.2f} ms CPU a text", file=sys.stderr)
     medians = {size: round(statistics.median(v), 2) for size, v in cpu.items()}
     rows = "\n".join(f"| {size} | {medians[size]} | {round(medians[size] / medians[SIZES[-1]], 2)} |" for size in SIZES)
+    head = "  \n".join(
+        [
+            f"Command: `python -m benchmarks.extract_batch --texts {args.texts} --rounds {args.rounds}`",
+            f"Texts: the first {len(texts)} LoCoMo turns (mean {statistics.mean(len(t) for t in texts):.0f} characters);",
+            "spaCy's small English pipeline as `graph.extract: spacy` runs it, in this process;",
+            f"CPU: this process' CPU time, median over {args.rounds} rounds (the sizes take turns).",
+        ]
+    )
     markdown = f"""# What extraction costs a text, by texts parsed together
 
-Command: `python -m benchmarks.extract_batch --texts {args.texts} --rounds {args.rounds}`  
-Texts: the first {len(texts)} LoCoMo turns (mean {statistics.mean(len(t) for t in texts):.0f} characters);  
-spaCy's small English pipeline as `graph.extract: spacy` runs it, in this process;  
-CPU: this process' CPU time, median over {args.rounds} rounds (the sizes take turns).
+{head}
 
 | texts a call | ms CPU a text | against {SIZES[-1]} a call |
 |---|---|---|
