@@ -22,51 +22,142 @@ from collections.abc import Sequence
 
 import psycopg
 
-__all__ = ["SupportRow", "count_support", "drop_support", "link_mentions", "replace_support"]
+__all__ = [
+    "SupportRow",
+    "count_mentions",
+    "count_support",
+    "drop_support",
+    "link_mentions",
+    "replace_support",
+    "unlink",
+]
 
 #: (memory id, source name, relation, target name), names normalised.
 SupportRow = tuple[str, str, str, str]
 
 
-async def link_mentions(conn: psycopg.AsyncConnection, tenant: str, links: Sequence[tuple[str, str]]) -> Counter[int]:
+#: Applies net changes to the entities' ``mention_count`` (migration 19: a
+#: narrow ``entity_degrees`` row each, updated in place), given a CTE
+#: ``delta(id, n)`` before it, with ``n`` never 0. The entity rows are locked
+#: in id order, each before its count changes (the insert takes the locked
+#: rows in id order), so concurrent writers touching overlapping entities
+#: queue instead of deadlocking. ``FOR NO KEY UPDATE`` does not conflict with
+#: the key-share locks that writers' mention inserts hold on the same entities.
+_COUNT_MENTIONS = """
+    locked AS MATERIALIZED (
+        SELECT id, tenant FROM entities WHERE id IN (SELECT id FROM delta) ORDER BY id FOR NO KEY UPDATE
+    )
+    INSERT INTO entity_degrees (entity_id, tenant, mention_count)
+    SELECT e.id, e.tenant, d.n FROM locked e JOIN delta d ON d.id = e.id
+    ORDER BY e.id
+    ON CONFLICT (entity_id) DO UPDATE SET mention_count = entity_degrees.mention_count + EXCLUDED.mention_count
+"""
+
+#: Applies net changes to the derived relations' weights, given a CTE
+#: ``delta(id, n)`` before it. However the update is planned, it reads the
+#: locked rows in id order and changes a row only once that row is locked:
+#: the locks are taken in id order, so writers touching the same relations
+#: queue instead of deadlocking.
+_COUNT_SUPPORT = """
+    locked AS MATERIALIZED (
+        SELECT id FROM relations WHERE id IN (SELECT id FROM delta) ORDER BY id FOR NO KEY UPDATE
+    )
+    UPDATE relations SET weight = greatest(relations.weight + d.n, 0)
+    FROM locked JOIN delta d ON d.id = locked.id
+    WHERE relations.id = locked.id AND relations.derived
+"""
+
+#: ``delta(id, n)`` from parameters ``ids`` and ``ns``.
+_GIVEN_DELTA = "delta AS (SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[]) AS d(id, n)),"
+
+
+def _changes(delta: Counter[int]) -> dict[str, list[int]]:
+    changes = sorted((i, n) for i, n in delta.items() if n)
+    return {"ids": [i for i, _ in changes], "ns": [n for _, n in changes]}
+
+
+async def count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
+    """Apply net mention-count changes (entity id -> +/-n), in one statement."""
+    changes = _changes(delta)
+    if changes["ids"]:
+        await conn.execute(f"WITH {_GIVEN_DELTA} {_COUNT_MENTIONS}", changes)
+
+
+async def link_mentions(
+    conn: psycopg.AsyncConnection,
+    tenant: str,
+    links: Sequence[tuple[str, str]],
+    delta: Counter[int] | None = None,
+) -> None:
     """Link memories to the existing entities named (``(memory id, normalised
     name)`` pairs; names without an entity are skipped, links already there
-    kept); returns the entity ids newly linked, counted."""
-    delta: Counter[int] = Counter()
+    kept) and count the new links in the entities' mention counts, together
+    with the changes ``delta`` (entity id -> +/-n, e.g. from :func:`unlink`):
+    one statement."""
     if not links:
-        return delta
+        await count_mentions(conn, delta or Counter())
+        return
     # created_at is the memory's (copied for the newest-first fetch); the
     # memory row is locked by the caller's upsert, or read as it is now.
-    cur = await conn.execute(
-        """
-        INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
-        SELECT %(tenant)s, l.memory_id, e.id, m.created_at
-        FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
-        JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
-        JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
-        ON CONFLICT DO NOTHING
-        RETURNING entity_id
+    await conn.execute(
+        f"""
+        WITH linked AS (
+            INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
+            SELECT %(tenant)s, l.memory_id, e.id, m.created_at
+            FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
+            JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
+            JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
+            ON CONFLICT DO NOTHING
+            RETURNING entity_id
+        ), delta AS (
+            SELECT c.id, sum(c.n) AS n FROM (
+                SELECT entity_id, 1::bigint FROM linked
+                UNION ALL SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[])
+            ) AS c(id, n)
+            GROUP BY c.id HAVING sum(c.n) <> 0
+        ),
+        {_COUNT_MENTIONS}
         """,
-        {"tenant": tenant, "mids": [mid for mid, _ in links], "names": [n for _, n in links]},
+        {
+            "tenant": tenant,
+            "mids": [mid for mid, _ in links],
+            "names": [n for _, n in links],
+            **_changes(delta or Counter()),
+        },
     )
-    delta.update(eid for (eid,) in await cur.fetchall())
-    return delta
+
+
+async def unlink(conn: psycopg.AsyncConnection, tenant: str, ids: Sequence[str]) -> tuple[Counter[int], Counter[int]]:
+    """Remove the memories ``ids``' mentions and the support they gave, in
+    one statement; returns both, negated (entity id -> -n, relation id ->
+    -n), for :func:`link_mentions` (or :func:`count_mentions`) and
+    :func:`replace_support` (or :func:`count_support`)."""
+    mentions: Counter[int] = Counter()
+    support: Counter[int] = Counter()
+    if ids:
+        cur = await conn.execute(
+            """
+            WITH m AS (
+                DELETE FROM mentions WHERE tenant = %(tenant)s AND memory_id = ANY(%(ids)s) RETURNING entity_id
+            ), s AS (
+                DELETE FROM relation_support WHERE tenant = %(tenant)s AND memory_id = ANY(%(ids)s)
+                RETURNING relation_id
+            )
+            SELECT true, entity_id FROM m UNION ALL SELECT false, relation_id FROM s
+            """,
+            {"tenant": tenant, "ids": list(ids)},
+        )
+        for mention, eid in await cur.fetchall():
+            (mentions if mention else support)[eid] -= 1
+    return mentions, support
 
 
 async def count_support(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
     """Apply net support changes (relation id -> +/-n) to the derived
-    relations' weights. Rows are locked in id order first, so writers touching
-    the same relations queue instead of deadlocking."""
-    changes = sorted((rid, n) for rid, n in delta.items() if n)
-    if not changes:
-        return
-    rids = [rid for rid, _ in changes]
-    await conn.execute("SELECT id FROM relations WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (rids,))
-    await conn.execute(
-        "UPDATE relations SET weight = greatest(relations.weight + d.n, 0)"
-        " FROM unnest(%s::bigint[], %s::int[]) AS d(id, n) WHERE relations.id = d.id AND relations.derived",
-        (rids, [n for _, n in changes]),
-    )
+    relations' weights, in one statement."""
+    changes = _changes(delta)
+    if changes["ids"]:
+        await conn.execute(f"WITH {_GIVEN_DELTA} {_COUNT_SUPPORT}", changes)
 
 
 async def drop_support(conn: psycopg.AsyncConnection, tenant: str, ids: Sequence[str]) -> Counter[int]:
@@ -83,14 +174,20 @@ async def drop_support(conn: psycopg.AsyncConnection, tenant: str, ids: Sequence
 
 
 async def replace_support(
-    conn: psycopg.AsyncConnection, tenant: str, ids: Sequence[str], rows: Sequence[SupportRow]
+    conn: psycopg.AsyncConnection,
+    tenant: str,
+    ids: Sequence[str],
+    rows: Sequence[SupportRow],
+    *,
+    dropped: Counter[int] | None = None,
 ) -> None:
     """The memories ``ids`` support exactly the relations of ``rows`` from now
     on: their old support is dropped, each relation of ``rows`` is created
     (derived, weight 0) if it does not exist, supported by its memory, and
     the weights move by the difference. Entities must exist; a row whose
-    memory is gone (deleted meanwhile) is skipped."""
-    delta = await drop_support(conn, tenant, ids)
+    memory is gone (deleted meanwhile) is skipped. ``dropped``: the old
+    support, already removed by the caller (:func:`unlink`), negated."""
+    delta = await drop_support(conn, tenant, ids) if dropped is None else Counter(dropped)
     if rows:
         # Each relation once, in one order: writers creating the same
         # relations cannot wait on each other's inserts in opposite orders.
@@ -113,29 +210,39 @@ async def replace_support(
                 "targets": [t for _, _, t in triples],
             },
         )
-        cur = await conn.execute(
-            """
-            INSERT INTO relation_support (tenant, memory_id, relation_id)
-            SELECT %(tenant)s, d.memory_id, r.id
-            FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
-                 AS d(memory_id, source, relation, target)
-            JOIN memories m ON m.tenant = %(tenant)s AND m.id = d.memory_id
-            JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
-            JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
-            -- One index probe per row, whatever the statistics say: on a
-            -- tenant's first large write they still count the relations
-            -- just inserted as none, and a join planned from that hashes
-            -- all the tenant's relations against every row (2.8 s for 250
-            -- memories). LIMIT 1 keeps the probe a probe (at most one row
-            -- matches: the unique key with valid_from NULL).
-            CROSS JOIN LATERAL (
-                SELECT r.id FROM relations r
-                WHERE r.tenant = %(tenant)s AND r.source_id = s.id AND r.relation = d.relation
-                      AND r.target_id = t.id AND r.valid_from IS NULL
-                LIMIT 1
-            ) r
-            ON CONFLICT DO NOTHING
-            RETURNING relation_id
+        # The new support and the weights it moves, in one statement.
+        await conn.execute(
+            f"""
+            WITH supported AS (
+                INSERT INTO relation_support (tenant, memory_id, relation_id)
+                SELECT %(tenant)s, d.memory_id, r.id
+                FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
+                     AS d(memory_id, source, relation, target)
+                JOIN memories m ON m.tenant = %(tenant)s AND m.id = d.memory_id
+                JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
+                JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
+                -- One index probe per row, whatever the statistics say: on a
+                -- tenant's first large write they still count the relations
+                -- just inserted as none, and a join planned from that hashes
+                -- all the tenant's relations against every row (2.8 s for 250
+                -- memories). LIMIT 1 keeps the probe a probe (at most one row
+                -- matches: the unique key with valid_from NULL).
+                CROSS JOIN LATERAL (
+                    SELECT r.id FROM relations r
+                    WHERE r.tenant = %(tenant)s AND r.source_id = s.id AND r.relation = d.relation
+                          AND r.target_id = t.id AND r.valid_from IS NULL
+                    LIMIT 1
+                ) r
+                ON CONFLICT DO NOTHING
+                RETURNING relation_id
+            ), delta AS (
+                SELECT c.id, sum(c.n) AS n FROM (
+                    SELECT relation_id, 1::bigint FROM supported
+                    UNION ALL SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[])
+                ) AS c(id, n)
+                GROUP BY c.id HAVING sum(c.n) <> 0
+            ),
+            {_COUNT_SUPPORT}
             """,
             {
                 "tenant": tenant,
@@ -143,7 +250,8 @@ async def replace_support(
                 "sources": [s for _, s, _, _ in rows],
                 "relations": [r for _, _, r, _ in rows],
                 "targets": [t for _, _, _, t in rows],
+                **_changes(delta),
             },
         )
-        delta.update(rid for (rid,) in await cur.fetchall())
-    await count_support(conn, delta)
+    else:
+        await count_support(conn, delta)

@@ -17,7 +17,14 @@ from collections.abc import Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["bump_generations", "read_generation"]
+__all__ = ["BUMP_SQL", "bump_generations", "read_generation"]
+
+#: One tenant's bump (parameter ``tenant``), a statement of its own or a
+#: data-modifying ``WITH`` of a transaction's last statement.
+BUMP_SQL = (
+    "INSERT INTO tenant_generations (tenant, generation) VALUES (%(tenant)s, 1)"
+    " ON CONFLICT (tenant) DO UPDATE SET generation = tenant_generations.generation + 1"
+)
 
 
 async def bump_generations(conn: psycopg.AsyncConnection, tenants: Iterable[str]) -> None:
@@ -27,11 +34,7 @@ async def bump_generations(conn: psycopg.AsyncConnection, tenants: Iterable[str]
     (sweeps) cannot deadlock with each other; call it last in a transaction.
     """
     for tenant in sorted(set(tenants)):
-        await conn.execute(
-            "INSERT INTO tenant_generations (tenant, generation) VALUES (%s, 1)"
-            " ON CONFLICT (tenant) DO UPDATE SET generation = tenant_generations.generation + 1",
-            (tenant,),
-        )
+        await conn.execute(BUMP_SQL, {"tenant": tenant})
 
 
 async def read_generation(pool: AsyncConnectionPool, tenant: str) -> tuple[int, bool]:

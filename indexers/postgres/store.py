@@ -17,7 +17,6 @@ from datetime import datetime
 import anyio
 import msgspec
 import numpy as np
-import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -25,9 +24,9 @@ from psycopg_pool import AsyncConnectionPool
 from ..base import Filters, Hit, MemoryRecord
 from ..extraction import Extraction
 from ..lifecycle import Forgetting
-from .derived import SupportRow, count_support, drop_support, link_mentions, replace_support
+from .derived import SupportRow, count_mentions, count_support, link_mentions, replace_support, unlink
 from .fold import folds_for_write
-from .generations import bump_generations
+from .generations import BUMP_SQL, bump_generations
 from .graph_writes import GraphWrites, upsert_entities
 from .lifecycle import Deleted, Written, lock_keys, lock_memory, restore_newest, supersede
 from .models import EntityInput, MemoryInput
@@ -54,28 +53,17 @@ TOMBSTONE_KEEP = "1 hour"
 
 log = logging.getLogger("braid.postgres")
 
-
-async def _count_mentions(conn: psycopg.AsyncConnection, delta: Counter[int]) -> None:
-    """Apply net mention-count changes (entity id -> +/-n) in the caller's transaction.
-
-    The rows are locked in id order first, so concurrent writers touching
-    overlapping entities queue instead of deadlocking. ``FOR NO KEY UPDATE``
-    (the lock the UPDATE takes anyway) does not conflict with the key-share
-    locks that the writers' mention inserts hold on the same entities.
-    """
-    changes = sorted((eid, n) for eid, n in delta.items() if n)
-    if not changes:
-        return
-    eids = [eid for eid, _ in changes]
-    await conn.execute("SELECT id FROM entities WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", (eids,))
-    # A narrow row of its own per entity (migration 19), updated in place.
-    await conn.execute(
-        "INSERT INTO entity_degrees (entity_id, tenant, mention_count)"
-        " SELECT e.id, e.tenant, d.n FROM unnest(%s::bigint[], %s::bigint[]) AS d(id, n)"
-        " JOIN entities e ON e.id = d.id ORDER BY e.id"
-        " ON CONFLICT (entity_id) DO UPDATE SET mention_count = entity_degrees.mention_count + EXCLUDED.mention_count",
-        (eids, [n for _, n in changes]),
-    )
+#: A memory write's last statement: the changed memories' outbox rows, the
+#: sync worker's wake-up (``pg_notify`` is delivered at commit, as ``NOTIFY``)
+#: and the tenant's generation bump (:mod:`.generations`), the one row lock
+#: every writer of the tenant takes, held only for the commit. (A
+#: data-modifying ``WITH`` runs to completion whether or not it is read.)
+_CLOSE_WRITE = f"""
+    WITH queued AS (
+        INSERT INTO outbox (tenant, memory_id, op) SELECT %(tenant)s, unnest(%(ids)s::text[]), 'upsert'
+    ), bumped AS ({BUMP_SQL})
+    SELECT pg_notify('{NOTIFY_CHANNEL}', '')
+"""
 
 
 class PostgresStore(GraphWrites):
@@ -120,15 +108,20 @@ class PostgresStore(GraphWrites):
         return True
 
     async def existing_entities(self, tenant: str, names: Sequence[str]) -> set[str]:
-        """The normalised names among ``names`` that already exist."""
+        """The normalised names among ``names`` that already exist: one round trip."""
         if not names:
             return set()
-        async with tenant_transaction(self.pool, tenant) as conn:
-            cur = await conn.execute(
-                "SELECT name_norm FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
-                (tenant, [normalize_name(n) for n in names]),
-            )
-            return {row[0] for row in await cur.fetchall()}
+        (rows,) = await tenant_reads(
+            self.pool,
+            tenant,
+            [
+                Read(
+                    "SELECT name_norm FROM entities WHERE tenant = %s AND name_norm = ANY(%s)",
+                    (tenant, [normalize_name(n) for n in names]),
+                )
+            ],
+        )
+        return {row[0] for row in rows}
 
     async def write_memories(
         self,
@@ -220,12 +213,7 @@ class PostgresStore(GraphWrites):
                     )
                 # Mentions: the names given explicitly, the extracted ones, and
                 # known entity names in the text.
-                await cur.execute(
-                    "DELETE FROM mentions WHERE tenant = %s AND memory_id = ANY(%s) RETURNING entity_id",
-                    (tenant, ids),
-                )
-                delta: Counter[int] = Counter()
-                delta.subtract(eid for (eid,) in await cur.fetchall())
+                delta, dropped = await unlink(conn, tenant, ids)
                 links: list[tuple[str, str]] = []
                 support: list[SupportRow] = []
                 found: Sequence[Extraction | None] = [None] * len(ids) if extracted is None else extracted
@@ -238,21 +226,12 @@ class PostgresStore(GraphWrites):
                             (mid, normalize_name(r.source), r.relation, normalize_name(r.target)) for r in x.relations
                         )
                     links.extend((mid, n) for n in names)
-                delta.update(await link_mentions(conn, tenant, links))
-                await _count_mentions(conn, delta)
+                await link_mentions(conn, tenant, links, delta)
                 # A rewritten memory supports what its new text states, and no more.
-                await replace_support(conn, tenant, ids, support)
+                await replace_support(conn, tenant, ids, support, dropped=dropped)
                 superseded, touched = await supersede(conn, tenant, ids, memories)
-                await cur.execute(
-                    """
-                    INSERT INTO outbox (tenant, memory_id, op)
-                    SELECT %s, unnest(%s::text[]), 'upsert'
-                    """,
-                    (tenant, list(dict.fromkeys([*ids, *touched]))),
-                )
-                await cur.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-            # Supersessions included: a cached answer never outlives a retirement.
-            await bump_generations(conn, [tenant])
+                # Supersessions included: a cached answer never outlives a retirement.
+                await cur.execute(_CLOSE_WRITE, {"tenant": tenant, "ids": list(dict.fromkeys([*ids, *touched]))})
         return Written(ids=ids, superseded=superseded)
 
     async def apply_extraction(
@@ -272,7 +251,7 @@ class PostgresStore(GraphWrites):
             if new_entities:
                 await upsert_entities(conn, tenant, new_entities, overwrite=False)
             links = [(mid, normalize_name(e.name)) for mid, x in zip(ids, extracted, strict=True) for e in x.entities]
-            await _count_mentions(conn, await link_mentions(conn, tenant, links))
+            await link_mentions(conn, tenant, links)
             support = [
                 (mid, normalize_name(r.source), r.relation, normalize_name(r.target))
                 for mid, x in zip(ids, extracted, strict=True)
@@ -294,14 +273,9 @@ class PostgresStore(GraphWrites):
             if row is None:
                 return None
             mem_key, current = row
-            cur = await conn.execute(
-                "DELETE FROM mentions WHERE tenant = %s AND memory_id = %s RETURNING entity_id",
-                (tenant, memory_id),
-            )
-            delta: Counter[int] = Counter()
-            delta.subtract(eid for (eid,) in await cur.fetchall())
-            await _count_mentions(conn, delta)
-            await count_support(conn, await drop_support(conn, tenant, [memory_id]))
+            mentions, support = await unlink(conn, tenant, [memory_id])
+            await count_mentions(conn, mentions)
+            await count_support(conn, support)
             await conn.execute("DELETE FROM memories WHERE tenant = %s AND id = %s", (tenant, memory_id))
             restored = None
             if restore_previous and current and mem_key is not None:
@@ -480,7 +454,7 @@ class PostgresStore(GraphWrites):
             )
             delta: Counter[int] = Counter()
             delta.subtract(eid for (eid,) in await cur.fetchall())
-            await _count_mentions(conn, delta)
+            await count_mentions(conn, delta)
             cur = await conn.execute(
                 "DELETE FROM relation_support rs USING unnest(%s::text[], %s::text[]) AS k(tenant, id)"
                 " WHERE rs.tenant = k.tenant AND rs.memory_id = k.id RETURNING rs.relation_id",

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from deploy.embedded import EmbeddedPostgres
+from indexers.extraction import COOCCURRENCE, ExtractedEntity, ExtractedRelation, Extraction
 from indexers.migrations import MIGRATIONS, SchemaMismatch, migrate
 from indexers.postgres import (
     Deleted,
@@ -552,13 +553,22 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresS
         for r in range(6):
             mid = f"w{w}-{r % 3}"  # rewrites: each memory is written twice
             picked = tuple(order[: 2 + (r + w) % 4])
+            # Each memory supports relations between its names, listed in the
+            # writer's order: overlapping relations, reached in different orders.
+            extracted = Extraction(
+                entities=tuple(ExtractedEntity(n, "person") for n in picked),
+                relations=tuple(ExtractedRelation(a, COOCCURRENCE, b) for a, b in zip(picked, picked[1:])),
+            )
             await store.write_memories(
                 "t",
                 [memory(mid, f"note {w} {r}", entities=picked), memory(f"{mid}-b", " ".join(reversed(picked)))],
                 new_entities=[entity(n) for n in reversed(order[3:])],
+                extracted=[extracted, Extraction()],
             )
             if r == 4:
                 await store.delete_memory("t", f"w{w}-0-b")
+            if r == 5:
+                await store.delete_memory("t", f"w{w}-1")
 
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
@@ -567,6 +577,14 @@ async def test_concurrent_writers_neither_deadlock_nor_miscount(store: PostgresS
     kept, real = await counts(store)
     assert kept == real
     assert sum(real.values()) > 40
+    # Every derived relation weighs as many memories as support it.
+    weights = await rows(
+        store,
+        "SELECT r.id, r.weight, (SELECT count(*) FROM relation_support s WHERE s.relation_id = r.id)"
+        " FROM relations r WHERE r.derived",
+    )
+    assert weights and all(w == supported for _, w, supported in weights)
+    assert sum(w for _, w, _ in weights) > 10
 
 
 async def test_migration_v3_backfills_counts_and_dates(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
