@@ -225,12 +225,16 @@ class Coalescing(Generic[ItemT, ResultT]):
     def _call(self, batch: list[_Request[ItemT, ResultT]]) -> None:
         try:
             results = self._fn([item for r in batch for item in r.items])
-        except BaseException as exc:  # handed to the callers, raised there
+        except Exception as exc:  # handed to the callers, raised there
             if len(batch) == 1:
                 batch[0].error = exc
             else:
                 for r in batch:
                     self._call([r])
+            return
+        except BaseException as exc:  # not an error of one request's items: none is run again
+            for r in batch:
+                r.error = exc
             return
         self.calls += 1
         self.requests += len(batch)

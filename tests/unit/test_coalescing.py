@@ -86,6 +86,36 @@ async def test_a_failing_call_is_retried_per_request_so_only_the_bad_one_fails(l
     assert await batches.run(["w"]) == ["W"]  # the lane goes on
 
 
+class Stop(BaseException):
+    """Not an ``Exception``: no request's items caused it."""
+
+
+async def test_a_call_stopped_by_a_base_exception_is_not_retried_and_every_request_gets_it(lane: Lane) -> None:
+    calls: list[list[str]] = []
+
+    def stop(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        raise Stop
+
+    batches = Coalescing(lane, stop, max_items=100)
+    got: list[BaseException] = []
+
+    async def ask(items: list[str]) -> None:
+        try:
+            await batches.run(items)
+        except Stop as exc:
+            got.append(exc)
+
+    async with anyio.create_task_group() as tg, lane_held(batches.lane):
+        tg.start_soon(ask, ["x"])
+        await settle()
+        tg.start_soon(ask, ["y", "z"])
+        await settle()
+    assert calls == [["x", "y", "z"]]
+    assert len(got) == 2 and got[0] is got[1]
+    assert batches.calls == 0
+
+
 async def test_a_request_abandoned_while_queued_is_never_run(lane: Lane) -> None:
     fn = Upper()
     batches = Coalescing(lane, fn, max_items=100)
