@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -99,3 +100,63 @@ async def test_one_worker_applies_every_pending_row_of_a_memory_in_one_batch(
     assert await pending(store) == []
     doc = await index.fetch("m1", tenant="t")
     assert doc is not None and doc["content"] == "version 4"
+
+
+class CountedSync(OutboxSync):
+    """Records its claims (each ``drain_once`` is one claim transaction):
+    when each began and ended, and how many rows it took."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.claims: list[tuple[float, float, int]] = []
+
+    async def drain_once(self) -> int:
+        start = anyio.current_time()
+        n = await super().drain_once()
+        self.claims.append((start, anyio.current_time(), n))
+        return n
+
+
+class Recorded:
+    """A Typesense writer that records which memories it upserted."""
+
+    def __init__(self, index: TypesenseGroups) -> None:
+        self.index = index
+        self.upserted: list[str] = []
+
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None:
+        await self.index.upsert(records, collections=collections)
+        self.upserted += [r.id for r in records]
+
+    async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None:
+        await self.index.delete(keys, collections=collections)
+
+
+async def test_a_short_batch_is_not_followed_by_a_claim_that_finds_the_outbox_empty(
+    parts: tuple[str, PostgresStore, TypesenseGroups],
+) -> None:
+    """After a batch shorter than the batch size the worker waits for a
+    notification (or its 1 s poll) instead of claiming again at once to find
+    nothing; each write still lands by its own notification."""
+    dsn, store, index = parts
+    writer = Recorded(index)
+    sync = CountedSync(store, writer, dsn=dsn)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sync.run)
+        with anyio.fail_after(10):
+            while not sync.claims:  # started: the outbox found empty
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.2)  # the listener is connected
+        for i in range(3):
+            await store.write_memories("t", [memory(f"m{i}", f"note {i}")])
+            with anyio.fail_after(10):
+                while len(writer.upserted) < i + 1:
+                    await anyio.sleep(0.01)
+            await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    assert writer.upserted == ["m0", "m1", "m2"]
+    assert [n for _, _, n in sync.claims if n] == [1, 1, 1]
+    for (_, ended, n), (began, _, m) in zip(sync.claims, sync.claims[1:], strict=False):
+        if 0 < n:
+            # Only the poll (1 s) could start an empty claim this soon after.
+            assert m > 0 or began - ended > 0.9, sync.claims
