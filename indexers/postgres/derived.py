@@ -67,6 +67,31 @@ _COUNT_SUPPORT = """
     WHERE relations.id = locked.id AND relations.derived
 """
 
+
+def _entity(alias: str, name: str) -> str:
+    """The tenant's entity whose normalised name is ``name`` (a column), as
+    ``alias`` (column ``id``), by one index probe: no row when there is none.
+
+    A row matched to entities or memories is matched by a probe of its own
+    (``LATERAL ... LIMIT 1``, which the planner cannot turn into a join). As
+    plain joins, a few dozen rows (the name candidates of one short turn)
+    were planned as a hash of all the tenant's memories or entities: a
+    write's Postgres time grew with the tenant (``benchmarks.store_writes``).
+    """
+    return (
+        f"CROSS JOIN LATERAL (SELECT id FROM entities WHERE tenant = %(tenant)s AND name_norm = {name} LIMIT 1) {alias}"
+    )
+
+
+def _memory(alias: str, memory_id: str, columns: str = "id") -> str:
+    """The tenant's memory ``memory_id`` (a column) as ``alias``, by one
+    index probe (see :func:`_entity`): no row when it is gone."""
+    return (
+        f"CROSS JOIN LATERAL (SELECT {columns} FROM memories WHERE tenant = %(tenant)s AND id = {memory_id} LIMIT 1)"
+        f" {alias}"
+    )
+
+
 #: ``delta(id, n)`` from parameters ``ids`` and ``ns``.
 _GIVEN_DELTA = "delta AS (SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[]) AS d(id, n)),"
 
@@ -105,8 +130,8 @@ async def link_mentions(
             INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
             SELECT %(tenant)s, l.memory_id, e.id, m.created_at
             FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
-            JOIN entities e ON e.tenant = %(tenant)s AND e.name_norm = l.name_norm
-            JOIN memories m ON m.tenant = %(tenant)s AND m.id = l.memory_id
+            {_entity("e", "l.name_norm")}
+            {_memory("m", "l.memory_id", "created_at")}
             ON CONFLICT DO NOTHING
             RETURNING entity_id
         ), delta AS (
@@ -193,13 +218,13 @@ async def replace_support(
         # relations cannot wait on each other's inserts in opposite orders.
         triples = sorted({(s, r, t) for _, s, r, t in rows})
         await conn.execute(
-            """
+            f"""
             INSERT INTO relations (tenant, source_id, relation, target_id, weight, derived)
             SELECT %(tenant)s, s.id, d.relation, t.id, 0, true
             FROM unnest(%(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
                  WITH ORDINALITY AS d(source, relation, target, n)
-            JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
-            JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
+            {_entity("s", "d.source")}
+            {_entity("t", "d.target")}
             ORDER BY d.n
             ON CONFLICT (tenant, source_id, relation, target_id, coalesce(valid_from, '-infinity')) DO NOTHING
             """,
@@ -218,9 +243,9 @@ async def replace_support(
                 SELECT %(tenant)s, d.memory_id, r.id
                 FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
                      AS d(memory_id, source, relation, target)
-                JOIN memories m ON m.tenant = %(tenant)s AND m.id = d.memory_id
-                JOIN entities s ON s.tenant = %(tenant)s AND s.name_norm = d.source
-                JOIN entities t ON t.tenant = %(tenant)s AND t.name_norm = d.target
+                {_memory("m", "d.memory_id")}
+                {_entity("s", "d.source")}
+                {_entity("t", "d.target")}
                 -- One index probe per row, whatever the statistics say: on a
                 -- tenant's first large write they still count the relations
                 -- just inserted as none, and a join planned from that hashes
