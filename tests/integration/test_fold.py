@@ -574,7 +574,17 @@ async def test_a_move_batch_that_deadlocks_with_a_write_is_tried_again(pool: Asy
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(mover)
-            await anyio.sleep(0.3)  # the mover holds the first rows and waits for `later`
+            # The mover holds the first rows and waits for `later`: its wait is seen.
+            async with pool.connection() as watcher:
+                with anyio.fail_after(30):
+                    while True:
+                        cur = await watcher.execute(
+                            "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> %s", (writer.info.backend_pid,)
+                        )
+                        row = await cur.fetchone()
+                        if row and row[0]:
+                            break
+                        await anyio.sleep(0.02)
             # ...and then wants the first: a deadlock (found after deadlock_timeout, 1 s).
             # The mover waited first, so it detects it and is the one rolled back.
             await writer.execute("UPDATE memories SET content = 'w2' WHERE tenant = 'dl' AND id = %s", (first,))
