@@ -25,7 +25,7 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .postgres import scope_to_tenant
+from .postgres import Read, tenant_reads
 
 __all__ = ["Bookkeeper", "BookkeepingStats"]
 
@@ -114,13 +114,17 @@ class Bookkeeper:
         try:
             with anyio.fail_after(WRITE_TIMEOUT_S):
                 async with self._pool.connection() as conn:
-                    # Memories deleted since their recall are skipped by the join.
+                    # Memories deleted since their recall are skipped: each
+                    # is looked for by one index probe (LIMIT 1 keeps it a
+                    # probe; a join may be planned as a hash of every memory).
                     await conn.execute(
                         """
                         INSERT INTO memory_usage (tenant, memory_id, usage_count, last_accessed_at)
                         SELECT k.tenant, k.id, k.n, k.at
                         FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::timestamptz[]) AS k(tenant, id, n, at)
-                        JOIN memories m ON m.tenant = k.tenant AND m.id = k.id
+                        CROSS JOIN LATERAL (
+                            SELECT 1 FROM memories m WHERE m.tenant = k.tenant AND m.id = k.id LIMIT 1
+                        ) m
                         ORDER BY k.tenant, k.id
                         ON CONFLICT (tenant, memory_id) DO UPDATE
                         SET usage_count = memory_usage.usage_count + EXCLUDED.usage_count,
@@ -148,11 +152,14 @@ class Bookkeeper:
         replica's) rather than the pool the counts are written on."""
         if not ids:
             return {}
-        async with (pool or self._pool).connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                await scope_to_tenant(conn, tenant)
-                cur = await conn.execute(
+        (rows,) = await tenant_reads(
+            pool or self._pool,
+            tenant,
+            [
+                Read(
                     "SELECT memory_id, usage_count FROM memory_usage WHERE tenant = %s AND memory_id = ANY(%s)",
                     (tenant, list(ids)),
                 )
-            return {row[0]: int(row[1]) for row in await cur.fetchall()}
+            ],
+        )
+        return {row[0]: int(row[1]) for row in rows}
