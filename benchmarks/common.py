@@ -192,6 +192,21 @@ class CpuMeter:
         return dict(self._total)
 
 
+def own_and_postgres_cpu(postmaster: int) -> tuple[float, float]:
+    """CPU seconds so far of this process and of Postgres (the postmaster and
+    every process under it)."""
+    me = psutil.Process().cpu_times()
+    pg = 0.0
+    root = psutil.Process(postmaster)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        pg += t.user + t.system
+    return me.user + me.system, pg
+
+
 def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     """CPU seconds by kind between two :class:`CpuMeter` readings."""
     return {k: after[k] - before.get(k, 0.0) for k in after}

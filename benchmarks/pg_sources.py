@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, own_and_postgres_cpu
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from config import load_config
 from deploy.embedded import EmbeddedPostgres
@@ -39,20 +38,6 @@ from indexers.pgvector import PgvectorSource, ensure_indexes
 from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
 
 MODEL = "all-MiniLM-L6-v2"
-
-
-def _cpu(postmaster: int) -> tuple[float, float]:
-    """CPU seconds so far of this process and of Postgres (postmaster and backends)."""
-    me = psutil.Process().cpu_times()
-    pg = 0.0
-    root = psutil.Process(postmaster)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        pg += t.user + t.system
-    return me.user + me.system, pg
 
 
 async def _load(store: PostgresStore, size: int) -> None:
@@ -124,12 +109,12 @@ async def measure(size: int, searches: int, rounds: int) -> dict[str, Any]:
                 for name, source in sources.items():
                     work = [queries[(r * searches + i) % len(queries)] for i in range(searches)]
                     hits = 0
-                    c0, p0 = _cpu(pg.pid or 0)
+                    c0, p0 = own_and_postgres_cpu(pg.pid or 0)
                     start = time.perf_counter()
                     for q in work:
                         hits += len(await source.search(q))
                     wall = time.perf_counter() - start
-                    c1, p1 = _cpu(pg.pid or 0)
+                    c1, p1 = own_and_postgres_cpu(pg.pid or 0)
                     rows[name].append(
                         {
                             "service_ms": (c1 - c0) / searches * 1e3,

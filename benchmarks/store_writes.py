@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import psycopg
 
-from benchmarks.common import LOCOMO_DATA, write_results
+from benchmarks.common import LOCOMO_DATA, own_and_postgres_cpu, write_results
 from benchmarks.quality.locomo import conversation_memories, load_conversations
 from deploy import embedded
 from deploy.embedded import EmbeddedPostgres
@@ -71,20 +70,6 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
     v = rng.standard_normal((n, DIM))
     out: np.ndarray = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
     return out
-
-
-def _cpu(postmaster: int) -> tuple[float, float]:
-    """CPU seconds so far of this process and of Postgres (postmaster and backends)."""
-    me = psutil.Process().cpu_times()
-    pg = 0.0
-    root = psutil.Process(postmaster)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        pg += t.user + t.system
-    return me.user + me.system, pg
 
 
 async def _statements(pool: Any) -> int:
@@ -160,11 +145,11 @@ async def measure(writes: int, rounds: int, concurrency: int) -> dict[str, Any]:
             for r in range(rounds):
                 batch = list(range(WARM_UP + r * per_round, WARM_UP + (r + 1) * per_round))
                 s0 = await _statements(pool)
-                c0, p0 = _cpu(pg.pid or 0)
+                c0, p0 = own_and_postgres_cpu(pg.pid or 0)
                 t0 = time.perf_counter()
                 await run(batch)
                 wall = time.perf_counter() - t0
-                c1, p1 = _cpu(pg.pid or 0)
+                c1, p1 = own_and_postgres_cpu(pg.pid or 0)
                 s1 = await _statements(pool)
                 rows.append(
                     {

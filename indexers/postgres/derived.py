@@ -92,6 +92,18 @@ def _memory(alias: str, memory_id: str, columns: str = "id") -> str:
     )
 
 
+def _net_delta(cte: str, column: str) -> str:
+    """``delta(id, n)``: one for each row of ``cte`` (its ids in ``column``)
+    plus the changes of parameters ``ids`` and ``ns``, summed by id, zeros left out."""
+    return f"""delta AS (
+        SELECT c.id, sum(c.n) AS n FROM (
+            SELECT {column}, 1::bigint FROM {cte}
+            UNION ALL SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[])
+        ) AS c(id, n)
+        GROUP BY c.id HAVING sum(c.n) <> 0
+    ),"""
+
+
 #: ``delta(id, n)`` from parameters ``ids`` and ``ns``.
 _GIVEN_DELTA = "delta AS (SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[]) AS d(id, n)),"
 
@@ -134,13 +146,8 @@ async def link_mentions(
             {_memory("m", "l.memory_id", "created_at")}
             ON CONFLICT DO NOTHING
             RETURNING entity_id
-        ), delta AS (
-            SELECT c.id, sum(c.n) AS n FROM (
-                SELECT entity_id, 1::bigint FROM linked
-                UNION ALL SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[])
-            ) AS c(id, n)
-            GROUP BY c.id HAVING sum(c.n) <> 0
         ),
+        {_net_delta("linked", "entity_id")}
         {_COUNT_MENTIONS}
         """,
         {
@@ -260,13 +267,8 @@ async def replace_support(
                 ) r
                 ON CONFLICT DO NOTHING
                 RETURNING relation_id
-            ), delta AS (
-                SELECT c.id, sum(c.n) AS n FROM (
-                    SELECT relation_id, 1::bigint FROM supported
-                    UNION ALL SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[])
-                ) AS c(id, n)
-                GROUP BY c.id HAVING sum(c.n) <> 0
             ),
+            {_net_delta("supported", "relation_id")}
             {_COUNT_SUPPORT}
             """,
             {
