@@ -108,6 +108,64 @@ def _net_delta(cte: str, column: str) -> str:
 _GIVEN_DELTA = "delta AS (SELECT * FROM unnest(%(ids)s::bigint[], %(ns)s::bigint[]) AS d(id, n)),"
 
 
+#: Links (parameters ``mids``, ``names``) and counts them with ``ids``/``ns`` (:func:`link_mentions`).
+_LINK_MENTIONS = f"""
+        WITH linked AS (
+            INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
+            SELECT %(tenant)s, l.memory_id, e.id, m.created_at
+            FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
+            {_entity("e", "l.name_norm")}
+            {_memory("m", "l.memory_id", "created_at")}
+            ON CONFLICT DO NOTHING
+            RETURNING entity_id
+        ),
+        {_net_delta("linked", "entity_id")}
+        {_COUNT_MENTIONS}
+        """
+
+#: Creates the derived relations named (``sources``, ``relations``, ``targets``) that do not exist.
+_INSERT_RELATIONS = f"""
+            INSERT INTO relations (tenant, source_id, relation, target_id, weight, derived)
+            SELECT %(tenant)s, s.id, d.relation, t.id, 0, true
+            FROM unnest(%(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
+                 WITH ORDINALITY AS d(source, relation, target, n)
+            {_entity("s", "d.source")}
+            {_entity("t", "d.target")}
+            ORDER BY d.n
+            ON CONFLICT (tenant, source_id, relation, target_id, coalesce(valid_from, '-infinity')) DO NOTHING
+            """
+
+#: Inserts the support rows (``mids``, ``sources``, ``relations``, ``targets``) and moves the
+#: weights by them and by ``ids``/``ns`` (:func:`replace_support`).
+_SUPPORT = f"""
+            WITH supported AS (
+                INSERT INTO relation_support (tenant, memory_id, relation_id)
+                SELECT %(tenant)s, d.memory_id, r.id
+                FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
+                     AS d(memory_id, source, relation, target)
+                {_memory("m", "d.memory_id")}
+                {_entity("s", "d.source")}
+                {_entity("t", "d.target")}
+                -- One index probe per row, whatever the statistics say: on a
+                -- tenant's first large write they still count the relations
+                -- just inserted as none, and a join planned from that hashes
+                -- all the tenant's relations against every row (2.8 s for 250
+                -- memories). LIMIT 1 keeps the probe a probe (at most one row
+                -- matches: the unique key with valid_from NULL).
+                CROSS JOIN LATERAL (
+                    SELECT r.id FROM relations r
+                    WHERE r.tenant = %(tenant)s AND r.source_id = s.id AND r.relation = d.relation
+                          AND r.target_id = t.id AND r.valid_from IS NULL
+                    LIMIT 1
+                ) r
+                ON CONFLICT DO NOTHING
+                RETURNING relation_id
+            ),
+            {_net_delta("supported", "relation_id")}
+            {_COUNT_SUPPORT}
+            """
+
+
 def _changes(delta: Counter[int]) -> dict[str, list[int]]:
     changes = sorted((i, n) for i, n in delta.items() if n)
     return {"ids": [i for i, _ in changes], "ns": [n for _, n in changes]}
@@ -137,19 +195,7 @@ async def link_mentions(
     # created_at is the memory's (copied for the newest-first fetch); the
     # memory row is locked by the caller's upsert, or read as it is now.
     await conn.execute(
-        f"""
-        WITH linked AS (
-            INSERT INTO mentions (tenant, memory_id, entity_id, created_at)
-            SELECT %(tenant)s, l.memory_id, e.id, m.created_at
-            FROM unnest(%(mids)s::text[], %(names)s::text[]) AS l(memory_id, name_norm)
-            {_entity("e", "l.name_norm")}
-            {_memory("m", "l.memory_id", "created_at")}
-            ON CONFLICT DO NOTHING
-            RETURNING entity_id
-        ),
-        {_net_delta("linked", "entity_id")}
-        {_COUNT_MENTIONS}
-        """,
+        _LINK_MENTIONS,
         {
             "tenant": tenant,
             "mids": [mid for mid, _ in links],
@@ -225,16 +271,7 @@ async def replace_support(
         # relations cannot wait on each other's inserts in opposite orders.
         triples = sorted({(s, r, t) for _, s, r, t in rows})
         await conn.execute(
-            f"""
-            INSERT INTO relations (tenant, source_id, relation, target_id, weight, derived)
-            SELECT %(tenant)s, s.id, d.relation, t.id, 0, true
-            FROM unnest(%(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
-                 WITH ORDINALITY AS d(source, relation, target, n)
-            {_entity("s", "d.source")}
-            {_entity("t", "d.target")}
-            ORDER BY d.n
-            ON CONFLICT (tenant, source_id, relation, target_id, coalesce(valid_from, '-infinity')) DO NOTHING
-            """,
+            _INSERT_RELATIONS,
             {
                 "tenant": tenant,
                 "sources": [s for s, _, _ in triples],
@@ -244,33 +281,7 @@ async def replace_support(
         )
         # The new support and the weights it moves, in one statement.
         await conn.execute(
-            f"""
-            WITH supported AS (
-                INSERT INTO relation_support (tenant, memory_id, relation_id)
-                SELECT %(tenant)s, d.memory_id, r.id
-                FROM unnest(%(mids)s::text[], %(sources)s::text[], %(relations)s::text[], %(targets)s::text[])
-                     AS d(memory_id, source, relation, target)
-                {_memory("m", "d.memory_id")}
-                {_entity("s", "d.source")}
-                {_entity("t", "d.target")}
-                -- One index probe per row, whatever the statistics say: on a
-                -- tenant's first large write they still count the relations
-                -- just inserted as none, and a join planned from that hashes
-                -- all the tenant's relations against every row (2.8 s for 250
-                -- memories). LIMIT 1 keeps the probe a probe (at most one row
-                -- matches: the unique key with valid_from NULL).
-                CROSS JOIN LATERAL (
-                    SELECT r.id FROM relations r
-                    WHERE r.tenant = %(tenant)s AND r.source_id = s.id AND r.relation = d.relation
-                          AND r.target_id = t.id AND r.valid_from IS NULL
-                    LIMIT 1
-                ) r
-                ON CONFLICT DO NOTHING
-                RETURNING relation_id
-            ),
-            {_net_delta("supported", "relation_id")}
-            {_COUNT_SUPPORT}
-            """,
+            _SUPPORT,
             {
                 "tenant": tenant,
                 "mids": [m for m, _, _, _ in rows],
