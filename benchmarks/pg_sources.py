@@ -1,10 +1,10 @@
 """CPU per search of the Postgres sources, outside the HTTP service.
 
-``python -m benchmarks.pg_sources [--size N] [--searches S] [--rounds R] [--name X]``
+``python -m benchmarks.pg_sources [--size N] [--searches S] [--rounds R] [--concurrency C] [--name X]``
 loads the big tenant of the load benchmark's corpus (``benchmarks/load/corpus.py``:
 ``N`` memories, its entities with random vectors, its relations) into an
 embedded Postgres in a temporary directory, then runs the graph and the
-pgvector sources' ``search`` directly, one search at a time, ``S`` searches
+pgvector sources' ``search`` directly, ``C`` searches at a time (default 1), ``S`` searches
 per row (after 50 to warm up: psycopg prepares a statement from its fifth
 execution), ``R`` rounds alternating the sources. It reports CPU ms per
 search of this process (the sources' Python: what the service spends on
@@ -72,14 +72,14 @@ async def _load(store: PostgresStore, size: int) -> None:
         )
 
 
-async def measure(size: int, searches: int, rounds: int) -> dict[str, Any]:
+async def measure(size: int, searches: int, rounds: int, concurrency: int = 1) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="braid-pgsrc-"))
     home.chmod(0o755)
     pg = EmbeddedPostgres(home / "postgres")
     try:
         dsn = pg.start()
         cfg = load_config()
-        pool = await open_pool(dsn, dim=384, min_size=2, max_size=2)
+        pool = await open_pool(dsn, dim=384, min_size=max(2, concurrency), max_size=max(2, concurrency))
         try:
             await _load(PostgresStore(pool), size)
             await ensure_indexes(pool, cfg)
@@ -108,11 +108,17 @@ async def measure(size: int, searches: int, rounds: int) -> dict[str, Any]:
             for r in range(rounds):
                 for name, source in sources.items():
                     work = [queries[(r * searches + i) % len(queries)] for i in range(searches)]
-                    hits = 0
+                    found: list[int] = []
+                    queue = iter(work)
+
+                    async def searcher(source: Source = source) -> None:
+                        for q in queue:
+                            found.append(len(await source.search(q)))
+
                     c0, p0 = own_and_postgres_cpu(pg.pid or 0)
                     start = time.perf_counter()
-                    for q in work:
-                        hits += len(await source.search(q))
+                    await asyncio.gather(*(searcher() for _ in range(concurrency)))
+                    hits = sum(found)
                     wall = time.perf_counter() - start
                     c1, p1 = own_and_postgres_cpu(pg.pid or 0)
                     rows[name].append(
@@ -129,7 +135,14 @@ async def measure(size: int, searches: int, rounds: int) -> dict[str, Any]:
         pg.stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
     mean = {name: {k: float(np.mean([r[k] for r in rs])) for k in rs[0]} for name, rs in rows.items()}
-    return {"size": size, "searches": searches, "rounds": rounds, "rounds_detail": rows, "mean": mean}
+    return {
+        "size": size,
+        "searches": searches,
+        "rounds": rounds,
+        "concurrency": concurrency,
+        "rounds_detail": rows,
+        "mean": mean,
+    }
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
@@ -137,7 +150,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "# CPU per search of the Postgres sources (no HTTP service)",
         "",
         f"Command: `{command}`  ",
-        f"Big tenant of the load corpus, {report['size']} memories; one search at a time, limit 50, "
+        f"Big tenant of the load corpus, {report['size']} memories; {_at_once(report.get('concurrency', 1))}, limit 50, "
         f"{report['searches']} searches a row, mean of {report['rounds']} alternating rounds.",
         "",
         "| source | service (Python) ms | Postgres ms | wall ms | hits |",
@@ -150,14 +163,19 @@ def markdown(report: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _at_once(concurrency: int) -> str:
+    return "one search at a time" if concurrency == 1 else f"{concurrency} searches at a time (one connection each)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--searches", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=1, help="searches in flight at once")
     parser.add_argument("--name", default="", help="report name suffix")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.size, args.searches, args.rounds))
+    report = asyncio.run(measure(args.size, args.searches, args.rounds, args.concurrency))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("pg-sources" + (f"-{args.name}" if args.name else "") + ".md")
     command = "python -m benchmarks.pg_sources " + " ".join(sys.argv[1:])
