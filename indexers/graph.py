@@ -65,7 +65,7 @@ from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
-from .pgvector import nearest_sql, search_settings
+from .pgvector import nearest_sql, search_settings, search_settings_read
 from .postgres import (
     HIT_COLUMNS,
     PoolSource,
@@ -388,10 +388,17 @@ class GraphSource(PoolSource):
                 refresh = None
         if refresh is not None:
             now = time.time()
-            seed_rows, *changes = await tenant_reads(
-                self._pool, query.tenant, [Read(_seeds_sql(seeded), params), *refresh.reads()], settings=settings
+            # The changes first, then the vector search's settings, then the
+            # seeds. Under those settings (plan_cache_mode force_generic_plan)
+            # the mentions' change read ran a generic plan that cost Postgres
+            # 2.7-3.3 ms a read at 10k memories, against 0.02 ms planned as
+            # Postgres chooses (benchmarks/results/pg-sources-s36-*.md).
+            changed = refresh.reads()
+            searched = [search_settings_read(cfg.tiers[cfg.entity_tier].ef_search)] if seeded else []
+            *changes, seed_rows = await tenant_reads(
+                self._pool, query.tenant, [*changed, *searched, Read(_seeds_sql(seeded), params)]
             )
-            taken = refresh.take(changes)
+            taken = refresh.take(changes[: len(changed)])
             if taken is not None:
                 graph, overlay = taken
                 self.cache.walks["here"] += 1

@@ -73,6 +73,7 @@ __all__ = [
     "refold_needed",
     "search_plans",
     "search_settings",
+    "search_settings_read",
     "set_search_params",
     "similarity_floor",
     "SearchPlan",
@@ -335,6 +336,13 @@ def search_settings(ef_search: int) -> dict[str, str]:
 
 #: :func:`set_search_params`' statement, one ``set_config`` a setting.
 _SET_SEARCH_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in search_settings(0))
+
+
+def search_settings_read(ef_search: int) -> Read:
+    """:func:`search_settings` as one statement of a :func:`tenant_reads`
+    batch: the statements after it in the transaction run under them, those
+    before it do not."""
+    return Read(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
 
 
 async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
