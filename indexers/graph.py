@@ -534,7 +534,7 @@ class GraphSource(PoolSource):
         )
         params["tenant"] = query.tenant
         sql = _ranked_sql(where)
-        step = max(2 * query.limit, _RANKED_SLICE)
+        step = query.limit + max(query.limit // 4, _RANKED_MARGIN)
         ranked = best(scores, step)
         hits: list[Hit] = []
         names: dict[int, str] = {}
@@ -557,8 +557,11 @@ class GraphSource(PoolSource):
                 ranked = best(scores, len(scores))
 
 
-#: Candidates a ranked read asks Postgres about at least (``2 x limit`` when more).
-_RANKED_SLICE = 64
+#: Candidates a ranked read asks Postgres about beyond the limit (or a
+#: quarter of it, when more): nearly all pass the lifecycle rules, and each
+#: row read costs Postgres and this process a row (2 x limit, as before,
+#: read 100 rows for a fused recall's 50).
+_RANKED_MARGIN = 8
 
 
 @functools.cache

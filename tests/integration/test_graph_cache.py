@@ -374,3 +374,30 @@ async def test_the_change_reads_run_before_the_vector_search_settings(
     changes = [i for i, sql in enumerate(statements) if "changed" in sql]
     assert len(setting) == 1 and len(seeds) == 1 and changes
     assert max(changes) < setting[0] < seeds[0]
+
+
+async def test_a_ranked_read_goes_on_past_candidates_that_fail_the_lifecycle_rules(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    """The memories the service scores are read a slice at a time (the limit
+    and a margin): when the best candidates are superseded, the next slices
+    are read until the limit is filled, and the answer is the statement's."""
+    t = "slices"
+    w = Writer(pool, embedder)
+    await w.graph(t, ["Hub", "Spoke"], [RelationInput("Hub", "has", "Spoke")])
+    for i in range(40):
+        await w.memory(t, f"m{i:02d}", f"memory {i} of the hub", ("Hub",))
+    async with pool.connection() as conn:
+        # Every memory ties on the hub's share, so they rank by id: the first 30 fail.
+        await conn.execute(
+            "UPDATE memories SET superseded_at = now() WHERE tenant = %s AND id < 'm30'",
+            (t,),
+        )
+    source = GraphSource(pool, lambda: graph_config())
+    uncached = GraphSource(pool, lambda: graph_config(cache_rows=0))
+    await source.search(query(t, "Hub"))
+    await source.settle()
+    assert source.cache.get(t) is not None
+    hits = await both(source, uncached, query(t, "Hub", limit=5))
+    # The fact (Hub has Spoke) takes one place of five.
+    assert [i for i, _ in hits if not i.startswith("rel:")] == ["m30", "m31", "m32", "m33"] and len(hits) == 5
