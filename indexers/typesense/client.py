@@ -25,6 +25,7 @@ import msgspec
 
 from ..base import BackendError, SourceUnavailable
 from .documents import quoted_list
+from .transport import LeanTransport
 
 __all__ = ["SOURCE", "TypesenseClient", "TypesenseError", "import_groups"]
 
@@ -128,7 +129,9 @@ class TypesenseClient:
         # Uncompressed answers: on a local network gzip costs both ends CPU
         # (Typesense compressing a search's hits, this process inflating them).
         headers = {"X-TYPESENSE-API-KEY": api_key, "Accept-Encoding": "identity"}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+        # LeanTransport: httpx's client over a transport that costs less CPU a
+        # request than httpcore (indexers/typesense/transport.py).
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport or LeanTransport())
 
     @property
     def active_node(self) -> str:
