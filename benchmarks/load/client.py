@@ -6,7 +6,8 @@ request (of ~10 ms across all processes), CPU taken from the system under test.
 ``LeanClient`` does what wrk would: one host, plain TCP, pooled keep-alive
 connections, a request assembled as bytes once, a response parsed from one
 buffer (``Content-Length`` or chunked). It is a benchmark tool: the service
-talks to Typesense with httpx. ``python -m benchmarks.load.client_cost``
+talks to Typesense with httpx, over a transport of the same kind
+(``indexers/typesense/transport.py``). ``python -m benchmarks.load.client_cost``
 compares the two clients' CPU per request.
 """
 
