@@ -1,6 +1,8 @@
 """``python -m benchmarks.load.client_cost``: client CPU per request, LeanClient vs httpx.
 
-Both clients POST the same ~4 KB JSON body, from 8 concurrent workers, to an
+httpx is measured twice: with its default transport (httpcore) and over the
+service's Typesense transport (``indexers.typesense.transport.LeanTransport``).
+Every client POSTs the same ~4 KB JSON body, from 8 concurrent workers, to an
 asyncio echo server in a separate process (so the server's CPU is not counted),
 and ``time.process_time()`` of this process is the client's cost. One line per
 client: requests, client CPU ms per request, requests/s.
@@ -17,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+
+from indexers.typesense.transport import LeanTransport
 
 from .client import LeanClient
 
@@ -89,6 +93,14 @@ async def measure(url: str, requests: int, workers: int, body: bytes) -> dict[st
             assert r.status_code == 200 and r.content == b, r.status_code
 
         results["httpx.AsyncClient"] = await drive(httpx_post, body, requests, workers)
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, transport=LeanTransport(keep_alive=64)) as client:
+
+        async def transport_post(b: bytes) -> None:
+            r = await client.post("/v1/search", content=b, headers=headers)
+            assert r.status_code == 200 and r.content == b, r.status_code
+
+        results["httpx+LeanTransport"] = await drive(transport_post, body, requests, workers)
     return results
 
 
@@ -110,7 +122,7 @@ def main() -> None:
         server.wait()
     for name, (cpu, wall) in results.items():
         print(
-            f"{name:18} requests={args.requests} workers={args.workers} body={len(body)} B"
+            f"{name:20} requests={args.requests} workers={args.workers} body={len(body)} B"
             f"  client CPU {cpu / args.requests * 1000:.3f} ms/request  {args.requests / wall:,.0f} requests/s"
         )
 
