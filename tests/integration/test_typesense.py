@@ -1086,3 +1086,32 @@ async def test_bm25_keeps_every_filter(index: TypesenseIndex, source: TypesenseS
     as_of = Filters(as_of=T0 + timedelta(hours=1))
     assert set(await ids(source, q("lynx", filters=as_of))) == {"mine", "other-session", "replaced"}
     assert await ids(source, q("lynx", min_confidence=0.95)) == []
+
+
+@pytest.mark.anyio
+async def test_searches_reuse_kept_alive_connections(
+    index: TypesenseIndex, client: TypesenseClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sequential and concurrent searches against a real node open no more
+    connections than are in flight at once (a new connection a request costs
+    the node and this process an accept and a handshake each)."""
+    import asyncio
+
+    opened = 0
+    real = asyncio.open_connection
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal opened
+        opened += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "open_connection", counted)
+    search = [{"collection": index.alias, "q": "*", "query_by": "content", "per_page": 1}]
+    await client.multi_search(search)
+    for _ in range(5):
+        assert await client.health()
+        await client.multi_search(search)
+    assert opened <= 1
+    await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
+    await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
+    assert opened <= 4
