@@ -347,7 +347,8 @@ def search_settings_read(ef_search: int) -> Read:
 
 async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
     """Set :func:`search_settings` for the rest of the current transaction."""
-    await conn.execute(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
+    read = search_settings_read(ef_search)
+    await conn.execute(read.sql, read.params)
 
 
 def nearest_sql(
