@@ -85,6 +85,7 @@ def main() -> int:
                 ),
             ),
             keyring=Keyring.from_config(config, extra),
+            settle_heap=True,
         )
         # uvloop: asyncio's loop in C (measured with the other service-side changes in
         # benchmarks/results/load-tuning.md, not alone).

@@ -7,6 +7,7 @@ are thin: decode a Struct, call one engine method, return a Struct.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -79,6 +80,12 @@ class AppSettings(msgspec.Struct):
     keyring: Keyring
     #: An already loaded embedder to share (tests); None loads the model.
     embedder: Any = None
+    #: Once the runtime is open, collect and then freeze (``gc.freeze``)
+    #: everything alive: the imports, the model and the spaCy pipeline stay
+    #: for the process's life, and without this every full collection scans
+    #: them again while requests wait. For a process that serves one app
+    #: (``python -m service``); objects alive then are never freed.
+    settle_heap: bool = False
 
 
 # --- dependencies -------------------------------------------------------------
@@ -485,6 +492,9 @@ def create_app(settings: AppSettings) -> Litestar:
                 metrics.runtime = rt
                 rt.engine.observer = metrics
             app.state.runtime = rt
+            if settings.settle_heap:
+                gc.collect()
+                gc.freeze()
             yield
 
     extra_routes = [] if metrics is None else [metrics_route(metrics, cfg.metrics)]

@@ -100,6 +100,7 @@ def make_app(
     alias: str | None = None,
     replica_dsn: str | None = None,
     typesense_clusters: tuple[tuple[tuple[str, ...], str], ...] = (),
+    settle_heap: bool = False,
 ) -> tuple[Litestar, str, str]:
     """An app on a fresh database and Typesense alias (or on ``dsn``'s and
     ``alias``'s), its recalls reading ``replica_dsn`` when given. ``embedder``
@@ -123,6 +124,7 @@ def make_app(
         ),
         keyring=ring,
         embedder=embedder,
+        settle_heap=settle_heap,
     )
     return create_app(settings), dsn, alias
 
