@@ -26,6 +26,7 @@ from indexers.postgres import (
     normalize_name,
     open_pool,
 )
+from indexers.postgres.store import by_ids_sql
 from tests.api.conftest import fresh_database
 
 pytestmark = pytest.mark.anyio
@@ -673,3 +674,44 @@ async def test_ping_logs_the_error_that_failed_it(dsn: str, caplog: pytest.LogCa
     assert [r.getMessage() for r in caplog.records if r.name == "braid.postgres"] == [
         "postgres ping failed: the pool 'braid' is already closed"
     ]
+
+
+# --- reads by id ----------------------------------------------------------------
+
+
+async def test_reads_by_id_look_each_id_up_by_primary_key_under_a_generic_plan(store: PostgresStore, dsn: str) -> None:
+    """The lifecycle check and the embeddings read (``by_ids_sql``) are
+    prepared statements: whatever plan Postgres caches, each id is one
+    primary-key look-up, not a scan of the tenant's rows (as the generic plan
+    of ``tenant = $1 AND id = ANY($2)`` did with many tenants and one large)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model, session_id)"
+            " SELECT CASE WHEN i <= 3000 THEN 'big' ELSE 't' || (i %% 40) END, 'm' || i, 'text ' || i, 'note',"
+            " 'session', %s, array_fill(0.1::real, ARRAY[%s])::vector, 'synthetic', 's' || (i %% 7)"
+            " FROM generate_series(1, 5000) AS i",
+            (T0, DIM),
+        )
+        conn.execute("UPDATE memories SET superseded_at = %s WHERE tenant = 'big' AND id = 'm2'", (T0,))
+        conn.execute("ANALYZE memories")
+        ids = [f"m{i}" for i in range(1, 3001, 60)]
+        for columns, where in (("m.id", "m.superseded_at IS NULL"), ("m.id, m.embedding", "m.model = 'synthetic'")):
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.execute("DEALLOCATE ALL")
+            statement = by_ids_sql(columns, where).replace("%(ids)s", "$1").replace("%(tenant)s", "$2")
+            conn.execute(f"PREPARE q(text[], text) AS {statement}")
+            plan = "\n".join(
+                row[0]
+                for row in psycopg.ClientCursor(conn).execute("EXPLAIN EXECUTE q(%s, %s)", (ids, "big")).fetchall()
+            )
+            assert "Index Scan using memories_pkey" in plan, plan
+            assert "Nested Loop" in plan, plan
+            assert "Index Cond: ((tenant = $2) AND (id = r.id))" in plan, plan
+
+    # And what they answer: the tenant's current memories among the ids, no other tenant's.
+    asked = ["m1", "m2", "m3", "m3001", "nope"]
+    assert await store.live("big", asked, None) == {"m1", "m3"}
+    assert await store.live("big", asked, T0 - timedelta(days=1)) == set()
+    assert await store.live("big", asked, T0 + timedelta(days=1)) == {"m1", "m3"}
+    assert set(await store.embeddings("big", asked, "synthetic")) == {"m1", "m2", "m3"}
+    assert await store.embeddings("big", asked, "other") == {}
