@@ -73,11 +73,9 @@ def by_ids_sql(columns: str, where: str) -> str:
     ``%(ids)s`` and that match ``where``: one primary-key look-up per id,
     whatever plan Postgres caches for the prepared statement.
 
-    Not ``m.tenant = %(tenant)s AND m.id = ANY(%(ids)s)``: with 51 tenants
-    and 10k memories in one, that statement's generic plan scans the
-    tenant's whole range of ``memories_tenant_session_created`` (3.9 ms for
-    50 ids, against 0.22 ms this way), and under load the fused recall's
-    lifecycle check written so cost Postgres 12.6 ms of wall time a recall
+    Not ``m.tenant = %(tenant)s AND m.id = ANY(%(ids)s)``: with many tenants
+    and one large, that statement's generic plan scans the large tenant's
+    whole range of ``memories_tenant_session_created``
     (benchmarks/results/live-check-plans.md)."""
     return f"""
         SELECT {columns} FROM unnest(%(ids)s::text[]) AS r(id)
