@@ -294,7 +294,8 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         "## Direct baselines (the queries a user would run by hand, same queries, same meter)",
         "",
         f"pgvector: one prepared `SELECT id FROM memories WHERE tenant = $1 AND tier = 'session' ORDER BY embedding "
-        f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan), one connection per "
+        f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan; each execution "
+        "planned for its values, `plan_cache_mode = force_custom_plan`), one connection per "
         "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
         f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` and a vector search in "
         f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), tenant filter, the source's "
