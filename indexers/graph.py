@@ -70,6 +70,7 @@ from .postgres import (
     HIT_COLUMNS,
     PoolSource,
     Read,
+    by_ids_sql,
     filter_clause,
     hit_from_row,
     name_candidates,
@@ -533,7 +534,7 @@ class GraphSource(PoolSource):
             forgetting=Forgetting.from_config(cfg),
         )
         params["tenant"] = query.tenant
-        sql = _ranked_sql(where)
+        sql = by_ids_sql(HIT_COLUMNS, where)
         step = query.limit + max(query.limit // 4, _RANKED_MARGIN)
         ranked = best(scores, step)
         hits: list[Hit] = []
@@ -562,19 +563,6 @@ class GraphSource(PoolSource):
 #: row read costs Postgres and this process a row (2 x limit, as before,
 #: read 100 rows for a fused recall's 50).
 _RANKED_MARGIN = 8
-
-
-@functools.cache
-def _ranked_sql(where: str) -> str:
-    """The memories ``%(ids)s`` that match ``where`` (the recall's lifecycle rules)."""
-    return f"""
-        SELECT {HIT_COLUMNS}
-        FROM unnest(%(ids)s::text[]) AS r(memory_id)
-        CROSS JOIN LATERAL (
-            SELECT * FROM memories m
-            WHERE m.tenant = %(tenant)s AND m.id = r.memory_id AND {where}
-        ) m
-        """
 
 
 def _memories_sql(filters: Filters, where: str) -> str:

@@ -70,19 +70,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     gc.set_threshold(young, middle, 1_000_000)
 
 
-def settle_heap() -> None:
-    """Collect, then move every object alive now out of the collector's reach
-    (``gc.freeze``): the imports, the embedding model and the spaCy pipeline
-    live as long as the run, and every full collection scanned them again
-    (~550k objects; 400 to 750 ms a full collection on a loaded machine)."""
-    gc.collect()
-    gc.freeze()
+def collect_between_tests(*, freeze: bool) -> None:
+    """A full collection that no test is waiting on (not reported); with
+    ``freeze``, every object still alive then is moved out of the collector's
+    reach (``gc.freeze``): the imports, the embedding model and the spaCy
+    pipeline live as long as the run, and every full collection scanned them
+    again (~550k objects)."""
+    _gc["between"] = True
+    try:
+        gc.collect()
+        if freeze:
+            gc.freeze()
+    finally:
+        _gc["between"] = False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _gc["between"] = True
-    settle_heap()
-    _gc["between"] = False
+    collect_between_tests(freeze=True)
 
 
 _pipeline_settled = False
@@ -96,21 +100,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     yield
     global _pipeline_settled
-    _gc["between"] = True
-    try:
-        # The spaCy pipeline is loaded by the first runtime that extracts,
-        # whichever test that is; settled after that test's fixtures are gone.
-        if not _pipeline_settled:
-            from indexers import spacy_extractor
+    # The spaCy pipeline is loaded by the first runtime that extracts,
+    # whichever test that is; frozen once that test's fixtures are gone.
+    if not _pipeline_settled:
+        from indexers import spacy_extractor
 
-            if spacy_extractor._loaded is not None:
-                _pipeline_settled = True
-                settle_heap()
-                return
-        if gc.get_count()[2] >= FULL_COLLECTION_EVERY:
-            gc.collect()
-    finally:
-        _gc["between"] = False
+        if spacy_extractor._loaded is not None:
+            _pipeline_settled = True
+            collect_between_tests(freeze=True)
+            return
+    if gc.get_count()[2] >= FULL_COLLECTION_EVERY:
+        collect_between_tests(freeze=False)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -159,9 +159,7 @@ def embedder():  # type: ignore[no-untyped-def]
 
     model = MiniLMEmbedder(cache_size=1024)
     model.load()
-    _gc["between"] = True
-    settle_heap()
-    _gc["between"] = False
+    collect_between_tests(freeze=True)
     return model
 
 

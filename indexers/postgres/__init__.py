@@ -46,6 +46,7 @@ from .replica import ReplicaRouter, ReplicaStats, format_lsn, parse_lsn, primary
 from .sql import (
     HIT_COLUMNS,
     RECORD_COLUMNS,
+    by_ids_sql,
     filter_clause,
     hit_from_row,
     lifecycle_clause,
@@ -71,6 +72,7 @@ __all__ = [
     "TenantCounts",
     "Written",
     "bump_generations",
+    "by_ids_sql",
     "filter_clause",
     "format_lsn",
     "hit_from_row",

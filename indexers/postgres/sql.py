@@ -3,6 +3,7 @@ records, vectors as parameters, and the SQL conditions of a search's filters."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "HIT_COLUMNS",
     "RECORD_COLUMNS",
     "RECORD_COLUMNS_NO_EMBEDDING",
+    "by_ids_sql",
     "filter_clause",
     "lifecycle_clause",
     "hit_from_row",
@@ -42,6 +44,23 @@ RECORD_COLUMNS_NO_EMBEDDING = ", ".join(
 
 #: The memory columns :func:`hit_from_row` reads: the shown fields.
 HIT_COLUMNS = _columns(SHOWN_FIELDS)
+
+
+@functools.cache
+def by_ids_sql(columns: str, where: str) -> str:
+    """``columns`` of the tenant's memories (alias ``m``) whose ids are in
+    ``%(ids)s`` and that match ``where``: one primary-key look-up per id,
+    whatever plan Postgres caches for the prepared statement.
+
+    Not ``m.tenant = %(tenant)s AND m.id = ANY(%(ids)s)``: with many tenants
+    and one large, that statement's generic plan scans the large tenant's
+    whole range of ``memories_tenant_session_created``
+    (benchmarks/results/live-check-plans.md)."""
+    return f"""
+        SELECT {columns} FROM unnest(%(ids)s::text[]) AS r(id)
+        CROSS JOIN LATERAL (
+            SELECT * FROM memories m WHERE m.tenant = %(tenant)s AND m.id = r.id AND {where}
+        ) m"""
 
 
 def vector_param(values: Sequence[float]) -> np.ndarray:

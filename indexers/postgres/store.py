@@ -8,7 +8,6 @@ Typesense outage. ``NOTIFY braid_outbox`` wakes the sync worker on commit.
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from collections import Counter
@@ -37,6 +36,7 @@ from .sql import (
     HIT_COLUMNS,
     RECORD_COLUMNS,
     RECORD_COLUMNS_NO_EMBEDDING,
+    by_ids_sql,
     filter_clause,
     hit_from_row,
     lifecycle_clause,
@@ -65,23 +65,6 @@ _CLOSE_WRITE = f"""
     ), bumped AS ({BUMP_SQL})
     SELECT pg_notify('{NOTIFY_CHANNEL}', '')
 """
-
-
-@functools.cache
-def by_ids_sql(columns: str, where: str) -> str:
-    """``columns`` of the tenant's memories (alias ``m``) whose ids are in
-    ``%(ids)s`` and that match ``where``: one primary-key look-up per id,
-    whatever plan Postgres caches for the prepared statement.
-
-    Not ``m.tenant = %(tenant)s AND m.id = ANY(%(ids)s)``: with many tenants
-    and one large, that statement's generic plan scans the large tenant's
-    whole range of ``memories_tenant_session_created``
-    (benchmarks/results/live-check-plans.md)."""
-    return f"""
-        SELECT {columns} FROM unnest(%(ids)s::text[]) AS r(id)
-        CROSS JOIN LATERAL (
-            SELECT * FROM memories m WHERE m.tenant = %(tenant)s AND m.id = r.id AND {where}
-        ) m"""
 
 
 class PostgresStore(GraphWrites):

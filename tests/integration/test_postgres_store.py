@@ -22,11 +22,11 @@ from indexers.postgres import (
     MemoryInput,
     PostgresStore,
     RelationInput,
+    by_ids_sql,
     name_candidates,
     normalize_name,
     open_pool,
 )
-from indexers.postgres.store import by_ids_sql
 from tests.api.conftest import fresh_database
 
 pytestmark = pytest.mark.anyio
