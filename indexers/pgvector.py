@@ -380,11 +380,7 @@ def nearest_sql(
     distance = f"{embedding} {op} %(vec)s"
     if not counted:
         return f"""
-        SELECT * FROM (
-            SELECT {columns}, {distance} AS distance FROM {table}
-            WHERE {where}
-            ORDER BY {distance} LIMIT %(limit)s
-        ) AS nearest
+        SELECT * FROM ({_walk_sql(columns, table, where, distance)}) AS nearest
         ORDER BY distance, id
     """
     blocked = (
@@ -410,6 +406,32 @@ def nearest_sql(
     """
 
 
+def _walk_sql(columns: str, table: str, where: str, distance: str) -> str:
+    """The index walk of :func:`nearest_sql` (not counted), its rows in the walk's order."""
+    return f"SELECT {columns}, {distance} AS distance FROM {table} WHERE {where} ORDER BY {distance} LIMIT %(limit)s"
+
+
+def merged_walk_sql(columns: str, table: str, wheres: Sequence[str], embedding: str = "m.embedding") -> str:
+    """The ``%(limit)s`` rows nearest to ``%(vec)s`` by cosine distance among
+    those matching any of ``wheres``, each walked by its own index (one a
+    tier: each ``where`` names its tier, so the planner takes the tier's
+    partial HNSW index), as ``columns`` plus ``distance``.
+
+    The walks are merged in distance order and read only as far as the
+    merge needs: ``limit`` rows in all, where the walks one at a time
+    (:func:`nearest_sql`, not counted) read ``limit`` rows each, most of
+    them cut by the caller. Run it under :func:`search_settings`; its
+    ``hnsw.ef_search`` holds for every walk."""
+    if not wheres:
+        raise ValueError("no walk to merge")
+    distance = f"{embedding} <=> %(vec)s"
+    walks = " UNION ALL ".join(f"({_walk_sql(columns, table, where, distance)})" for where in wheres)
+    return f"""
+        SELECT * FROM ({walks}) AS nearest
+        ORDER BY distance, id LIMIT %(limit)s
+    """
+
+
 def _cosine(row: dict[str, Any]) -> float:
     return 1.0 - float(row["distance"])
 
@@ -431,6 +453,8 @@ class SearchPlan(NamedTuple):
     #: A row's cosine similarity to the query, whatever the score ranks by
     #: (what the source's floors compare).
     similarity: Callable[[dict[str, Any]], float] = _cosine
+    #: The conditions the statement's rows meet.
+    where: str = ""
 
 
 #: The cosine similarity of a folded row, selected beside its objective.
@@ -473,7 +497,9 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
         if walkable and ahead is None:
             walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False)
         similarity = _cosine if op == "<=>" else _similarity
-        return SearchPlan(nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk, similarity)
+        return SearchPlan(
+            nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk, similarity, where
+        )
 
     if not live:
         return [plan(_cosine, where)]
@@ -598,15 +624,12 @@ class PgvectorSource(PoolSource):
         the tiers' folds were ``guess``, and the folds as they are: one round
         trip, one repeatable-read transaction (:func:`tenant_reads`: the
         folds read and every tier's statements, each tier's settings set
-        before its statements). The rows hold only when the folds read are
+        before its statements; or, when the tiers can be, one statement that
+        walks them all: :meth:`_merged`). The rows hold only when the folds read are
         ``guess``; the caller searches again otherwise (a reindex opened or
         retired an epoch since the folds were last read)."""
         reference = query.reference_time or datetime.now(UTC)
-        reads = [Read(EPOCHS_SQL)]
-        plans: list[SearchPlan | None] = [None]
-        counted: list[tuple[str, str, str, float] | None] = [None]
-        first: dict[str, str] | None = None  # the first tier's settings go with the tenant scope
-        settings: dict[str, str] | None = None
+        searches: list[tuple[dict[str, str], list[SearchPlan], dict[str, Any]]] = []
         for tier in tiers:
             where, params = filter_clause(
                 query.filters,
@@ -634,6 +657,19 @@ class PgvectorSource(PoolSource):
             # Only vectors of the query's model are compared with it.
             where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
             wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg)))
+            searches.append((wanted, search_plans(where, guess.get(tier, []), reference, ahead), params))
+        reads = [Read(EPOCHS_SQL)]
+        plans: list[SearchPlan | None] = [None]
+        counted: list[tuple[str, str, str, float] | None] = [None]
+        first: dict[str, str] | None = None  # the first statement's settings go with the tenant scope
+        merged = self._merged(searches, query)
+        if merged is not None:
+            first, plan, params = merged
+            reads.append(Read(plan.statement, params, dict_row))
+            plans.append(plan)
+            counted.append(None)
+        settings: dict[str, str] | None = None
+        for wanted, tier_plans, params in [] if merged is not None else searches:
             if first is None:
                 first = wanted
             elif wanted != settings:
@@ -641,7 +677,7 @@ class PgvectorSource(PoolSource):
                 plans.append(None)
                 counted.append(None)
             settings = wanted
-            for plan in search_plans(where, guess.get(tier, []), reference, ahead):
+            for plan in tier_plans:
                 statement, key = self._statement(plan, query)
                 reads.append(Read(statement, params, dict_row))
                 plans.append(plan)
@@ -681,6 +717,27 @@ class PgvectorSource(PoolSource):
                 self._index_rows = {name: int(rows) for name, rows in await cur.fetchall()}
         except psycopg.Error as exc:
             log.warning("index sizes not read (efSearchAt keeps the last ones): %s", exc)
+
+    def _merged(
+        self, searches: list[tuple[dict[str, str], list[SearchPlan], dict[str, Any]]], query: SearchQuery
+    ) -> tuple[dict[str, str], SearchPlan, dict[str, Any]] | None:
+        """The tiers' searches as one merged walk (:func:`merged_walk_sql`)
+        with its settings, when they can be: more than one tier, each ranked
+        by cosine (no fold) and known to walk its index (see
+        :meth:`_statement`). Their rows are then cut to one list by the same
+        score, so a tier's rows beyond the best ``limit`` of all would be read
+        for nothing. Its ``efSearch`` is the largest of the tiers': every
+        tier's walk is at least as wide as its own setting."""
+        if len(searches) < 2 or any(len(tier_plans) != 1 for _, tier_plans, _ in searches):
+            return None
+        wheres = []
+        for _, (plan,), _ in searches:
+            if plan.score is not _cosine or self._statement(plan, query)[0] != plan.walk:
+                return None
+            wheres.append(plan.where)
+        settings = max((wanted for wanted, _, _ in searches), key=lambda w: int(w["hnsw.ef_search"]))
+        params = {k: v for _, _, tier_params in searches for k, v in tier_params.items() if k != "exact_below"}
+        return settings, SearchPlan(merged_walk_sql(HIT_COLUMNS, "memories m", wheres), _cosine), params
 
     def _statement(self, plan: SearchPlan, query: SearchQuery) -> tuple[str, tuple[str, str, str, float] | None]:
         """The statement to run for ``plan``, and the key to remember its

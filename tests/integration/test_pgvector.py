@@ -559,6 +559,60 @@ async def test_a_tier_known_to_match_many_rows_is_walked_without_counting_for_a_
     assert recounted[0].id == "big-23"
 
 
+async def test_tiers_known_to_walk_are_walked_in_one_merged_statement(
+    pool: AsyncConnectionPool, corpus: Corpus
+) -> None:
+    # Two tiers of 600 rows each, past exactBelow (200): both walk their index.
+    rng = np.random.default_rng(44)
+    vectors = unit_vectors(rng, 1200)
+    ids = [f"two-{i}" for i in range(1200)]
+    tiers = ["session" if i % 2 else "rag" for i in range(1200)]
+    await PostgresStore(pool).write_memories(
+        "two-tiers", [memory(ids[i], vectors[i], tier=tiers[i]) for i in range(1200)]
+    )
+    cfg = make_config(
+        session=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=37, exact_below=200),
+        rag=TierConfig(holds="memories", m=16, ef_construction=64, ef_search=91, exact_below=200),
+    )
+    log: list[dict[str, Any]] = []
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        source = PgvectorSource(spy_pool, lambda: cfg)
+        found = {}
+        for i in (5, 6):  # one of each tier
+            counted = await source.search(query("two-tiers", vectors[i], limit=30))
+            merged = await source.search(query("two-tiers", vectors[i], limit=30))
+            filtered = await source.search(query("two-tiers", vectors[i], limit=30, filters=Filters(tags=("x",))))
+            found[i] = (counted, merged, filtered)
+    finally:
+        await spy_pool.close()
+
+    def both(statement: str) -> bool:
+        return "m.tier = 'session'" in statement and "m.tier = 'rag'" in statement
+
+    searches = [(e["ef_search"], e["statement"]) for e in log]
+    # The first search counts each tier (its own settings); the next walks
+    # both tiers in one statement under the larger efSearch; a search with
+    # request filters counts again.
+    assert [(ef, "count(*)" in s, both(s)) for ef, s in searches[:3]] == [
+        ("37", True, False),
+        ("91", True, False),
+        ("91", False, True),
+    ]
+    assert [("count(*)" in s, both(s)) for _, s in searches[3:5]] == [(True, False), (True, False)]
+    # The second query finds its tiers remembered as walking: merged at once.
+    assert [both(s) for _, s in searches[5:]] == [True, True, False, False]
+    for i, (counted, merged, filtered) in found.items():
+        assert filtered == []  # no row is tagged
+        assert merged[0].id == ids[i]
+        assert [h.id for h in merged] == [h.id for h in counted]
+        assert [h.score for h in merged] == pytest.approx([h.score for h in counted])
+        # Rows of both tiers, in one list by distance.
+        assert {h.tier for h in merged} == {"session", "rag"}
+        assert [h.score for h in merged] == sorted((h.score for h in merged), reverse=True)
+        assert len(set(h.id for h in merged) & set(exact_top(ids, vectors, vectors[i], 30))) >= 27
+
+
 # --- tenants and filters -----------------------------------------------------
 
 
