@@ -1,8 +1,9 @@
 """CPU per search of the Postgres sources, outside the HTTP service.
 
-``python -m benchmarks.pg_sources [--size N] [--searches S] [--rounds R] [--concurrency C] [--name X]``
-loads the big tenant of the load benchmark's corpus (``benchmarks/load/corpus.py``:
-``N`` memories, its entities with random vectors, its relations) into an
+``python -m benchmarks.pg_sources [--size N] [--searches S] [--rounds R] [--concurrency C]
+[--small-tenants T] [--name X]`` loads the big tenant of the load benchmark's corpus
+(``benchmarks/load/corpus.py``: ``N`` memories, its entities with random vectors, its
+relations; with ``T``, also the memories of the corpus' ``T`` small tenants) into an
 embedded Postgres in a temporary directory, then runs the graph and the
 pgvector sources' ``search`` directly, ``C`` searches at a time (default 1), ``S`` searches
 per row (after 50 to warm up: psycopg prepares a statement from its fifth
@@ -40,8 +41,27 @@ from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationI
 MODEL = "all-MiniLM-L6-v2"
 
 
-async def _load(store: PostgresStore, size: int) -> None:
-    big = build_corpus(size).big
+def _memory_inputs(memories: list[dict[str, Any]], vectors: Any) -> list[MemoryInput]:
+    return [
+        MemoryInput(
+            content=m["content"],
+            kind=m["kind"],
+            tier=m["tier"],
+            created_at=datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")),
+            id=m["id"],
+            session_id=m.get("session_id"),
+            speaker=m.get("speaker"),
+            entities=tuple(m["entities"]),
+            embedding=tuple(float(x) for x in v),
+            model=MODEL,
+        )
+        for m, v in zip(memories, vectors, strict=True)
+    ]
+
+
+async def _load(store: PostgresStore, size: int, small_tenants: int = 0) -> None:
+    corpus = build_corpus(size)  # the same big tenant and queries whatever small_tenants
+    big = corpus.big
     rng = np.random.default_rng(1)
     await store.write_graph(
         BIG_TENANT,
@@ -52,27 +72,16 @@ async def _load(store: PostgresStore, size: int) -> None:
         [RelationInput(r["source"], r["relation"], r["target"], r["weight"]) for r in big.relations],
     )
     for i in range(0, len(big.memories), 500):
-        await store.write_memories(
-            BIG_TENANT,
-            [
-                MemoryInput(
-                    content=m["content"],
-                    kind=m["kind"],
-                    tier=m["tier"],
-                    created_at=datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")),
-                    id=m["id"],
-                    session_id=m.get("session_id"),
-                    speaker=m.get("speaker"),
-                    entities=tuple(m["entities"]),
-                    embedding=tuple(float(x) for x in v),
-                    model=MODEL,
-                )
-                for m, v in zip(big.memories[i : i + 500], big.vectors[i : i + 500], strict=True)
-            ],
-        )
+        await store.write_memories(BIG_TENANT, _memory_inputs(big.memories[i : i + 500], big.vectors[i : i + 500]))
+    # The small tenants share the tiers' indexes with the big one, as in the
+    # load benchmark (their memories only: the searches are the big tenant's).
+    for tenant in corpus.tenants[1 : 1 + small_tenants]:
+        await store.write_memories(tenant.name, _memory_inputs(tenant.memories, tenant.vectors))
 
 
-async def measure(size: int, searches: int, rounds: int, concurrency: int = 1) -> dict[str, Any]:
+async def measure(
+    size: int, searches: int, rounds: int, concurrency: int = 1, small_tenants: int = 0
+) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="braid-pgsrc-"))
     home.chmod(0o755)
     pg = EmbeddedPostgres(home / "postgres")
@@ -81,7 +90,7 @@ async def measure(size: int, searches: int, rounds: int, concurrency: int = 1) -
         cfg = load_config()
         pool = await open_pool(dsn, dim=384, min_size=max(2, concurrency), max_size=max(2, concurrency))
         try:
-            await _load(PostgresStore(pool), size)
+            await _load(PostgresStore(pool), size, small_tenants)
             await ensure_indexes(pool, cfg)
             async with pool.connection() as conn:
                 await conn.execute("VACUUM ANALYZE")
@@ -137,6 +146,7 @@ async def measure(size: int, searches: int, rounds: int, concurrency: int = 1) -
     mean = {name: {k: float(np.mean([r[k] for r in rs])) for k in rs[0]} for name, rs in rows.items()}
     return {
         "size": size,
+        "small_tenants": small_tenants,
         "searches": searches,
         "rounds": rounds,
         "concurrency": concurrency,
@@ -150,7 +160,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "# CPU per search of the Postgres sources (no HTTP service)",
         "",
         f"Command: `{command}`  ",
-        f"Big tenant of the load corpus, {report['size']} memories; {_at_once(report.get('concurrency', 1))}, limit 50, "
+        f"Big tenant of the load corpus, {report['size']} memories{_beside(report.get('small_tenants', 0))}; "
+        f"{_at_once(report.get('concurrency', 1))}, limit 50, "
         f"{report['searches']} searches a row, mean of {report['rounds']} alternating rounds.",
         "",
         "| source | service (Python) ms | Postgres ms | wall ms | hits |",
@@ -163,6 +174,12 @@ def markdown(report: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _beside(small_tenants: int) -> str:
+    if not small_tenants:
+        return " (no other tenant)"
+    return f", beside {small_tenants} tenants x 200 in the same tables and indexes (the load benchmark's shape)"
+
+
 def _at_once(concurrency: int) -> str:
     return "one search at a time" if concurrency == 1 else f"{concurrency} searches at a time (one connection each)"
 
@@ -173,9 +190,12 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1, help="searches in flight at once")
+    parser.add_argument(
+        "--small-tenants", type=int, default=0, help="the load corpus' small tenants loaded beside the big one"
+    )
     parser.add_argument("--name", default="", help="report name suffix")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.size, args.searches, args.rounds, args.concurrency))
+    report = asyncio.run(measure(args.size, args.searches, args.rounds, args.concurrency, args.small_tenants))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("pg-sources" + (f"-{args.name}" if args.name else "") + ".md")
     command = "python -m benchmarks.pg_sources " + " ".join(sys.argv[1:])
