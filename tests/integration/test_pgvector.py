@@ -579,11 +579,11 @@ async def test_tiers_known_to_walk_are_walked_in_one_merged_statement(
     try:
         source = PgvectorSource(spy_pool, lambda: cfg)
         found = {}
-        for i in (5, 6):  # one of each tier
-            counted = await source.search(query("two-tiers", vectors[i], limit=30))
-            merged = await source.search(query("two-tiers", vectors[i], limit=30))
+        for i in (5, 6):  # a session row, then a rag row
+            first = await source.search(query("two-tiers", vectors[i], limit=30))
+            again = await source.search(query("two-tiers", vectors[i], limit=30))
             filtered = await source.search(query("two-tiers", vectors[i], limit=30, filters=Filters(tags=("x",))))
-            found[i] = (counted, merged, filtered)
+            found[i] = (first, again, filtered)
     finally:
         await spy_pool.close()
 
@@ -602,11 +602,12 @@ async def test_tiers_known_to_walk_are_walked_in_one_merged_statement(
     assert [("count(*)" in s, both(s)) for _, s in searches[3:5]] == [(True, False), (True, False)]
     # The second query finds its tiers remembered as walking: merged at once.
     assert [both(s) for _, s in searches[5:]] == [True, True, False, False]
-    for i, (counted, merged, filtered) in found.items():
+    # Row 5's first search was counted, its second merged; row 6's were both merged.
+    for i, (first, merged, filtered) in found.items():
         assert filtered == []  # no row is tagged
         assert merged[0].id == ids[i]
-        assert [h.id for h in merged] == [h.id for h in counted]
-        assert [h.score for h in merged] == pytest.approx([h.score for h in counted])
+        assert [h.id for h in merged] == [h.id for h in first]
+        assert [h.score for h in merged] == pytest.approx([h.score for h in first])
         # Rows of both tiers, in one list by distance.
         assert {h.tier for h in merged} == {"session", "rag"}
         assert [h.score for h in merged] == sorted((h.score for h in merged), reverse=True)
