@@ -411,11 +411,12 @@ def _walk_sql(columns: str, table: str, where: str, distance: str) -> str:
     return f"SELECT {columns}, {distance} AS distance FROM {table} WHERE {where} ORDER BY {distance} LIMIT %(limit)s"
 
 
-def merged_walk_sql(columns: str, table: str, wheres: Sequence[str], embedding: str = "m.embedding") -> str:
-    """The ``%(limit)s`` rows nearest to ``%(vec)s`` by cosine distance among
-    those matching any of ``wheres``, each walked by its own index (one a
-    tier: each ``where`` names its tier, so the planner takes the tier's
-    partial HNSW index), as ``columns`` plus ``distance``.
+def merged_walk_sql(columns: str, table: str, wheres: Sequence[str]) -> str:
+    """The ``%(limit)s`` rows of ``table`` (alias ``m``) nearest to
+    ``%(vec)s`` by cosine distance among those matching any of ``wheres``,
+    each walked by its own index (one a tier: each ``where`` names its tier,
+    so the planner takes the tier's partial HNSW index), as ``columns`` plus
+    ``distance``.
 
     The walks are merged in distance order and read only as far as the
     merge needs: ``limit`` rows in all, where the walks one at a time
@@ -424,7 +425,7 @@ def merged_walk_sql(columns: str, table: str, wheres: Sequence[str], embedding: 
     ``hnsw.ef_search`` holds for every walk."""
     if not wheres:
         raise ValueError("no walk to merge")
-    distance = f"{embedding} <=> %(vec)s"
+    distance = "m.embedding <=> %(vec)s"
     walks = " UNION ALL ".join(f"({_walk_sql(columns, table, where, distance)})" for where in wheres)
     return f"""
         SELECT * FROM ({walks}) AS nearest
@@ -669,7 +670,8 @@ class PgvectorSource(PoolSource):
             plans.append(plan)
             counted.append(None)
         settings: dict[str, str] | None = None
-        for wanted, tier_plans, params in [] if merged is not None else searches:
+        per_tier = searches if merged is None else []
+        for wanted, tier_plans, params in per_tier:
             if first is None:
                 first = wanted
             elif wanted != settings:
@@ -736,7 +738,8 @@ class PgvectorSource(PoolSource):
                 return None
             wheres.append(plan.where)
         settings = max((wanted for wanted, _, _ in searches), key=lambda w: int(w["hnsw.ef_search"]))
-        params = {k: v for _, _, tier_params in searches for k, v in tier_params.items() if k != "exact_below"}
+        # Without request filters the tiers' parameters differ only in exact_below, which a walk does not use.
+        params = searches[0][2]
         return settings, SearchPlan(merged_walk_sql(HIT_COLUMNS, "memories m", wheres), _cosine), params
 
     def _statement(self, plan: SearchPlan, query: SearchQuery) -> tuple[str, tuple[str, str, str, float] | None]:
