@@ -351,6 +351,10 @@ class PostgresConfig(_Base, frozen=True):
     replica_dsn: str | None = None
     pool_min: Annotated[int, Meta(ge=1, le=100)] = 2
     pool_max: Annotated[int, Meta(ge=1, le=200)] = 10
+    #: Memories of one tenant in one memory tier (ranked by similarity) from
+    #: which the ``placement`` admin job gives that tenant a HNSW index of its
+    #: own in the tier (:mod:`indexers.own_index`); ``None``: never.
+    own_index_above: Annotated[int, Meta(ge=1)] | None = 5_000
 
     def __post_init__(self) -> None:
         if self.pool_max < self.pool_min:

@@ -588,6 +588,25 @@ def _v21(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v22(dim: int) -> list[sql.Composable]:
+    """Large tenants' own HNSW indexes in a memory tier (:mod:`indexers.own_index`),
+    a row once the index is built. Read by every process, for every tenant: no
+    row-level security, like ``typesense_placements``."""
+    return [
+        sql.SQL(
+            """
+            CREATE TABLE pgvector_own_indexes (
+                tenant   text        NOT NULL,
+                tier     text        NOT NULL,
+                name     text        NOT NULL UNIQUE,
+                built_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (tenant, tier)
+            )
+            """
+        )
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -611,6 +630,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     19: _v19,
     20: _v20,
     21: _v21,
+    22: _v22,
 }
 
 

@@ -28,6 +28,7 @@ in both branches, and the hit's score is that objective at the query's
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -45,6 +46,8 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
+from .own_index import REFRESH_S as OWN_INDEXES_S
+from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, own_indexes, read_own_indexes
 from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
     EPOCHS_SQL,
@@ -234,6 +237,10 @@ async def rebuild_index(
             live = (await read_epochs(conn)).get(tier, [])
         if cfg.tiers[tier].objective == "decayed":
             await _refold(pool, cfg, tier, live, note, recentre=recentre)
+            # Its searches walk the fold's index now, never a cosine one.
+            dropped = await drop_own_indexes(pool, tier)
+            if dropped:
+                note({"tier": tier, "phase": "done", "own_indexes_dropped": dropped})
             return
         if live:
             await _swap_in(
@@ -244,6 +251,17 @@ async def rebuild_index(
             await _drop(pool, [fold_index_name(tier, e) for e in retired])
             return
     await _swap_in(pool, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note)
+    if tier != cfg.entity_tier:
+        await _rebuild_own(pool, cfg, tier, note)
+
+
+async def _rebuild_own(pool: AsyncConnectionPool, cfg: BraidConfig, tier: str, note: Progress) -> None:
+    """Rebuild each large tenant's own index of ``tier`` (:mod:`indexers.own_index`) as the tier's."""
+    async with pool.connection() as conn:
+        quoted = await read_own_indexes(conn)
+    for tenant, _, name in await own_indexes(pool, tier):
+        ddl = functools.partial(own_index_ddl, tier, cfg.tiers[tier], quoted[(tenant, tier)], concurrently=True)
+        await _swap_in(pool, tier, name, ddl, note)
 
 
 async def _swap_in(pool: AsyncConnectionPool, tier: str, name: str, ddl: Callable[[str], str], note: Progress) -> None:
@@ -583,6 +601,10 @@ class PgvectorSource(PoolSource):
         self._index_rows: dict[str, int] = {}
         #: Until when (monotonic) :attr:`_index_rows` is used as it is.
         self._index_rows_until = -math.inf
+        #: The large tenants' own indexes as last read (:mod:`indexers.own_index`).
+        self._own: OwnIndexes = {}
+        #: Until when (monotonic) :attr:`_own` is used as it is.
+        self._own_until = -math.inf
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """One round trip to Postgres as a rule (:meth:`_search_tiers`); once
@@ -593,6 +615,8 @@ class PgvectorSource(PoolSource):
         tiers = [t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers]
         if monotonic() > self._index_rows_until and any(cfg.tiers[t].ef_search_at for t in tiers):
             await self._read_index_rows(cfg)
+        if monotonic() > self._own_until:
+            await self._read_own()
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
@@ -655,8 +679,12 @@ class PgvectorSource(PoolSource):
                 ahead = f"m.tenant = %(tenant)s AND m.tier = '{tier}' AND m.created_at > %(f_before)s"
             # relaxed_order may return the index's rows slightly out of
             # order; the statement sorts them again.
-            # Only vectors of the query's model are compared with it.
-            where = f"m.tenant = %(tenant)s AND m.model = %(model)s AND {where}"
+            # Only vectors of the query's model are compared with it. A
+            # tenant with an index of its own in the tier is named in the
+            # text, so the planner can take that index (the same rows either way).
+            own = self._own.get((query.tenant, tier))
+            tenant = "%(tenant)s" if own is None else own.replace("%", "%%")
+            where = f"m.tenant = {tenant} AND m.model = %(model)s AND {where}"
             wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg)))
             searches.append((wanted, search_plans(where, guess.get(tier, []), reference, ahead), params))
         reads = [Read(EPOCHS_SQL)]
@@ -719,6 +747,16 @@ class PgvectorSource(PoolSource):
                 self._index_rows = {name: int(rows) for name, rows in await cur.fetchall()}
         except psycopg.Error as exc:
             log.warning("index sizes not read (efSearchAt keeps the last ones): %s", exc)
+
+    async def _read_own(self) -> None:
+        """Read the large tenants' own indexes (``pgvector_own_indexes``). A
+        failure keeps the ones last read: a search goes on with them."""
+        self._own_until = monotonic() + OWN_INDEXES_S  # one reader at a time
+        try:
+            async with self._pool.connection() as conn:
+                self._own = await read_own_indexes(conn)
+        except psycopg.Error as exc:
+            log.warning("own indexes not read (the last ones are used): %s", exc)
 
     def _merged(
         self, searches: list[tuple[dict[str, str], list[SearchPlan], dict[str, Any]]], query: SearchQuery

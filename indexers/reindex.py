@@ -23,11 +23,14 @@ them. While a job runs, recalls keep using the old index:
   as its writer left it.
 * **graph**: entities and relations extracted again from every memory by
   the extractor ``graph.extract`` names (:mod:`indexers.reextract`).
-* **placement**: every tenant with ``typesense.ownCollectionAbove``
-  memories or more moved, one after the other, to a Typesense collection
-  pair of its own (:mod:`indexers.placement`). Progress: the tenants moved
-  of those found (``done``/``total``), and the current move's phase and
-  memories copied (``current``).
+* **placement**: first, every tenant with ``postgres.ownIndexAbove``
+  memories or more in a memory tier given a HNSW index of its own there
+  (:mod:`indexers.own_index`; progress under ``pgvector``: the indexes to
+  build, ``done``/``total``, and those ``dropped``); then every tenant with
+  ``typesense.ownCollectionAbove`` memories or more moved, one after the
+  other, to a Typesense collection pair of its own (:mod:`indexers.placement`).
+  Progress: the tenants moved of those found (``done``/``total``), and the
+  current move's phase and memories copied (``current``).
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in. A decayed tier whose
   fold needs a new epoch (a new half-life, re-centring, a tier folded for the
@@ -71,6 +74,7 @@ from config import BraidError, ConfigHolder
 from .base import BackendError, MemoryRecord, postgres_errors
 from .embedding import Embedder
 from .extraction import Extractors
+from .own_index import place_indexes
 from .pgvector import rebuild_index
 from .placement import PlacementWatcher, clear_group, move_tenant, moved_with_leftovers, replay, tenants_to_move
 from .postgres import PostgresStore, entity_text
@@ -395,11 +399,14 @@ class ReindexJobs:
         await reextract(self._store, self._embedder, extractor, cfg, report)
 
     async def _placement(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        """Move every tenant at or over ``typesense.ownCollectionAbove``
+        """Give every tenant at or over ``postgres.ownIndexAbove`` memories in
+        a memory tier a HNSW index of its own there (:mod:`indexers.own_index`),
+        then move every tenant at or over ``typesense.ownCollectionAbove``
         memories to a Typesense pair of its own (:mod:`indexers.placement`)."""
         if self._placements is None:
             raise RuntimeError("this service has no placement watcher")
         pool = self._store.pool
+        await place_indexes(pool, self._config.current, report)
         threshold = self._config.current.typesense.own_collection_above
         movers = await tenants_to_move(pool, threshold)
         await report(

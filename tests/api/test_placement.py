@@ -17,6 +17,7 @@ import pytest
 from config import BraidConfig
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from indexers.base import SourceUnavailable
+from indexers.own_index import own_index_name
 from indexers.typesense.placement import own_alias
 
 from . import conftest
@@ -220,3 +221,62 @@ async def test_a_move_that_fails_clearing_its_group_is_cleared_by_the_next_job(
         assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == 0
         assert await ts.count(alias, "tenant:=`tenant-a`") == 0
         assert await ts.count(own) == len(ids)
+
+
+async def index_scans(dsn: str, name: str) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = %s", (name,)
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def test_a_placement_job_gives_a_large_tenant_its_own_hnsw_index_which_its_recalls_walk(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = placing(alias, 10**6)  # no Typesense move
+    # The session tier walks its index from 10 rows on; a tenant of 20 gets one of its own.
+    session = msgspec.structs.replace(cfg.tiers["session"], exact_below=10)
+    cfg = msgspec.structs.replace(
+        cfg,
+        tiers={**cfg.tiers, "session": session},
+        postgres=msgspec.structs.replace(cfg.postgres, own_index_above=20),
+    )
+    app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        ids = await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(29)))
+        [anchor] = await braid.remember({"content": "Aiko keeps the ship's cat, Miso, in the galley"})
+        await braid.remember(*({"content": f"Bruno fixed bicycle {n}"} for n in range(5)), key=AGENT_B)
+
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        assert r.status_code == 202, r.text
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done", job
+        assert job["progress"]["pgvector"] == {
+            "threshold": 20,
+            "indexes": [{"tenant": "tenant-a", "tier": "session", "memories": 30}],
+            "done": 1,
+            "total": 1,
+            "dropped": [],
+        }
+        assert job["progress"]["placement"]["total"] == 0
+        name = own_index_name("session", "tenant-a")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute("SELECT tenant, tier, name FROM pgvector_own_indexes")
+            assert await cur.fetchall() == [("tenant-a", "session", name)]
+
+        # Within the sources' refresh (10 s) the tenant's recalls walk its own
+        # index (Postgres' scan counter grows), and find what they found before.
+        with anyio.fail_after(60):
+            while await index_scans(dsn, name) == 0:
+                out = await braid.recall("the ship's cat Miso", sources=["pgvector"], top_k=5)
+                assert out["items"][0]["id"] == anchor and not out["degraded"]
+                await anyio.sleep(0.5)
+        out = await braid.recall("sailed to island", sources=["pgvector"], top_k=10)
+        assert {i["id"] for i in out["items"]} <= set(ids) | {anchor} and len(out["items"]) == 10
+        # The other tenant has none of its own; its recall is untouched.
+        out = await braid.recall("fixed bicycle", key=AGENT_B, top_k=10, sources=["pgvector"])
+        assert len(out["items"]) == 5

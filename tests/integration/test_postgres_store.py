@@ -112,6 +112,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "mention_tombstones",
             "mentions",
             "outbox",
+            "pgvector_own_indexes",
             "reindex_jobs",
             "relation_support",
             "relation_tombstones",

@@ -1,0 +1,191 @@
+"""Large tenants' own HNSW indexes in Postgres.
+
+A memory tier's HNSW index is shared by every tenant. A search of one tenant
+walks it and skips the other tenants' rows it meets: pgvector's iterative
+scan goes on until it holds ``limit`` rows of the tenant, so the smaller the
+tenant's share of the tier, the more rows the walk visits for nothing.
+Small tenants never walk (at most ``exactBelow`` rows: compared exactly).
+
+A tenant holding ``postgres.ownIndexAbove`` memories or more in a memory tier
+ranked by similarity is given a partial HNSW index of its own in that tier
+(``WHERE tier = '<tier>' AND tenant = '<tenant>'``, the tier's m /
+ef_construction) by the ``placement`` admin job (:func:`place_indexes`), and
+recorded in ``pgvector_own_indexes``. The pgvector source reads that table
+every :data:`REFRESH_S` and writes such a tenant's name into the text of
+its statements for the tier, so that the planner can prove the index's
+predicate and take it: the smaller index, holding the tenant's rows only.
+
+The index is the planner's choice, never a condition of the answer: a
+statement naming its tenant in its text finds the same rows with or without
+the index (walking the shared one otherwise). A process that has not read
+the table yet, or a row whose index is gone, costs speed, not results.
+
+The shared index keeps every row, so a tenant with an index of its own
+writes into both. The number of indexes grows with large tenants, not with
+tenants. The job drops the index of a tenant that fell below half the
+threshold; a reindex of the tier rebuilds the tier's own indexes with its
+current m / ef_construction, and a reindex that folds the tier
+(``decayed``) drops them: a folded tier's searches walk its fold's index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from config import BraidConfig, TierConfig, is_safe_name
+
+from .postgres.fold import read_epochs
+
+__all__ = [
+    "REFRESH_S",
+    "drop_own_indexes",
+    "own_index_ddl",
+    "own_index_name",
+    "own_indexes",
+    "place_indexes",
+    "read_own_indexes",
+]
+
+log = logging.getLogger("braid.own_index")
+
+#: How often a pgvector source reads ``pgvector_own_indexes``.
+REFRESH_S = 10.0
+
+#: ``(tenant, tier)`` -> the tenant's name as a SQL literal (Postgres' own
+#: ``quote_literal``; a statement with parameters doubles its ``%``).
+OwnIndexes = dict[tuple[str, str], str]
+
+
+def own_index_name(tier: str, tenant: str) -> str:
+    """The name of ``tenant``'s own index in ``tier``: a digest of both, so any
+    tenant name fits Postgres' 63 bytes (with a rebuild's ``_rebuild``)."""
+    digest = hashlib.sha1(f"{tier}\0{tenant}".encode()).hexdigest()[:24]
+    return f"memories_hnsw_own_{digest}"
+
+
+def own_index_ddl(tier: str, t: TierConfig, tenant_literal: str, name: str, *, concurrently: bool) -> str:
+    """The cosine HNSW index of ``tier``'s rows of one tenant (named by
+    ``tenant_literal``, a quoted SQL literal), with the tier's m / ef_construction."""
+    if not is_safe_name(tier):
+        raise ValueError(f"invalid tier name {tier!r}")
+    conc = "CONCURRENTLY " if concurrently else ""
+    return (
+        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)}) "
+        f"WHERE tier = '{tier}' AND tenant = {tenant_literal}"
+    )
+
+
+_READ_SQL = "SELECT tenant, tier, quote_literal(tenant) FROM pgvector_own_indexes"
+
+
+async def read_own_indexes(conn: psycopg.AsyncConnection[Any]) -> OwnIndexes:
+    """Every tenant's own indexes, as ``(tenant, tier)`` -> the tenant quoted."""
+    cur = await conn.execute(_READ_SQL)
+    return {(tenant, tier): quoted for tenant, tier, quoted in await cur.fetchall()}
+
+
+async def own_indexes(pool: AsyncConnectionPool, tier: str | None = None) -> list[tuple[str, str, str]]:
+    """``(tenant, tier, index name)`` of every own index (of ``tier``), by tenant."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tenant, tier, name FROM pgvector_own_indexes WHERE %(tier)s::text IS NULL OR tier = %(tier)s"
+            " ORDER BY tenant, tier",
+            {"tier": tier},
+        )
+        return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+
+async def _build(conn: psycopg.AsyncConnection[Any], ddl: str, name: str) -> None:
+    """Build ``ddl`` (CONCURRENTLY) as ``name``; an invalid ``name`` left by a build cut short goes first."""
+    await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    # HNSW builds are much faster with room for the graph.
+    await conn.execute("SET maintenance_work_mem = '1GB'")
+    try:
+        await conn.execute(ddl)
+    finally:
+        await conn.execute("RESET maintenance_work_mem")
+
+
+async def _indexed_tiers(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[str]:
+    """The memory tiers whose searches walk a cosine index: ranked by similarity, no fold."""
+    async with pool.connection() as conn:
+        folds = await read_epochs(conn)
+    return [t for t in cfg.memory_tiers if cfg.tiers[t].objective == "similarity" and not folds.get(t)]
+
+
+async def place_indexes(
+    pool: AsyncConnectionPool, cfg: BraidConfig, report: Callable[[dict[str, Any]], Awaitable[None]]
+) -> None:
+    """Build an own index (CONCURRENTLY, one after the other) for every
+    tenant with ``postgres.ownIndexAbove`` memories or more in a memory tier
+    ranked by similarity, and drop those of tenants now under half of it.
+
+    ``report`` gets ``{"pgvector": ...}``: the threshold, the indexes to
+    build (``tenant``, ``tier``, ``memories``), ``done`` of ``total``, and
+    the ones ``dropped``. A build cut short leaves no row: the next job
+    builds that index again."""
+    threshold = cfg.postgres.own_index_above
+    if threshold is None:
+        await report({"pgvector": {"threshold": None, "done": 0, "total": 0, "dropped": []}})
+        return
+    tiers = await _indexed_tiers(pool, cfg)
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT tenant, tier, count(*), quote_literal(tenant) FROM memories WHERE tier = ANY(%s)"
+            " GROUP BY tenant, tier HAVING count(*) >= %s ORDER BY count(*) DESC, tenant, tier",
+            (tiers, (threshold + 1) // 2),
+        )
+        counts = {(r[0], r[1]): (int(r[2]), r[3]) for r in await cur.fetchall()}
+        have = await read_own_indexes(conn)
+    todo = [(key, n, q) for key, (n, q) in counts.items() if n >= threshold and key not in have]
+    gone = sorted(key for key in have if key not in counts)
+    await report(
+        {
+            "pgvector": {
+                "threshold": threshold,
+                "indexes": [{"tenant": tenant, "tier": tier, "memories": n} for (tenant, tier), n, _ in todo],
+                "done": 0,
+                "total": len(todo),
+            }
+        }
+    )
+    async with pool.connection() as conn:
+        for i, ((tenant, tier), n, quoted) in enumerate(todo):
+            name = own_index_name(tier, tenant)
+            log.info("building the own index of tenant %s in tier %s (%d memories)", tenant, tier, n)
+            await _build(conn, own_index_ddl(tier, cfg.tiers[tier], quoted, name, concurrently=True), name)
+            await conn.execute(
+                "INSERT INTO pgvector_own_indexes (tenant, tier, name) VALUES (%s, %s, %s)"
+                " ON CONFLICT (tenant, tier) DO UPDATE SET name = EXCLUDED.name, built_at = clock_timestamp()",
+                (tenant, tier, name),
+            )
+            await report({"pgvector": {"done": i + 1}})
+        for tenant, tier in gone:
+            await _drop(conn, tenant, tier)
+    await report({"pgvector": {"dropped": [{"tenant": tenant, "tier": tier} for tenant, tier in gone]}})
+
+
+async def _drop(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str) -> None:
+    """The row first (searches stop naming the index within :data:`REFRESH_S`), then the index."""
+    cur = await conn.execute(
+        "DELETE FROM pgvector_own_indexes WHERE tenant = %s AND tier = %s RETURNING name", (tenant, tier)
+    )
+    for (name,) in await cur.fetchall():
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+
+async def drop_own_indexes(pool: AsyncConnectionPool, tier: str) -> list[str]:
+    """Drop every own index of ``tier`` (a tier being folded); the tenants whose index went."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT tenant FROM pgvector_own_indexes WHERE tier = %s ORDER BY tenant", (tier,))
+        tenants = [tenant for (tenant,) in await cur.fetchall()]
+        for tenant in tenants:
+            await _drop(conn, tenant, tier)
+    return tenants
