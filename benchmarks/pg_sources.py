@@ -1,13 +1,16 @@
 """CPU per search of the Postgres sources, outside the HTTP service.
 
 ``python -m benchmarks.pg_sources [--size N] [--searches S] [--rounds R] [--concurrency C]
-[--small-tenants T] [--name X]`` loads the big tenant of the load benchmark's corpus
+[--small-tenants T] [--own-indexes] [--name X]`` loads the big tenant of the load benchmark's corpus
 (``benchmarks/load/corpus.py``: ``N`` memories, its entities with random vectors, its
 relations; with ``T``, also the memories of the corpus' ``T`` small tenants) into an
 embedded Postgres in a temporary directory, then runs the graph and the
 pgvector sources' ``search`` directly, ``C`` searches at a time (default 1), ``S`` searches
 per row (after 50 to warm up: psycopg prepares a statement from its fifth
-execution), ``R`` rounds alternating the sources. It reports CPU ms per
+execution), ``R`` rounds alternating the sources. With ``--own-indexes`` the
+placement step gives the big tenant's tiers their own HNSW indexes
+(:mod:`indexers.own_index`), and the pgvector source is measured beside the
+same source walking the shared indexes only. It reports CPU ms per
 search of this process (the sources' Python: what the service spends on
 them) and of Postgres (every backend), the mean of the rounds. Run it on
 two checkouts to compare them: the code measured is the one imported.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -35,6 +39,7 @@ from config import load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.base import SearchQuery, Source
 from indexers.graph import GraphSource
+from indexers.own_index import place_indexes
 from indexers.pgvector import PgvectorSource, ensure_indexes
 from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, open_pool
 
@@ -79,8 +84,20 @@ async def _load(store: PostgresStore, size: int, small_tenants: int = 0) -> None
         await store.write_memories(tenant.name, _memory_inputs(tenant.memories, tenant.vectors))
 
 
+class _SharedIndexes(PgvectorSource):
+    """The pgvector source walking the tiers' shared indexes only, as before
+    large tenants had their own (it never reads ``pgvector_own_indexes``)."""
+
+    async def _read_own(self) -> None:
+        self._own_until = math.inf
+
+
+async def _no_report(update: dict[str, Any]) -> None:
+    pass
+
+
 async def measure(
-    size: int, searches: int, rounds: int, concurrency: int = 1, small_tenants: int = 0
+    size: int, searches: int, rounds: int, concurrency: int = 1, small_tenants: int = 0, own_indexes: bool = False
 ) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="braid-pgsrc-"))
     home.chmod(0o755)
@@ -92,6 +109,8 @@ async def measure(
         try:
             await _load(PostgresStore(pool), size, small_tenants)
             await ensure_indexes(pool, cfg)
+            if own_indexes:
+                await place_indexes(pool, cfg, _no_report)
             async with pool.connection() as conn:
                 await conn.execute("VACUUM ANALYZE")
             corpus = build_corpus(size)
@@ -110,6 +129,8 @@ async def measure(
                 "graph": GraphSource(pool, lambda: cfg),
                 "pgvector": PgvectorSource(pool, lambda: cfg),
             }
+            if own_indexes:
+                sources["pgvector (shared indexes)"] = _SharedIndexes(pool, lambda: cfg)
             for source in sources.values():
                 for q in queries[:50]:
                     await source.search(q)
@@ -147,6 +168,7 @@ async def measure(
     return {
         "size": size,
         "small_tenants": small_tenants,
+        "own_indexes": own_indexes,
         "searches": searches,
         "rounds": rounds,
         "concurrency": concurrency,
@@ -162,7 +184,13 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f"Command: `{command}`  ",
         f"Big tenant of the load corpus, {report['size']} memories{_beside(report.get('small_tenants', 0))}; "
         f"{_at_once(report.get('concurrency', 1))}, limit 50, "
-        f"{report['searches']} searches a row, mean of {report['rounds']} alternating rounds.",
+        f"{report['searches']} searches a row, mean of {report['rounds']} alternating rounds."
+        + (
+            " The placement step gave the big tenant's tiers their own HNSW indexes"
+            " (`postgres.ownIndexAbove`); `pgvector (shared indexes)` is the same source not told of them."
+            if report.get("own_indexes")
+            else ""
+        ),
         "",
         "| source | service (Python) ms | Postgres ms | wall ms | hits |",
         "|---|---|---|---|---|",
@@ -193,9 +221,17 @@ def main() -> None:
     parser.add_argument(
         "--small-tenants", type=int, default=0, help="the load corpus' small tenants loaded beside the big one"
     )
+    parser.add_argument(
+        "--own-indexes",
+        action="store_true",
+        help="run the placement step (own HNSW indexes for tenants past postgres.ownIndexAbove) and measure"
+        " the pgvector source with and without them",
+    )
     parser.add_argument("--name", default="", help="report name suffix")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.size, args.searches, args.rounds, args.concurrency, args.small_tenants))
+    report = asyncio.run(
+        measure(args.size, args.searches, args.rounds, args.concurrency, args.small_tenants, args.own_indexes)
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("pg-sources" + (f"-{args.name}" if args.name else "") + ".md")
     command = "python -m benchmarks.pg_sources " + " ".join(sys.argv[1:])

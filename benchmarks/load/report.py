@@ -131,6 +131,19 @@ def _cpu(by_kind: dict[str, float] | None) -> str:
     )
 
 
+def _placement_row(placement: dict[str, Any] | None) -> str:
+    """The ``placement`` job run after the load (absent from older reports)."""
+    if placement is None:
+        return "| placement job after the load | not run |"
+    own = placement["progress"].get("pgvector", {}).get("indexes", [])
+    moved = placement["progress"].get("placement", {}).get("tenants", [])
+    built = ", ".join(f"{i['tenant']}/{i['tier']} ({i['memories']})" for i in own) or "none"
+    return (
+        f"| placement job after the load | {placement['seconds']:.1f} s; own HNSW indexes: {built};"
+        f" Typesense pairs of their own: {', '.join(moved) or 'none'} |"
+    )
+
+
 def _markdown(report: dict[str, Any]) -> str:
     w, raw, d = report["write"], report["raw_typesense"], report["drain"]
     lines = [
@@ -160,6 +173,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| CPU ms per row, raw Postgres `COPY` (into a copy of `memories` with its indexes; {report.get('raw_postgres', {}).get('rows', '–')} rows) | {_cpu(report.get('raw_postgres', {}).get('cpu_ms_per_row'))} |",
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
+        _placement_row(report.get("placement")),
         "",
         "## Freshness (single writes at a steady rate; ack → visible)",
         "",

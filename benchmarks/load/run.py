@@ -53,11 +53,14 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-def config_text(keys: dict[str, str], sets: Sequence[Override] = ()) -> str:
-    """The shipped config with one agent key per corpus tenant, and ``sets``
-    (dotted key, value) over it (the rest untouched)."""
+def config_text(keys: dict[str, str], sets: Sequence[Override] = (), admin: str | None = None) -> str:
+    """The shipped config with one agent key per corpus tenant (and ``admin``,
+    an admin key of the big tenant), and ``sets`` (dotted key, value) over it
+    (the rest untouched)."""
     text = CONFIG.read_text()
     entries = "".join(f"\n    - {{tenant: {t}, role: agent, key: {k}}}" for t, k in keys.items())
+    if admin is not None:
+        entries += f"\n    - {{tenant: {BIG_TENANT}, role: admin, key: {admin}}}"
     assert "  keys: []" in text, "config/braid.yaml changed: no `keys: []` to replace"
     # Throughput is what is measured here: no per-key rate limit.
     assert "  ratePerSecond: 100\n" in text, "config/braid.yaml changed: no `ratePerSecond: 100`"
@@ -164,16 +167,44 @@ async def loaded_service(
     tenant's auth headers, and stops it on exit."""
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    svc = Service(config_text=config_text(keys, sets), prefix=prefix)
+    admin = secrets.token_urlsafe(24)
+    svc = Service(config_text=config_text(keys, sets, admin), prefix=prefix)
     try:
         async with httpx.AsyncClient(base_url=svc.url, timeout=300) as client:
             if graph:
                 await graph_load(client, corpus, headers)
             await bulk_load(client, corpus, headers, 200, 3, 4 << 20)
             await wait_drained(client)
+            await place(client, {"Authorization": f"Bearer {admin}"})
         yield svc, headers
     finally:
         svc.stop()
+
+
+async def place(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, Any]:
+    """Run the ``placement`` admin job, as an operator would once a tenant
+    has grown (own HNSW indexes past ``postgres.ownIndexAbove``, Typesense
+    pairs past ``typesense.ownCollectionAbove``); its seconds and progress."""
+    start = time.perf_counter()
+    r = await client.post("/admin/reindex", json={"target": "placement"}, headers=admin)
+    r.raise_for_status()
+    job_id = r.json()["job_id"]
+    while True:
+        job = (await client.get(f"/admin/reindex/{job_id}", headers=admin)).json()
+        if job["status"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.25)
+    if job["status"] != "done":
+        raise RuntimeError(f"placement job {job['status']}: {job.get('error')}")
+    seconds = time.perf_counter() - start
+    own = job["progress"].get("pgvector", {})
+    moved = job["progress"].get("placement", {})
+    print(
+        f"load: placement in {seconds:.1f} s: own HNSW indexes {own.get('indexes', [])},"
+        f" Typesense pairs {moved.get('tenants', [])}",
+        flush=True,
+    )
+    return {"seconds": seconds, "progress": job["progress"]}
 
 
 async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict[str, Any]:
@@ -748,7 +779,8 @@ async def run(
     sets: Sequence[Override] = (),
 ) -> dict[str, Any]:
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
-    cfg_text = config_text(keys, sets)
+    admin = secrets.token_urlsafe(24)
+    cfg_text = config_text(keys, sets, admin)
     cfg = parse_config(cfg_text)
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
     report: dict[str, Any] = {}
@@ -779,6 +811,7 @@ async def run(
             report["write"]["to_typesense_per_s"] = corpus.total / (
                 report["write"]["seconds"] + report["drain"]["seconds"]
             )
+            report["placement"] = await place(client, {"Authorization": f"Bearer {admin}"})
             print("load: raw Typesense import", flush=True)
             cpu_before = meter()
             report["raw_typesense"] = await raw_typesense_import(ts, corpus, batch, writers, raw_sample)
