@@ -82,11 +82,16 @@ def own_index_ddl(tier: str, t: TierConfig, tenant_literal: str, name: str, *, c
     )
 
 
-_READ_SQL = "SELECT tenant, tier, quote_literal(tenant) FROM pgvector_own_indexes"
+_READ_SQL = """
+    SELECT o.tenant, o.tier, quote_literal(o.tenant) FROM pgvector_own_indexes o
+    JOIN pg_index i ON i.indexrelid = to_regclass(o.name) AND i.indisvalid
+"""
 
 
 async def read_own_indexes(conn: psycopg.AsyncConnection[Any]) -> OwnIndexes:
-    """Every tenant's own indexes, as ``(tenant, tier)`` -> the tenant quoted."""
+    """Every tenant's own indexes that exist and are valid, as ``(tenant,
+    tier)`` -> the tenant quoted (a row whose index is gone is left out:
+    the next placement job builds it again)."""
     cur = await conn.execute(_READ_SQL)
     return {(tenant, tier): quoted for tenant, tier, quoted in await cur.fetchall()}
 

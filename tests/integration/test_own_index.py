@@ -162,6 +162,13 @@ async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its
     assert await index_params(pool, own_index_name("session", ODD)) == {"m": 24, "ef_construction": 64}
     assert {p["index"] for p in phases if p["phase"] == "done"} >= {whale, own_index_name("session", ODD)}
 
+    # An own index lost (dropped by hand, a restore without it) is built again by the next job.
+    async with pool.connection() as conn:
+        await conn.execute(f"DROP INDEX {own_index_name('session', ODD)}")
+    rebuilt = await placed(pool, placing(1000))
+    assert rebuilt["indexes"] == [{"tenant": ODD, "tier": "session", "memories": 1200}]
+    assert own_index_name("session", ODD) in await hnsw_indexes(pool)
+
     # The whale falls to 400 session memories, under half the threshold: its index goes.
     gone = tenants.ids["whale"][400:1500]
     async with pool.connection() as conn:
