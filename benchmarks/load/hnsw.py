@@ -33,6 +33,7 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 
 from config import BraidConfig
+from indexers.own_index import own_index_name, read_own_indexes
 from indexers.pgvector import index_name, set_search_params
 
 __all__ = [
@@ -113,9 +114,11 @@ def plan_uses_index(plan: Any, name: str) -> bool:
     return False
 
 
-def _statements(cfg: BraidConfig, tier: str) -> tuple[str, str, dict[str, Any]]:
+def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """(all rows, nearest rows, their parameters besides the vector): the
-    nearest-rows statement is the one the service runs for this tier."""
+    nearest-rows statement is the one the service runs for this tier (for a
+    tenant with an index of its own there, ``own`` is the tenant quoted: the
+    service names it in the text)."""
     if tier == cfg.entity_tier:
         # indexers/graph.py: the entity seeds by vector.
         return (
@@ -124,8 +127,8 @@ def _statements(cfg: BraidConfig, tier: str) -> tuple[str, str, dict[str, Any]]:
             {},
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.
-    where = "m.tenant = %(tenant)s AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
-    where = where.format(tier=tier)
+    tenant = "%(tenant)s" if own is None else own.replace("%", "%%")
+    where = f"m.tenant = {tenant} AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
     return (
         f"SELECT m.id, m.embedding FROM memories m WHERE {where}",
         f"""
@@ -147,7 +150,7 @@ async def tier_vectors(
 ) -> tuple[list[Any], np.ndarray]:
     """Ids and embeddings of every row a tier search of ``tenant`` may return
     (``conn`` must know the ``vector`` type: ``register_vector_async``)."""
-    all_rows, _, extra = _statements(cfg, tier)
+    all_rows, _, extra = _statements(cfg, tier)  # the same rows, whichever index
     cur = await conn.execute(all_rows, {"tenant": tenant, **extra})
     rows = await cur.fetchall()
     if not rows:
@@ -211,13 +214,16 @@ async def _measure_tier(
     ef_grid: Iterable[int],
 ) -> dict[str, Any]:
     t = cfg.tiers[tier]
-    name = index_name(tier, cfg)
-    _, nearest, extra = _statements(cfg, tier)
+    # The index the service walks: the tenant's own in the tier, if it has one.
+    own = None if tier == cfg.entity_tier else (await read_own_indexes(conn)).get((tenant, tier))
+    name = index_name(tier, cfg) if own is None else own_index_name(tier, tenant)
+    _, nearest, extra = _statements(cfg, tier, own)
     params: dict[str, Any] = {"tenant": tenant, "limit": k, **extra}
     ids, vectors = await tier_vectors(conn, cfg, tier, tenant)
     base: dict[str, Any] = {
         "holds": t.holds,
         "index": name,
+        "own_index": own is not None,
         "rows": len(ids),
         "m": t.m,
         "ef_construction": t.ef_construction,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -22,6 +23,7 @@ from pgvector.psycopg import register_vector_async
 from benchmarks.load.hnsw import exact_top_k, measure_hnsw, tier_vectors
 from config import BraidConfig, load_config
 from deploy.embedded import EmbeddedPostgres
+from indexers.own_index import own_index_name, place_indexes
 from indexers.pgvector import ensure_indexes
 from indexers.postgres import open_pool
 from tests.api.conftest import fresh_database
@@ -184,3 +186,28 @@ async def test_a_tier_with_fewer_than_k_rows_is_skipped(loaded: tuple[str, Clust
         "rag": "0 rows, fewer than k=10",
     }
     assert out["tiers"]["session"]["rows"] == 5
+
+
+async def test_a_tenant_with_its_own_indexes_is_measured_on_them(
+    loaded: tuple[str, Clusters], cfg: BraidConfig
+) -> None:
+    # Runs last in the module: it adds indexes the tests above do not expect.
+    dsn, clusters = loaded
+
+    async def report(update: dict[str, Any]) -> None:
+        pass
+
+    pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=2)
+    try:
+        await place_indexes(pool, cfg, report)  # both tiers hold 5000 or more
+    finally:
+        await pool.close()
+    out = await measure_hnsw(dsn, cfg, TENANT, clusters.draw(np.random.default_rng(5), 40), k=10, ef_grid=(10, 400))
+    for tier in ("session", "rag"):
+        r = out["tiers"][tier]
+        assert (r["own_index"], r["index"]) == (True, own_index_name(tier, TENANT))
+        assert r["rows"] == SIZES[tier]
+        assert set(r["index_used_by_ef"].values()) == {True}, tier
+        assert r["built_with"] == {"m": cfg.tiers[tier].m, "ef_construction": cfg.tiers[tier].ef_construction}
+        assert r["curve"][400] >= 0.9, (tier, r["curve"])
+    assert out["tiers"]["entities"]["own_index"] is False
