@@ -14,7 +14,9 @@ for a small match set, the HNSW index otherwise, whatever the table's
 statistics say (why: docs/design.md, "Postgres"). A count above
 ``exactBelow`` is remembered for :data:`WALK_MEMORY_S` for the searches
 without request filters: they walk the index without counting meanwhile.
-All the tiers of a search go to Postgres in one round trip.
+All the tiers of a search go to Postgres in one round trip. A tenant with
+an index of its own in a tier (:mod:`indexers.own_index`) is named in the
+text of that tier's statements, so the planner can walk that index.
 
 A tier with a fold (``objective: decayed``, :mod:`indexers.postgres.fold`)
 ranks by ``cosine x importance weight x exp(-lambda * age)`` instead: one
