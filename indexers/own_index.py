@@ -50,6 +50,7 @@ __all__ = [
     "own_indexes",
     "place_indexes",
     "read_own_indexes",
+    "tier_builds",
 ]
 
 log = logging.getLogger("braid.own_index")
@@ -105,6 +106,16 @@ async def own_indexes(pool: AsyncConnectionPool, tier: str | None = None) -> lis
             {"tier": tier},
         )
         return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+
+async def tier_builds(pool: AsyncConnectionPool, tier: str) -> list[tuple[str, str]]:
+    """``(index name, the tenant quoted)`` of every own index recorded for
+    ``tier``, whether or not the index exists now (what a reindex of the tier builds)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT name, quote_literal(tenant) FROM pgvector_own_indexes WHERE tier = %s ORDER BY tenant", (tier,)
+        )
+        return [(name, quoted) for name, quoted in await cur.fetchall()]
 
 
 async def _build(conn: psycopg.AsyncConnection[Any], ddl: str, name: str) -> None:

@@ -49,7 +49,7 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
 from .own_index import REFRESH_S as OWN_INDEXES_S
-from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, own_indexes, read_own_indexes
+from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, read_own_indexes, tier_builds
 from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
     EPOCHS_SQL,
@@ -258,11 +258,10 @@ async def rebuild_index(
 
 
 async def _rebuild_own(pool: AsyncConnectionPool, cfg: BraidConfig, tier: str, note: Progress) -> None:
-    """Rebuild each large tenant's own index of ``tier`` (:mod:`indexers.own_index`) as the tier's."""
-    async with pool.connection() as conn:
-        quoted = await read_own_indexes(conn)
-    for tenant, _, name in await own_indexes(pool, tier):
-        ddl = functools.partial(own_index_ddl, tier, cfg.tiers[tier], quoted[(tenant, tier)], concurrently=True)
+    """Rebuild each large tenant's own index of ``tier`` (:mod:`indexers.own_index`)
+    as the tier's (one recorded but missing is built again)."""
+    for name, quoted in await tier_builds(pool, tier):
+        ddl = functools.partial(own_index_ddl, tier, cfg.tiers[tier], quoted, concurrently=True)
         await _swap_in(pool, tier, name, ddl, note)
 
 

@@ -156,6 +156,8 @@ async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its
 ) -> None:
     await placed(pool, placing(1000))
     whale = own_index_name("session", "whale")
+    async with pool.connection() as conn:  # lost meanwhile: the reindex builds it again
+        await conn.execute(f"DROP INDEX {whale}")
     phases: list[dict[str, Any]] = []
     await rebuild_index(pool, placing(1000, m=24), "session", progress=phases.append)
     assert await index_params(pool, whale) == {"m": 24, "ef_construction": 64}
