@@ -130,10 +130,12 @@ async def _build(conn: psycopg.AsyncConnection[Any], ddl: str, name: str) -> Non
 
 
 async def _indexed_tiers(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[str]:
-    """The memory tiers whose searches walk a cosine index: ranked by similarity, no fold."""
+    """The memory tiers whose searches walk a cosine index: those Postgres
+    records no fold for (a tier configured ``decayed`` is ranked by
+    similarity until a reindex folds it)."""
     async with pool.connection() as conn:
         folds = await read_epochs(conn)
-    return [t for t in cfg.memory_tiers if cfg.tiers[t].objective == "similarity" and not folds.get(t)]
+    return [t for t in cfg.memory_tiers if not folds.get(t)]
 
 
 async def place_indexes(
@@ -141,7 +143,8 @@ async def place_indexes(
 ) -> None:
     """Build an own index (CONCURRENTLY, one after the other) for every
     tenant with ``postgres.ownIndexAbove`` memories or more in a memory tier
-    ranked by similarity, and drop those of tenants now under half of it.
+    ranked by similarity (no fold), and drop those of tenants now under half
+    of it (or of a tier folded meanwhile).
 
     ``report`` gets ``{"pgvector": ...}``: the threshold, the indexes to
     build (``tenant``, ``tier``, ``memories``), ``done`` of ``total``, and
