@@ -1,7 +1,7 @@
 """A large tenant's own HNSW index against the shared one: fused recalls, one service, alternating.
 
 ``python -m benchmarks.own_index [--size N] [--seconds S] [--rounds R]
-[--clients C] [--name X]`` loads the load benchmark's corpus (big tenant of
+[--clients C] [--set dotted.key=value ...] [--name X]`` loads the load benchmark's corpus (big tenant of
 ``N`` memories beside its small tenants) into the service on the embedded
 stack and runs the ``placement`` admin job, which gives the big tenant's
 tiers past ``postgres.ownIndexAbove`` an index of their own. Then, ``R``
@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -37,6 +38,7 @@ from benchmarks.common import RESULTS, CpuMeter
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.run import loaded_service, timed
+from benchmarks.quality.tuning import Override, parse_set
 from indexers.own_index import REFRESH_S
 
 #: Seconds waited after a switch beyond the source's refresh.
@@ -54,9 +56,11 @@ async def _switch(dsn: str, rows: list[tuple[Any, ...]], mode: str) -> None:
                 )
 
 
-async def measure(size: int, seconds: float, rounds: int, clients: int) -> dict[str, Any]:
+async def measure(
+    size: int, seconds: float, rounds: int, clients: int, sets: Sequence[Override] = ()
+) -> dict[str, Any]:
     corpus = build_corpus(size)
-    async with loaded_service(corpus, "braid-own-index-") as (svc, headers):
+    async with loaded_service(corpus, "braid-own-index-", sets=sets) as (svc, headers):
         dsn = svc.postgres_dsn()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             cur = await conn.execute("SELECT tenant, tier, name, built_at FROM pgvector_own_indexes ORDER BY 1, 2")
@@ -99,6 +103,7 @@ async def measure(size: int, seconds: float, rounds: int, clients: int) -> dict[
         "seconds": seconds,
         "rounds": rounds,
         "clients": clients,
+        "sets": [list(x) for x in sets],
         "own_indexes": [{"tenant": t, "tier": tier, "index": name} for t, tier, name, _ in rows],
         "rounds_detail": results,
         "mean": mean,
@@ -138,9 +143,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_set, metavar="KEY=VALUE")
     parser.add_argument("--name", default="", help="report name suffix")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.size, args.seconds, args.rounds, args.clients))
+    report = asyncio.run(measure(args.size, args.seconds, args.rounds, args.clients, args.sets))
     command = "python -m benchmarks.own_index " + " ".join(sys.argv[1:])
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("own-index" + (f"-{args.name}" if args.name else "") + ".md")
