@@ -353,8 +353,11 @@ class PostgresConfig(_Base, frozen=True):
     pool_max: Annotated[int, Meta(ge=1, le=200)] = 10
     #: Memories of one tenant in one memory tier (ranked by similarity) from
     #: which the ``placement`` admin job gives that tenant a HNSW index of its
-    #: own in the tier (:mod:`indexers.own_index`); ``None``: never.
-    own_index_above: Annotated[int, Meta(ge=1)] | None = 5_000
+    #: own in the tier (:mod:`indexers.own_index`), and past the tier's
+    #: ``exactBelow`` (at or under it, no index is walked); ``None``: never.
+    own_index_above: Annotated[int, Meta(ge=1)] | None = 2_500
+    #: The most own indexes there are (the tiers of the most memories get them).
+    own_indexes_max: Annotated[int, Meta(ge=1, le=1000)] = 50
 
     def __post_init__(self) -> None:
         if self.pool_max < self.pool_min:

@@ -142,17 +142,27 @@ async def place_indexes(
     pool: AsyncConnectionPool, cfg: BraidConfig, report: Callable[[dict[str, Any]], Awaitable[None]]
 ) -> None:
     """Build an own index (CONCURRENTLY, one after the other) for every
-    tenant with ``postgres.ownIndexAbove`` memories or more in a memory tier
-    ranked by similarity (no fold), and drop those of tenants now under half
-    of it (or of a tier folded meanwhile).
+    tenant with ``postgres.ownIndexAbove`` memories or more, and more than
+    the tier's ``exactBelow``, in a memory tier ranked by similarity (no
+    fold), and drop those of tenants now under half of the threshold (or of
+    a tier folded meanwhile).
+
+    At most ``postgres.ownIndexesMax`` own indexes exist: the tiers of the
+    most memories get them, and an index that falls out of that set is
+    dropped. Every own index is one more index that every statement planned
+    against ``memories`` opens and locks (a peer's per-tenant indexes ran
+    Postgres' lock table out at ~2,100 tenants).
 
     ``report`` gets ``{"pgvector": ...}``: the threshold, the indexes to
-    build (``tenant``, ``tier``, ``memories``), ``done`` of ``total``, and
-    the ones ``dropped``. A build cut short leaves no row: the next job
-    builds that index again."""
+    build (``tenant``, ``tier``, ``memories``), ``done`` of ``total``, those
+    past the threshold left without one by the cap (``over_cap``), and the
+    ones ``dropped``. A build cut short leaves no row: the next job builds
+    that index again."""
     threshold = cfg.postgres.own_index_above
     if threshold is None:
-        await report({"pgvector": {"threshold": None, "done": 0, "total": 0, "dropped": []}})
+        await report(
+            {"pgvector": {"threshold": None, "indexes": [], "done": 0, "total": 0, "over_cap": [], "dropped": []}}
+        )
         return
     tiers = await _indexed_tiers(pool, cfg)
     async with pool.connection() as conn:
@@ -163,8 +173,21 @@ async def place_indexes(
         )
         counts = {(r[0], r[1]): (int(r[2]), r[3]) for r in await cur.fetchall()}
         have = await read_own_indexes(conn)
-    todo = [(key, n, q) for key, (n, q) in counts.items() if n >= threshold and key not in have]
-    gone = sorted(key for key in have if key not in counts)
+    # Past the tier's exactBelow too: at or under it the rows are compared
+    # exactly and no index is walked. The largest first, up to the cap; an
+    # index kept stays down to half the threshold.
+    wanted = {tier: max(threshold, cfg.tiers[tier].exact_below + 1) for tier in tiers}
+    eligible = {key: n for key, (n, _) in counts.items() if n >= wanted[key[1]] or key in have}
+    chosen = sorted(eligible, key=lambda key: (-eligible[key], key))[: cfg.postgres.own_indexes_max]
+    todo = [(key, counts[key][0], counts[key][1]) for key in chosen if key not in have]
+    gone = sorted(key for key in have if key not in chosen)
+    over = [key for key in eligible if key not in chosen and key not in have]
+    if over:
+        log.warning(
+            "%d tenant tiers past postgres.ownIndexAbove get no own index: postgres.ownIndexesMax (%d) is reached",
+            len(over),
+            cfg.postgres.own_indexes_max,
+        )
     await report(
         {
             "pgvector": {
@@ -172,6 +195,9 @@ async def place_indexes(
                 "indexes": [{"tenant": tenant, "tier": tier, "memories": n} for (tenant, tier), n, _ in todo],
                 "done": 0,
                 "total": len(todo),
+                "over_cap": [
+                    {"tenant": tenant, "tier": tier, "memories": eligible[(tenant, tier)]} for tenant, tier in over
+                ],
             }
         }
     )

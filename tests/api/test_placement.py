@@ -260,6 +260,7 @@ async def test_a_placement_job_gives_a_large_tenant_its_own_hnsw_index_which_its
             "indexes": [{"tenant": "tenant-a", "tier": "session", "memories": 30}],
             "done": 1,
             "total": 1,
+            "over_cap": [],
             "dropped": [],
         }
         assert job["progress"]["placement"]["total"] == 0

@@ -29,10 +29,11 @@ ODD = "pike's 100%"
 SIZES = {"whale": (1500, 600), ODD: (1200, 0), "minnow": (300, 300)}  # (session, rag) memories
 
 
-def placing(above: int | None, m: int = 16) -> BraidConfig:
-    tier = TierConfig(holds="memories", m=m, ef_construction=64, ef_search=40, exact_below=200)
+def placing(above: int | None, m: int = 16, most: int = 50, exact_below: int = 200) -> BraidConfig:
+    tier = TierConfig(holds="memories", m=m, ef_construction=64, ef_search=40, exact_below=exact_below)
     cfg = make_config(session=tier, rag=tier)
-    return msgspec.structs.replace(cfg, postgres=msgspec.structs.replace(cfg.postgres, own_index_above=above))
+    postgres = msgspec.structs.replace(cfg.postgres, own_index_above=above, own_indexes_max=most)
+    return msgspec.structs.replace(cfg, postgres=postgres)
 
 
 class Tenants(msgspec.Struct):
@@ -187,5 +188,34 @@ async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its
     assert hits[0].id == "whale-7"
 
     # No threshold: nothing is built, nothing dropped.
-    assert await placed(pool, placing(None)) == {"threshold": None, "done": 0, "total": 0, "dropped": []}
+    assert await placed(pool, placing(None)) == {
+        "threshold": None,
+        "indexes": [],
+        "done": 0,
+        "total": 0,
+        "over_cap": [],
+        "dropped": [],
+    }
     assert [t for t, _, _ in await own_indexes(pool)] == [ODD]
+
+    # Tiers compared exactly up to 700 rows: a tenant tier of 600 or fewer
+    # walks no index, whatever the threshold, and gets none.
+    exact = await placed(pool, placing(250, exact_below=700))
+    assert (exact["indexes"], exact["over_cap"], exact["dropped"]) == ([], [], [])
+
+    # A cap: the tiers of the most memories get the indexes. Past 250 now:
+    # the odd name's session (1200, kept), the whale's rag (600) and session
+    # (400), the minnow's two (300 each).
+    capped = await placed(pool, placing(250, most=2))
+    assert capped["indexes"] == [{"tenant": "whale", "tier": "rag", "memories": 600}]
+    assert capped["over_cap"] == [
+        {"tenant": "whale", "tier": "session", "memories": 400},
+        {"tenant": "minnow", "tier": "rag", "memories": 300},
+        {"tenant": "minnow", "tier": "session", "memories": 300},
+    ]
+    assert [(t, tier) for t, tier, _ in await own_indexes(pool)] == [(ODD, "session"), ("whale", "rag")]
+    # A lower cap drops the smaller one.
+    lowered = await placed(pool, placing(250, most=1))
+    assert (lowered["total"], lowered["dropped"]) == (0, [{"tenant": "whale", "tier": "rag"}])
+    assert [(t, tier) for t, tier, _ in await own_indexes(pool)] == [(ODD, "session")]
+    assert own_index_name("rag", "whale") not in await hnsw_indexes(pool)
