@@ -38,9 +38,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from config import BraidConfig, TierConfig, is_safe_name
+from config import BraidConfig, TierConfig
 
 from .postgres.fold import read_epochs
+from .postgres.sql import tier_hnsw_ddl
 
 __all__ = [
     "REFRESH_S",
@@ -73,14 +74,8 @@ def own_index_name(tier: str, tenant: str) -> str:
 def own_index_ddl(tier: str, t: TierConfig, tenant_literal: str, name: str, *, concurrently: bool) -> str:
     """The cosine HNSW index of ``tier``'s rows of one tenant (named by
     ``tenant_literal``, a quoted SQL literal), with the tier's m / ef_construction."""
-    if not is_safe_name(tier):
-        raise ValueError(f"invalid tier name {tier!r}")
-    conc = "CONCURRENTLY " if concurrently else ""
-    return (
-        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories USING hnsw (embedding vector_cosine_ops) "
-        f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)}) "
-        f"WHERE tier = '{tier}' AND tenant = {tenant_literal}"
-    )
+    where = f"tenant = {tenant_literal}"
+    return tier_hnsw_ddl(tier, t, name, "embedding vector_cosine_ops", where, concurrently=concurrently)
 
 
 _READ_SQL = """

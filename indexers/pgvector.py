@@ -65,6 +65,7 @@ from .postgres.fold import (
     read_epochs,
     retire_older,
 )
+from .postgres.sql import tier_hnsw_ddl
 from .registry import register
 
 __all__ = [
@@ -115,14 +116,11 @@ def index_name(tier: str, cfg: BraidConfig) -> str:
 def index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
     """The cosine HNSW index of ``tier`` (``embedding``, the tier's m / ef_construction), named ``name``."""
     t: TierConfig = cfg.tiers[tier]
-    conc = "CONCURRENTLY " if concurrently else ""
-    with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
     if tier == cfg.entity_tier:
+        conc = "CONCURRENTLY " if concurrently else ""
+        with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
         return f"CREATE INDEX {conc}IF NOT EXISTS {name} ON entities USING hnsw (embedding vector_cosine_ops) {with_}"
-    return (
-        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories "
-        f"USING hnsw (embedding vector_cosine_ops) {with_} WHERE tier = '{tier}'"
-    )
+    return tier_hnsw_ddl(tier, t, name, "embedding vector_cosine_ops", concurrently=concurrently)
 
 
 async def _index_exists(conn: psycopg.AsyncConnection, name: str) -> bool:

@@ -50,6 +50,7 @@ import psycopg
 from config import TierConfig, is_safe_name
 
 from .models import MemoryInput
+from .sql import tier_hnsw_ddl
 
 __all__ = [
     "EPOCHS_SQL",
@@ -163,14 +164,7 @@ def fold_index_name(tier: str, epoch: int) -> str:
 
 def fold_index_ddl(tier: str, epoch: int, t: TierConfig, name: str, *, concurrently: bool) -> str:
     """The epoch's HNSW index: inner product on ``folded``, the tier's m / ef_construction."""
-    if not is_safe_name(tier):
-        raise ValueError(f"invalid tier name {tier!r}")
-    conc = "CONCURRENTLY " if concurrently else ""
-    return (
-        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories USING hnsw (folded vector_ip_ops)"
-        f" WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
-        f" WHERE tier = '{tier}' AND fold_epoch = {int(epoch)}"
-    )
+    return tier_hnsw_ddl(tier, t, name, "folded vector_ip_ops", f"fold_epoch = {int(epoch)}", concurrently=concurrently)
 
 
 _EPOCH_COLUMNS = "tier, epoch, half_life_days, anchor, filling"

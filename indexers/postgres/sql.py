@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from psycopg.types.json import Jsonb
 
-from config.schema import is_safe_name
+from config.schema import TierConfig, is_safe_name
 
 from ..base import RECORD_FIELDS, SHOWN_FIELDS, Filters, Hit, MemoryRecord
 from ..lifecycle import Forgetting
@@ -25,8 +25,23 @@ __all__ = [
     "lifecycle_clause",
     "hit_from_row",
     "record_from_row",
+    "tier_hnsw_ddl",
     "vector_param",
 ]
+
+
+def tier_hnsw_ddl(tier: str, t: TierConfig, name: str, ops: str, where: str = "", *, concurrently: bool) -> str:
+    """``CREATE INDEX`` of ``name``, a HNSW index on ``memories`` over the
+    rows of ``tier`` (and ``where``) with the tier's m / ef_construction;
+    ``ops`` is the column and its operator class (``embedding vector_cosine_ops``)."""
+    if not is_safe_name(tier):
+        raise ValueError(f"invalid tier name {tier!r}")
+    conc = "CONCURRENTLY " if concurrently else ""
+    more = f" AND {where}" if where else ""
+    return (
+        f"CREATE INDEX {conc}IF NOT EXISTS {name} ON memories USING hnsw ({ops})"
+        f" WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)}) WHERE tier = '{tier}'{more}"
+    )
 
 
 def _columns(names: Sequence[str]) -> str:
