@@ -20,10 +20,14 @@ statement naming its tenant in its text finds the same rows with or without
 the index (walking the shared one otherwise). A process that has not read
 the table yet, or a row whose index is gone, costs speed, not results.
 
-The shared index keeps every row, so a tenant with an index of its own
-writes into both. The number of indexes grows with large tenants, not with
-tenants. The job drops the index of a tenant that fell below half the
-threshold; a reindex of the tier rebuilds the tier's own indexes with its
+Only a tier holding more than its ``exactBelow`` rows of the tenant gets
+one (at or under it the rows are compared exactly and no index is walked),
+and at most ``postgres.ownIndexesMax`` exist: the tenant tiers of the most
+memories get them, since every index on ``memories`` is opened and locked by
+each statement planned against the table. The shared index keeps every row,
+so a tenant with an index of its own writes into both. The number of
+indexes grows with large tenants, not with tenants. The job drops the index
+of a tenant that fell below half the threshold or out of the cap; a reindex of the tier rebuilds the tier's own indexes with its
 current m / ef_construction, and a reindex that folds the tier
 (``decayed``) drops them: a folded tier's searches walk its fold's index.
 """
@@ -168,6 +172,7 @@ async def place_indexes(
         )
         counts = {(r[0], r[1]): (int(r[2]), r[3]) for r in await cur.fetchall()}
         have = await read_own_indexes(conn)
+    recorded = [(tenant, tier) for tenant, tier, _ in await own_indexes(pool)]
     # Past the tier's exactBelow too: at or under it the rows are compared
     # exactly and no index is walked. The largest first, up to the cap; an
     # index kept stays down to half the threshold.
@@ -175,7 +180,8 @@ async def place_indexes(
     eligible = {key: n for key, (n, _) in counts.items() if n >= wanted[key[1]] or key in have}
     chosen = sorted(eligible, key=lambda key: (-eligible[key], key))[: cfg.postgres.own_indexes_max]
     todo = [(key, counts[key][0], counts[key][1]) for key in chosen if key not in have]
-    gone = sorted(key for key in have if key not in chosen)
+    # Recorded ones whose index is gone too (read_own_indexes leaves those out).
+    gone = sorted(key for key in recorded if key not in chosen)
     over = [key for key in eligible if key not in chosen and key not in have]
     if over:
         log.warning(
