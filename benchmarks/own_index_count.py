@@ -42,7 +42,7 @@ from benchmarks.common import RESULTS
 from config import load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.own_index import own_indexes, place_indexes
-from indexers.pgvector import ensure_indexes, merged_walk_sql, search_settings
+from indexers.pgvector import ensure_indexes, merged_walk_sql, set_search_params
 from indexers.postgres import HIT_COLUMNS, MemoryInput, PostgresStore, open_pool
 
 MODEL = "synthetic"
@@ -76,8 +76,7 @@ async def _walk_cost(
     locks = 0
     for _ in range(repeats):
         async with conn.transaction():
-            for name, value in search_settings(40).items():
-                await conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+            await set_search_params(conn, 40)
             cur = await conn.execute("EXPLAIN (SUMMARY) " + statement, params)
             times.append(_planning_ms([r[0] for r in await cur.fetchall()]))
             cur = await conn.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()")
@@ -131,23 +130,13 @@ async def measure(tenants: int, rows: int, counts: list[int], repeats: int) -> d
                 await conn.execute("VACUUM ANALYZE memories")
             q = rng.standard_normal(384).astype(np.float32)
             params = {"vec": q / np.linalg.norm(q), "model": MODEL, "limit": 50}
+            tier = msgspec.structs.replace(base.tiers["session"], exact_below=min(rows - 1, 2000))
             for n in sorted(counts):
-                # The first n tenants (equal sizes: the tie goes by name) get one each.
-                tier = msgspec.structs.replace(base.tiers["session"], exact_below=min(rows - 1, 2000))
-                cfg = msgspec.structs.replace(
-                    base,
-                    tiers={**base.tiers, "session": tier},
-                    postgres=msgspec.structs.replace(base.postgres, own_index_above=rows, own_indexes_max=max(n, 1)),
-                )
-                if n == 0:
-                    cfg = msgspec.structs.replace(
-                        cfg, postgres=msgspec.structs.replace(cfg.postgres, own_index_above=None)
-                    )
-                    async with pool.connection() as conn:
-                        for tenant, _, name in await own_indexes(pool):
-                            await conn.execute("DELETE FROM pgvector_own_indexes WHERE tenant = %s", (tenant,))
-                            await conn.execute(f"DROP INDEX IF EXISTS {name}")
-                else:
+                # The first n tenants (equal sizes: the tie goes by name) get
+                # one each; the counts grow, so an index once built stays.
+                if n:
+                    postgres = msgspec.structs.replace(base.postgres, own_index_above=rows, own_indexes_max=n)
+                    cfg = msgspec.structs.replace(base, tiers={**base.tiers, "session": tier}, postgres=postgres)
                     await place_indexes(pool, cfg, _no_report)
                 have = len(await own_indexes(pool))
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

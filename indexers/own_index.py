@@ -55,6 +55,7 @@ __all__ = [
     "own_indexes",
     "place_indexes",
     "read_own_indexes",
+    "tenant_sql",
     "tier_builds",
 ]
 
@@ -86,6 +87,13 @@ _READ_SQL = """
     SELECT o.tenant, o.tier, quote_literal(o.tenant) FROM pgvector_own_indexes o
     JOIN pg_index i ON i.indexrelid = to_regclass(o.name) AND i.indisvalid
 """
+
+
+def tenant_sql(quoted: str | None) -> str:
+    """A statement's tenant: the ``%(tenant)s`` parameter, or for a tenant
+    with an own index (``quoted``, from :func:`read_own_indexes`) its name in
+    the text, its ``%`` doubled for a statement with parameters."""
+    return "%(tenant)s" if quoted is None else quoted.replace("%", "%%")
 
 
 async def read_own_indexes(conn: psycopg.AsyncConnection[Any]) -> OwnIndexes:

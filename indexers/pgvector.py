@@ -49,7 +49,7 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
 from .own_index import REFRESH_S as OWN_INDEXES_S
-from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, read_own_indexes, tier_builds
+from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, read_own_indexes, tenant_sql, tier_builds
 from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
     EPOCHS_SQL,
@@ -681,8 +681,7 @@ class PgvectorSource(PoolSource):
             # Only vectors of the query's model are compared with it. A
             # tenant with an index of its own in the tier is named in the
             # text, so the planner can take that index (the same rows either way).
-            own = self._own.get((query.tenant, tier))
-            tenant = "%(tenant)s" if own is None else own.replace("%", "%%")
+            tenant = tenant_sql(self._own.get((query.tenant, tier)))
             where = f"m.tenant = {tenant} AND m.model = %(model)s AND {where}"
             wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg)))
             searches.append((wanted, search_plans(where, guess.get(tier, []), reference, ahead), params))

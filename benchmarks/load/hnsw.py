@@ -33,7 +33,7 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 
 from config import BraidConfig
-from indexers.own_index import own_index_name, read_own_indexes
+from indexers.own_index import own_index_name, read_own_indexes, tenant_sql
 from indexers.pgvector import index_name, set_search_params
 
 __all__ = [
@@ -127,8 +127,7 @@ def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[st
             {},
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.
-    tenant = "%(tenant)s" if own is None else own.replace("%", "%%")
-    where = f"m.tenant = {tenant} AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
+    where = f"m.tenant = {tenant_sql(own)} AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
     return (
         f"SELECT m.id, m.embedding FROM memories m WHERE {where}",
         f"""
