@@ -9,6 +9,10 @@ from typing import Any
 
 from benchmarks.common import RESULTS, pyplot, write_results
 
+#: The recall row whose vectors are the service model's own for the query
+#: texts: the base the text-only rows are read against.
+MODEL_SUPPLIED = "supplied, model's vectors"
+
 __all__ = ["hnsw_min_recall", "summary_line", "write_report"]
 
 
@@ -84,7 +88,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if f1 and ts1:
         out["p50_ratio"] = f1["p50"] / ts1["p50"]
         cold, cached = fused.get((1, "text only, cold")), fused.get((1, "text only, cached"))
-        base = f1["cpu_ms"].get("service", 0.0)
+        # The row searching with the vectors the text-only rows search with;
+        # reports from before it existed fall back to the corpus' vectors.
+        same = fused.get((1, MODEL_SUPPLIED))
+        base = (same or f1)["cpu_ms"].get("service", 0.0)
+        out["embedding_base"] = MODEL_SUPPLIED if same else "supplied"
         if cold and cached:
             out["cold_embedding_cpu_ms"] = cold["cpu_ms"].get("service", 0.0) - base
             out["cached_embedding_cpu_ms"] = cached["cpu_ms"].get("service", 0.0) - base
@@ -343,6 +351,7 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
     cold, cached = get("cold_embedding_cpu_ms"), get("cached_embedding_cpu_ms")
     fresh, write = get("freshness_p99_ms"), get("write_cpu_ratio")
     lag = get("steady_outbox_p99_ms")
+    base = t.get("embedding_base", "supplied")
     return [
         "",
         "## Issue 16's targets, from this run",
@@ -366,9 +375,14 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
         ),
         row("fused p50 / direct multi_search p50, 1 client", _f(p50, 2), "≤ 1.3", None if p50 is None else p50 <= 1.3),
         row("service CPU per fused recall, 8 clients", f"{_f(svc, 2)} ms", "≤ 3 ms", None if svc is None else svc <= 3),
-        row("service CPU a cached query embedding adds, 1 client", f"{_f(cached, 2)} ms", "≈ 0", None),
         row(
-            "service CPU a cold query embedding adds, 1 client",
+            f"service CPU a cached query embedding adds, 1 client (against `{base}`)",
+            f"{_f(cached, 2)} ms",
+            "≈ 0",
+            None,
+        ),
+        row(
+            f"service CPU a cold query embedding adds, 1 client (against `{base}`)",
             f"{_f(cold, 2)} ms",
             "≤ 4 ms",
             None if cold is None else cold <= 4,

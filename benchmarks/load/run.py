@@ -27,10 +27,12 @@ from psycopg import sql
 from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
 from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
+from config.schema import EmbeddingConfig
 
 from .client import LeanClient
 from .corpus import BIG_TENANT, Corpus
 from .hnsw import measure_hnsw
+from .report import MODEL_SUPPLIED
 
 __all__ = ["run"]
 
@@ -581,6 +583,18 @@ async def timed(
     }
 
 
+async def model_vectors(embedding: EmbeddingConfig, texts: Sequence[str]) -> list[tuple[float, ...]]:
+    """The vectors the service's query embedder (``embedding``, a local
+    model) makes for ``texts``, made here by the same code, a text at a
+    time on its query lane; none for a hosted provider."""
+    if embedding.provider != "local":
+        return []
+    from indexers.embedding import open_local  # loads the model: only when a run gets here
+
+    async with open_local(embedding) as model:
+        return [await model.embed_query(t) for t in texts]
+
+
 async def recall_latency(
     client: LeanClient,
     headers: dict[str, str],
@@ -588,7 +602,16 @@ async def recall_latency(
     clients: tuple[int, ...],
     seconds: float,
     cpu: Callable[[], dict[str, float]],
+    text_vectors: Sequence[Sequence[float]] = (),
 ) -> list[dict[str, Any]]:
+    """The recall rows: each source and the fused recall with the corpus'
+    vectors supplied, at each client count; then, at 1 client over the
+    distinct query texts, the fused recall with the vectors the service's
+    model makes for them supplied (``text_vectors``, one per distinct text,
+    when given), then text only, cold (the service embeds each) and cached
+    (each again). The cold and cached rows search with the model's vectors,
+    not the corpus' synthetic ones, so only the row beside them, searching
+    with the same vectors, tells what embedding adds."""
     rows = []
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
     await timed(client, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
@@ -598,6 +621,10 @@ async def recall_latency(
             res = await timed(client, headers, bodies, c, seconds, cpu)
             rows.append({"config": label, "clients": c, "embedding": "supplied", **res})
     texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
+    if text_vectors:
+        bodies = [_encode({"query": t, "embedding": list(v)}) for t, v in zip(texts, text_vectors, strict=True)]
+        res = await timed(client, headers, bodies, 1, 0, cpu)
+        rows.append({"config": "fused", "clients": 1, "embedding": MODEL_SUPPLIED, **res})
     for label in ("cold", "cached"):
         res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0, cpu)
         rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
@@ -856,7 +883,11 @@ async def run(
             print("load: recall latency", flush=True)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
-                report["recall"] = await recall_latency(lean, recall_headers, corpus, clients, seconds, meter)
+                texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
+                text_vectors = await model_vectors(cfg.embedding, texts)
+                report["recall"] = await recall_latency(
+                    lean, recall_headers, corpus, clients, seconds, meter, text_vectors
+                )
             print("load: result cache", flush=True)
             cfg_path = svc.home / "braid.yaml"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.load.report import summary_line, targets
+from benchmarks.load.report import MODEL_SUPPLIED, summary_line, targets
 
 
 def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
@@ -62,6 +62,19 @@ def test_targets_are_the_issues_ratios_from_one_run() -> None:
     assert t["write_cpu_ms"] == pytest.approx(5.1)
     assert t["raw_write_cpu_ms"] == pytest.approx(3.1)
     assert t["write_cpu_ratio"] == pytest.approx(5.1 / 3.1)
+
+
+def test_the_embedding_rows_are_read_against_the_row_searching_with_the_same_vectors() -> None:
+    # The text-only rows search with the model's vectors for the texts: the
+    # row that supplies those vectors is their base, not the corpus' row.
+    report = _report()
+    report["recall"].append(_recall(1, MODEL_SUPPLIED, 31.0, 32.0, 14.0))
+    t = targets(report)
+    assert t["embedding_base"] == MODEL_SUPPLIED
+    assert t["cold_embedding_cpu_ms"] == 1.5
+    assert t["cached_embedding_cpu_ms"] == -2.0
+    assert t["p50_ratio"] == 1.5  # still the corpus' row against the direct multi_search
+    assert targets(_report())["embedding_base"] == "supplied"
 
 
 def test_the_last_line_carries_the_ratios() -> None:
