@@ -3,9 +3,10 @@
 Two round trips to Postgres a search: the seeds and the walk in one
 statement, the memories in another, each its own transaction scoped to the
 tenant; PageRank runs in Python between them. With ``graph.cacheRows``
-the walk runs in this process instead, over the tenant's relations kept
-here (:mod:`indexers.graph_cache`): the first round trip then brings the
-seeds and what changed in the tenant's relations since the last read.
+the seeds are found and the walk runs in this process instead, over the
+tenant's entities and relations kept here (:mod:`indexers.graph_cache`):
+the first round trip then brings only what changed in them since the last
+read.
 
 1. **Seeds.** Entities the query names (its 1-4 word n-grams against the
    normalised entity names, weight 1.0) plus the nearest entities by vector
@@ -65,7 +66,7 @@ from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
 from .lifecycle import Forgetting
 from .pagerank import personalized_pagerank
-from .pgvector import nearest_sql, search_settings, search_settings_read
+from .pgvector import nearest_sql, search_settings
 from .postgres import (
     HIT_COLUMNS,
     PoolSource,
@@ -323,8 +324,8 @@ class GraphSource(PoolSource):
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Two round trips to Postgres, each one transaction scoped to the
-        tenant: the seeds with their walk (:func:`_walk_sql`; or, walked in
-        this process, the seeds with what changed in the tenant's relations:
+        tenant: the seeds with their walk (:func:`_walk_sql`; or, seeded and
+        walked in this process, what changed in the tenant's graph:
         :mod:`indexers.graph_cache`), then, after PageRank in Python, the
         memories the reached entities pass it to (and the facts' names when
         walked here)."""
@@ -389,22 +390,19 @@ class GraphSource(PoolSource):
                 refresh = None
         if refresh is not None:
             now = time.time()
-            # The changes first, then the vector search's settings, then the
-            # seeds. Under those settings (plan_cache_mode force_generic_plan)
-            # the mentions' change read ran a generic plan that cost Postgres
-            # 2.7-3.3 ms a read at 10k memories, against 0.02 ms planned as
-            # Postgres chooses (benchmarks/results/pg-sources-s36-*.md).
-            changed = refresh.reads()
-            searched = [search_settings_read(cfg.tiers[cfg.entity_tier].ef_search)] if seeded else []
-            *changes, seed_rows = await tenant_reads(
-                self._pool, query.tenant, [*changed, *searched, Read(_seeds_sql(seeded), params)]
-            )
-            taken = refresh.take(changes[: len(changed)])
+            taken = refresh.take(await tenant_reads(self._pool, query.tenant, refresh.reads()))
             if taken is not None:
                 graph, overlay = taken
                 self.cache.walks["here"] += 1
                 self.cache.walks["raced"] += overlay is not None
-                seeds: dict[int, float] = dict(sorted((row[0], row[1]) for row in seed_rows))
+                seeds = graph.seeds(
+                    params["names"],
+                    query.vector if seeded else None,
+                    model=query.model,
+                    limit=cfg.graph.seed_limit,
+                    min_similarity=cfg.graph.seed_min_similarity,
+                    overlay=overlay,
+                )
                 edges: list[_Edge] = graph.walk(
                     seeds,
                     hops=hops,

@@ -3,17 +3,20 @@
 The graph source (:mod:`indexers.graph`) reads the same relations and
 mentions for most recalls of a tenant: walking the relations, then passing
 the reached entities' PageRank on to the memories that mention them, was
-nearly all of a graph recall's Postgres CPU. With ``graph.cacheRows`` above
-0 each service process keeps the relations and mentions of the tenants it
-recalls and does both itself, by the statements' rules
-(:meth:`TenantGraph.walk`: the relations ``indexers.graph._walk_sql`` reads,
-in its order; :meth:`TenantGraph.shares`: the memories and scores of
-``indexers.graph._memories_sql`` without request filters). Postgres still
-finds the seeds, and the candidates' rows that pass the lifecycle rules.
+nearly all of a graph recall's Postgres CPU, and finding the seeds (an exact
+vector search over the tenant's entities) most of what was left. With
+``graph.cacheRows`` above 0 each service process keeps the relations,
+mentions and entities of the tenants it recalls and does all three itself,
+by the statements' rules (:meth:`TenantGraph.seeds`: the seeds of
+``indexers.graph._walk_sql``, compared with every entity as the statement
+does below the entity tier's ``exactBelow``; :meth:`TenantGraph.walk`: the
+relations it reads, in its order; :meth:`TenantGraph.shares`: the memories
+and scores of ``indexers.graph._memories_sql`` without request filters).
+Postgres still finds the candidates' rows that pass the lifecycle rules.
 
-**Kept current.** Every walk reads, in the round trip that finds its seeds,
-what changed in the tenant's relations and mentions since the copy's
-cursor (migration 21: ``changed``, the id of the transaction that last
+**Kept current.** Every walk first reads, in one round trip, what changed
+in the tenant's relations, mentions and entities since the copy's cursor
+(migrations 21 and 23: ``changed``, the id of the transaction that last
 wrote a row, and the tombstones deleted rows leave), after reading a new
 cursor: a snapshot taken before those reads, kept as its xmax and the
 transactions it saw running. The next read asks for the rows written by
@@ -43,7 +46,7 @@ cancelled with the recall, every time, so no copy was ever kept and every
 recall paid for the read again (benchmarks/results/load-10000-s31*.md).
 
 **Bounded.** A tenant with more than ``graph.cacheRows`` relations +
-mentions (or a change bigger than that) is not kept: it is walked by
+mentions + entities (or a change bigger than that) is not kept: it is walked by
 Postgres, and tried again after :data:`RETRY_S`. ``graph.cacheTotalRows``
 bounds all tenants together, the least recently recalled dropped first. A
 tenant not read for :data:`STALE_S` is read whole again: tombstones are kept
@@ -68,10 +71,12 @@ __all__ = [
     "CHANGED_SQL",
     "CURSOR_SQL",
     "DROPPED_SQL",
+    "ENTITIES_SQL",
     "FAILED_RETRY_S",
     "MENTIONED_SQL",
     "RETRY_S",
     "STALE_S",
+    "UNENTITIED_SQL",
     "UNMENTIONED_SQL",
     "Delta",
     "Edge",
@@ -125,11 +130,21 @@ MENTIONED_SQL = _unseen(_MENTION, "mentions") + "    LIMIT %(limit)s\n"
 #: The tenant's mentions deleted since the cursor: entity id, memory id.
 UNMENTIONED_SQL = _unseen("entity_id, memory_id", "mention_tombstones")
 
-#: Whether the tenant's relations and mentions together are at most
-#: ``%(limit)s`` (each counted up to one past it, from its index alone).
+#: An entity as read: id, normalised name, the model that embedded its name, the vector.
+_ENTITY = "id, name_norm, model, embedding"
+
+#: The tenant's entities written since the cursor, at most ``%(limit)s``.
+ENTITIES_SQL = _unseen(_ENTITY, "entities") + "    LIMIT %(limit)s\n"
+
+#: The ids of the tenant's entities deleted since the cursor.
+UNENTITIED_SQL = _unseen("entity_id", "entity_tombstones")
+
+#: Whether the tenant's relations, mentions and entities together are at
+#: most ``%(limit)s`` (each counted up to one past it, from its index alone).
 _FITS = """(
     (SELECT count(*) FROM (SELECT 1 FROM relations WHERE tenant = %(tenant)s LIMIT %(limit)s + 1) r)
     + (SELECT count(*) FROM (SELECT 1 FROM mentions WHERE tenant = %(tenant)s LIMIT %(limit)s + 1) m)
+    + (SELECT count(*) FROM (SELECT 1 FROM entities WHERE tenant = %(tenant)s LIMIT %(limit)s + 1) e)
     <= %(limit)s)"""
 
 
@@ -144,6 +159,7 @@ def _whole(columns: str, table: str, nulls: int) -> str:
 
 _WHOLE_RELATIONS_SQL = _whole(_RELATION, "relations", 9)
 _WHOLE_MENTIONS_SQL = _whole(_MENTION, "mentions", 3)
+_WHOLE_ENTITIES_SQL = _whole(_ENTITY, "entities", 4)
 
 #: How long a tenant too big for the cache is walked by Postgres before it is tried again.
 RETRY_S = 300.0
@@ -176,6 +192,27 @@ _AT: Final = 7
 Edge = tuple[int, int, int, str, float, float, str | None, str | None, bool]
 
 
+#: An entity: its normalised name, the model that embedded its name, and
+#: its vector scaled to unit length (float32; None for a zero vector, which
+#: no vector is similar to).
+_Entity = tuple[str, str, "np.ndarray | None"]
+
+
+def _entity(row: Sequence[Any]) -> _Entity:
+    """An entity as :data:`ENTITIES_SQL` reads it (pgvector's loader gives a
+    ``Vector``; an array is taken as it is)."""
+    value = row[3]
+    vec = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+    norm = float(np.linalg.norm(vec))
+    return (row[1], row[2], vec / norm if norm > 0 else None)
+
+
+def _same_vector(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return bool(np.array_equal(a, b))
+
+
 def _valid(rel: Rel, now: float) -> bool:
     """As the walk statement's ``valid``: within its window now, and a derived
     relation that no memory supports any more (weight 0) is not walked."""
@@ -192,10 +229,10 @@ def _newest_first(mentioned: Mapping[str, float]) -> list[str]:
 
 
 class Delta:
-    """One read's results: the relations and mentions written and deleted
-    since its cursor, and the cursor for the next read."""
+    """One read's results: the relations, mentions and entities written and
+    deleted since its cursor, and the cursor for the next read."""
 
-    __slots__ = ("cursor", "dropped", "mentioned", "rows", "unmentioned")
+    __slots__ = ("cursor", "dropped", "entities", "mentioned", "rows", "unentitied", "unmentioned")
 
     def __init__(
         self,
@@ -204,23 +241,37 @@ class Delta:
         mentioned: Sequence[Sequence[Any]],
         dropped: Sequence[int] = (),
         unmentioned: Sequence[Sequence[Any]] = (),
+        entities: Sequence[Sequence[Any]] = (),
+        unentitied: Sequence[int] = (),
     ) -> None:
         self.cursor = cursor
         self.rows = rows
         self.mentioned = mentioned
         self.dropped = dropped
         self.unmentioned = unmentioned
+        self.entities = entities
+        self.unentitied = unentitied
 
     def __len__(self) -> int:
-        return len(self.rows) + len(self.mentioned) + len(self.dropped) + len(self.unmentioned)
+        return (
+            len(self.rows)
+            + len(self.mentioned)
+            + len(self.dropped)
+            + len(self.unmentioned)
+            + len(self.entities)
+            + len(self.unentitied)
+        )
 
 
 class Overlay:
     """One read's changes laid over the shared copy, for its own walk only."""
 
-    __slots__ = ("dropped", "incident", "mentions", "rels")
+    __slots__ = ("dropped", "entities", "incident", "mentions", "rels")
 
     def __init__(self, graph: TenantGraph, delta: Delta) -> None:
+        #: Entity id -> its row as this read has it (None: deleted), for the entities that changed.
+        self.entities: dict[int, _Entity | None] = dict.fromkeys(delta.unentitied)
+        self.entities.update((row[0], _entity(row)) for row in delta.entities)
         self.dropped = set(delta.dropped)
         self.rels: dict[int, Rel] = {row[0]: tuple(row[1:]) for row in delta.rows}
         # The entities whose relations changed, with the relations the shared copy lacks.
@@ -245,17 +296,20 @@ class Overlay:
 
 
 class TenantGraph:
-    """One tenant's relations and mentions, each entity's incident relations,
-    and the cursor they are current to."""
+    """One tenant's relations, mentions and entities, each entity's incident
+    relations, and the cursor they are current to."""
 
     __slots__ = (
+        "_models",
         "applied",
         "cursor",
+        "entities",
         "incident",
         "memory_ids",
         "memory_index",
         "mentioned",
         "mentions",
+        "named",
         "newest",
         "order",
         "refreshed",
@@ -282,14 +336,21 @@ class TenantGraph:
         #: Every memory id met, and its index (for scoring with numpy).
         self.memory_ids: list[str] = []
         self.memory_index: dict[str, int] = {}
+        #: Entity id -> its name, model and unit vector.
+        self.entities: dict[int, _Entity] = {}
+        #: Normalised name -> entity id (unique in a tenant).
+        self.named: dict[str, int] = {}
+        #: Model -> the ids and unit vectors (one row each) of the entities it embedded;
+        #: made when first searched after a change of the entities.
+        self._models: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.cursor: Cursor = _START
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
         self.refreshed = 0.0
 
     def __len__(self) -> int:
-        """Relations and mentions held."""
-        return len(self.rels) + self.mentioned
+        """Relations, mentions and entities held."""
+        return len(self.rels) + self.mentioned + len(self.entities)
 
     @classmethod
     def of(cls, delta: Delta) -> TenantGraph:
@@ -349,10 +410,100 @@ class TenantGraph:
                 self.mentioned += old_at is None
                 held[mid] = at
                 newest.pop(eid, None)
+        if self._apply_entities(delta):
+            changed = True
+            self._models.clear()
         self.cursor = delta.cursor
         if changed:
             self.applied += 1
         self.refreshed = time.monotonic()
+
+    def _apply_entities(self, delta: Delta) -> bool:
+        """Merge one read's entities (deletions first); whether any changed."""
+        entities, named = self.entities, self.named
+        changed = False
+        for eid in delta.unentitied:
+            old = entities.pop(eid, None)
+            if old is not None:
+                changed = True
+                if named.get(old[0]) == eid:
+                    del named[old[0]]
+        for row in delta.entities:
+            eid, new = row[0], _entity(row)
+            old = entities.get(eid)
+            if old is not None and old[:2] == new[:2] and _same_vector(old[2], new[2]):
+                continue
+            changed = True
+            if old is not None and named.get(old[0]) == eid:
+                del named[old[0]]
+            entities[eid] = new
+            named[new[0]] = eid
+        return changed
+
+    def _vectors(self, model: str) -> tuple[np.ndarray, np.ndarray]:
+        """The ids and unit vectors of the entities ``model`` embedded."""
+        kept = self._models.get(model)
+        if kept is None:
+            rows = [(eid, e[2]) for eid, e in self.entities.items() if e[1] == model and e[2] is not None]
+            ids = np.fromiter((eid for eid, _ in rows), dtype=np.int64, count=len(rows))
+            matrix = np.stack([v for _, v in rows]) if rows else np.zeros((0, 0), dtype=np.float32)
+            kept = self._models[model] = (ids, matrix)
+        return kept
+
+    def seeds(
+        self,
+        names: Iterable[str],
+        vector: Any | None,
+        *,
+        model: str | None,
+        limit: int,
+        min_similarity: float,
+        overlay: Overlay | None = None,
+    ) -> dict[int, float]:
+        """The walk's seeds, entity id -> weight, in id order, as the seeds
+        statement finds them (``indexers.graph._seeds_cte``): the entities
+        named by ``names`` (normalised) weigh 1; with a ``vector``, the
+        ``limit`` entities ``model`` embedded most cosine-similar to it (ties
+        by id), those at least ``min_similarity`` similar weighing their
+        similarity; an entity found both ways weighs the larger. Compared
+        with every entity, as the statement does below the entity tier's
+        ``exactBelow`` (above it the statement walks an HNSW index, which
+        may miss some); similarities agree with Postgres' to float32
+        rounding."""
+        own = overlay.entities if overlay is not None else {}
+        renamed = {e[0]: eid for eid, e in own.items() if e is not None}
+        seeds: dict[int, float] = {}
+        for name in names:
+            eid = renamed.get(name)
+            if eid is None:
+                eid = self.named.get(name)
+                if eid is None or eid in own:
+                    continue
+            seeds[eid] = 1.0
+        if vector is not None and limit > 0 and model is not None:
+            query = np.asarray(vector, dtype=np.float32)
+            norm = float(np.linalg.norm(query))
+            if norm > 0:
+                query = query / norm
+                ids, matrix = self._vectors(model)
+                sims = matrix @ query if len(ids) else np.zeros(0, dtype=np.float32)
+                if own:
+                    keep = ~np.isin(ids, np.fromiter(own, dtype=np.int64, count=len(own)))
+                    extra = [
+                        (eid, e[2]) for eid, e in own.items() if e is not None and e[1] == model and e[2] is not None
+                    ]
+                    ids = np.concatenate([ids[keep], np.fromiter((eid for eid, _ in extra), np.int64, len(extra))])
+                    sims = np.concatenate([sims[keep], np.asarray([v @ query for _, v in extra], dtype=np.float32)])
+                # Within [-1, 1], as pgvector keeps a cosine similarity.
+                sims = np.clip(sims, -1.0, 1.0)
+                n = len(ids)
+                # Every entity scoring at least the limit-th best, then the best by (-similarity, id).
+                which = np.flatnonzero(sims >= np.partition(sims, n - limit)[n - limit]) if limit < n else np.arange(n)
+                nearest = sorted(zip((-sims[which]).tolist(), ids[which].tolist(), strict=True))[:limit]
+                for negative, eid in nearest:
+                    if -negative >= min_similarity and seeds.get(eid, -1.0) < -negative:
+                        seeds[eid] = -negative
+        return dict(sorted(seeds.items()))
 
     def _sorted(self, entity: int, overlay: Overlay | None) -> list[int]:
         if overlay is None or entity not in overlay.incident:
@@ -547,13 +698,20 @@ class Refresh:
             # (index entries only, up to the limit), so a tenant too big costs
             # no rows read; it answers one row of NULLs instead.
             fits = {**params, "limit": self._cache.limit}
-            return [Read(CURSOR_SQL), Read(_WHOLE_RELATIONS_SQL, fits), Read(_WHOLE_MENTIONS_SQL, fits)]
+            return [
+                Read(CURSOR_SQL),
+                Read(_WHOLE_RELATIONS_SQL, fits),
+                Read(_WHOLE_MENTIONS_SQL, fits),
+                Read(_WHOLE_ENTITIES_SQL, fits),
+            ]
         return [
             Read(CURSOR_SQL),
             Read(DROPPED_SQL, params),
             Read(UNMENTIONED_SQL, params),
+            Read(UNENTITIED_SQL, params),
             Read(CHANGED_SQL, params),
             Read(MENTIONED_SQL, params),
+            Read(ENTITIES_SQL, params),
         ]
 
     @property
@@ -568,16 +726,25 @@ class Refresh:
         :data:`RETRY_S`)."""
         ((xmax, running),), *rest = results
         cursor = (xmax, tuple(running))
+        limit = self._cache.limit
         if self._graph is not None:
-            dropped, unmentioned, rows, mentioned = rest
-            delta = Delta(cursor, rows, mentioned, [row[0] for row in dropped], unmentioned)
-            too_big = len(rows) > self._cache.limit or len(mentioned) > self._cache.limit
+            dropped, unmentioned, unentitied, rows, mentioned, entities = rest
+            delta = Delta(
+                cursor,
+                rows,
+                mentioned,
+                [row[0] for row in dropped],
+                unmentioned,
+                entities,
+                [row[0] for row in unentitied],
+            )
+            too_big = len(rows) > limit or len(mentioned) > limit or len(entities) > limit
         else:
-            rows, mentioned = rest
-            delta = Delta(cursor, rows, mentioned)
+            rows, mentioned, entities = rest
+            delta = Delta(cursor, rows, mentioned, entities=entities)
             # Postgres answers a row of NULLs for a tenant that does not fit.
-            sentinel = any(row[0] is None for row in rows[:1]) or any(row[0] is None for row in mentioned[:1])
-            too_big = sentinel or len(rows) + len(mentioned) > self._cache.limit
+            sentinel = any(row[0] is None for part in rest for row in part[:1])
+            too_big = sentinel or len(rows) + len(mentioned) + len(entities) > limit
         if too_big:
             self._cache.refuse(self._tenant)
             return None

@@ -192,6 +192,7 @@ TENANT_TABLES = (
     "entity_degrees",
     "relation_tombstones",
     "mention_tombstones",
+    "entity_tombstones",
 )
 TENANT_ROLE = "braid_tenant"
 
@@ -607,6 +608,25 @@ def _v22(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v23(dim: int) -> list[sql.Composable]:
+    """What changed in a tenant's entities, as migration 21 for relations, so
+    that a service process keeping a tenant's graph also keeps its entities'
+    names and vectors and finds a walk's seeds itself
+    (:meth:`indexers.graph_cache.TenantGraph.seeds`). ``entities.changed``:
+    the transaction that last wrote the row (insert by default, update by
+    the trigger migration 21 made for relations); a deleted entity leaves
+    its id in ``entity_tombstones``."""
+    return [
+        sql.SQL("ALTER TABLE entities ADD COLUMN changed xid8 NOT NULL DEFAULT pg_current_xact_id()"),
+        sql.SQL("CREATE INDEX entities_tenant_changed ON entities (tenant, changed)"),
+        sql.SQL(
+            "CREATE TRIGGER entities_changed BEFORE UPDATE ON entities"
+            " FOR EACH ROW EXECUTE FUNCTION braid_relation_changed()"
+        ),
+        *_tombstones("entities", "entity_tombstones", {"entity_id": ("bigint", "id")}),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -631,6 +651,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     20: _v20,
     21: _v21,
     22: _v22,
+    23: _v23,
 }
 
 

@@ -479,13 +479,13 @@ class PostgresStore(GraphWrites):
         return dict(Counter(tenants))
 
     async def drop_tombstones(self) -> int:
-        """Delete the tombstones of relations and mentions older than :data:`TOMBSTONE_KEEP`
+        """Delete the tombstones of relations, mentions and entities older than :data:`TOMBSTONE_KEEP`
         (:mod:`indexers.graph_cache`: every service process
         reads its tenants' changes, tombstones included, more often than
         that); return how many went."""
         dropped = 0
         async with self.pool.connection() as conn:
-            for table in ("relation_tombstones", "mention_tombstones"):
+            for table in ("relation_tombstones", "mention_tombstones", "entity_tombstones"):
                 cur = await conn.execute(
                     f"DELETE FROM {table} WHERE dropped_at < clock_timestamp() - %s::interval", (TOMBSTONE_KEEP,)
                 )

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import numpy as np
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
@@ -23,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, load_config
 from indexers.base import Filters, SearchQuery
 from indexers.graph import GraphSource, _walk_sql
-from indexers.graph_cache import CHANGED_SQL, Delta, TenantGraph
+from indexers.graph_cache import CHANGED_SQL, ENTITIES_SQL, Delta, TenantGraph
 from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput
 
 pytestmark = pytest.mark.anyio
@@ -333,28 +334,83 @@ async def test_tombstones_are_kept_for_a_while_then_dropped(pool: AsyncConnectio
         assert (await cur.fetchone()) == (1,)
 
 
-async def test_the_change_reads_run_before_the_vector_search_settings(
+async def statement_seeds(pool: AsyncConnectionPool, tenant: str, names: list[str], **params: Any) -> dict[int, float]:
+    """The seeds the walk statement finds (its rows without a relation), compared exactly (``exact_below`` high)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            _walk_sql(True, False, True),
+            {
+                "tenant": tenant,
+                "names": names,
+                "as_of": None,
+                "hops": 0,
+                "fanout": 1,
+                "max_edges": 1,
+                "exact_below": 1_000_000,
+                **params,
+            },
+        )
+        rows = await cur.fetchall()
+    return dict(sorted((r[1], r[5]) for r in rows if r[0] is None))
+
+
+async def test_the_seeds_found_in_the_service_are_the_statements(pool: AsyncConnectionPool) -> None:
+    """On 60 entities of random vectors (two models, repeated vectors that tie,
+    a zero vector), the copy's seeds equal the walk statement's: the named
+    entities, and the nearest of the query's model past the floor."""
+    rng = np.random.default_rng(3)
+    t = "seeds"
+    vectors = rng.normal(size=(60, 384)).astype(np.float32)
+    vectors[10] = vectors[11] = vectors[12]  # ties at one similarity, broken by id
+    vectors[20] = 0.0
+    models = ["m" if i % 5 else "other" for i in range(60)]
+    async with pool.connection() as conn, conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO entities (tenant, name, name_norm, embedding, model) VALUES (%s, %s, %s, %s, %s)",
+            [(t, f"E{i}", f"e{i}", vectors[i], models[i]) for i in range(60)],
+        )
+    graph = TenantGraph()
+    async with pool.connection() as conn:
+        cur = await conn.execute(ENTITIES_SQL, {"tenant": t, "since": "0", "running": [], "limit": 100_000})
+        graph.apply(Delta(("1", ()), [], [], entities=await cur.fetchall()))
+    assert len(graph.entities) == 60
+    checked = 0
+    for _ in range(40):
+        near = int(rng.integers(60))
+        query_vector = vectors[near] + rng.normal(scale=float(rng.choice([0.2, 1.0, 3.0])), size=384)
+        names = [f"e{i}" for i in rng.choice(62, size=int(rng.integers(0, 3)), replace=False)]
+        params = {"limit": int(rng.choice([1, 3, 8, 100])), "min_similarity": float(rng.choice([-1.0, 0.1, 0.5]))}
+        want = await statement_seeds(pool, t, names, vec=query_vector.astype(np.float32), model="m", **params)
+        got = graph.seeds(names, query_vector, model="m", **params)
+        assert list(got) == list(want), (names, params)
+        assert got == pytest.approx(want, abs=1e-6)
+        checked += len(want) > len(names)
+    assert checked >= 20, "most queries are seeded by vector"
+
+
+async def test_a_kept_tenant_sends_only_its_changes_and_answers_as_the_statement(
     pool: AsyncConnectionPool, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vector-seeded walk of a kept tenant reads what changed under the
-    session's planning, and only then sets the vector search's (a forced
-    generic plan made the mentions' change read cost Postgres ~3 ms at 10k
-    memories instead of 0.02): nothing in the transaction's scope, the
-    settings statement after every change read and before the seeds."""
+    """A vector-seeded walk of a kept tenant reads what changed, nothing else
+    (no seeds statement, no vector search settings: the seeds are found in
+    the service), and finds what the walk statement finds, also after its
+    entities change."""
     import indexers.graph
 
-    cfg = graph_config()
-    # Seeded by vector too: the seeds then need the vector search's settings.
-    cfg = msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, seed_min_similarity=0.3))
+    cfg = msgspec.structs.replace(
+        graph_config(), graph=msgspec.structs.replace(graph_config().graph, seed_min_similarity=0.3)
+    )
+    uncached_cfg = msgspec.structs.replace(cfg, graph=msgspec.structs.replace(cfg.graph, cache_rows=0))
     source = GraphSource(pool, lambda: cfg)
+    uncached = GraphSource(pool, lambda: uncached_cfg)
     w = Writer(pool, embedder)
-    t = "settings-order"
-    await w.graph(t, ["Ada", "Lisp"], [RelationInput("Ada", "writes", "Lisp")])
+    t = "kept-seeds"
+    await w.graph(t, ["Ada", "Lisp", "Grace"], [RelationInput("Ada", "writes", "Lisp")])
     await w.memory(t, "m1", "Ada writes Lisp.", ("Ada", "Lisp"))
-    (vector,) = await embedder.embed(["Ada"])
-    q = msgspec.structs.replace(query(t, "Ada"), vector=vector, model=embedder.model)
-    await source.search(q)
-    await source.settle()
+    await w.memory(t, "m2", "Grace wrote compilers.", ("Grace",))
+    (vector,) = await embedder.embed(["the programmer Ada"])
+    q = msgspec.structs.replace(query(t, "who writes programs?"), vector=vector, model=embedder.model)
+    await both(source, uncached, q)
     assert source.cache.get(t) is not None
 
     sent: list[tuple[list[str], Any]] = []
@@ -365,15 +421,18 @@ async def test_the_change_reads_run_before_the_vector_search_settings(
         return await real(pool, tenant, reads, **kwargs)
 
     monkeypatch.setattr(indexers.graph, "tenant_reads", recorded)
-    hits = await source.search(q)
-    assert "m1" in {h.id for h in hits}
+    hits = await both(source, uncached, q)
+    assert "m1" in dict(hits)
     statements, scope_settings = sent[0]
-    assert scope_settings is None, "the vector settings must not cover the change reads"
-    setting = [i for i, sql in enumerate(statements) if "plan_cache_mode" in sql]
-    seeds = [i for i, sql in enumerate(statements) if "seeds AS MATERIALIZED" in sql]
-    changes = [i for i, sql in enumerate(statements) if "changed" in sql]
-    assert len(setting) == 1 and len(seeds) == 1 and changes
-    assert max(changes) < setting[0] < seeds[0]
+    assert scope_settings is None
+    assert statements and all("changed" in sql or "pg_current_snapshot" in sql for sql in statements)
+    assert not any("seeds AS MATERIALIZED" in sql or "set_config" in sql for sql in statements)
+    # Entities deleted and made by another process: the seeds follow.
+    await w.store.delete_entity(t, "Ada")
+    await w.graph(t, ["Hopper"], [RelationInput("Hopper", "knows", "Grace")])
+    await both(source, uncached, q)
+    graph = source.cache.get(t)
+    assert graph is not None and "ada" not in graph.named and "hopper" in graph.named
 
 
 async def test_a_ranked_read_goes_on_past_candidates_that_fail_the_lifecycle_rules(

@@ -106,6 +106,7 @@ async def test_migrations_apply_once(dsn: str) -> None:
             "braid_migrations",
             "entities",
             "entity_degrees",
+            "entity_tombstones",
             "fold_epochs",
             "memories",
             "memory_usage",

@@ -28,13 +28,20 @@ def read(
     dropped: tuple[int, ...] = (),
     mentioned: list[tuple[int, str, float]] | None = None,
     unmentioned: list[tuple[int, str]] | None = None,
+    entities: list[tuple[Any, ...]] | None = None,
+    unentitied: tuple[int, ...] = (),
 ) -> Any:
     """``refresh`` taken with these results, in the order of its reads."""
     assert refresh is not None
     results: list[Any] = [[(str(cursor), [])]]
-    if len(refresh.reads()) == 5:
-        results += [[(d,) for d in dropped], unmentioned or []]
-    return refresh.take([*results, rows, mentioned or []])
+    if len(refresh.reads()) == 7:
+        results += [[(d,) for d in dropped], unmentioned or [], [(e,) for e in unentitied]]
+    return refresh.take([*results, rows, mentioned or [], entities or []])
+
+
+def ent(eid: int, name: str, vector: list[float], model: str = "m") -> tuple[Any, ...]:
+    """An entity as ``ENTITIES_SQL`` reads it: id, normalised name, model, vector."""
+    return (eid, name, model, np.asarray(vector, dtype=np.float32))
 
 
 def walked(graph: TenantGraph, seeds: set[int], overlay: Any = None, fanout: int = 16) -> list[tuple[int, float]]:
@@ -44,7 +51,7 @@ def walked(graph: TenantGraph, seeds: set[int], overlay: Any = None, fanout: int
 
 def loaded(cache: GraphCache, tenant: str, rows: list[tuple[Any, ...]], cursor: int = 5) -> TenantGraph:
     refresh = cache.refresh(tenant)
-    assert refresh is not None and len(refresh.reads()) == 3, "a tenant not kept is read whole (no tombstones)"
+    assert refresh is not None and len(refresh.reads()) == 4, "a tenant not kept is read whole (no tombstones)"
     graph, overlay = read(refresh, cursor, rows)
     assert overlay is None and cache.get(tenant) is graph
     return graph
@@ -119,7 +126,7 @@ async def test_while_a_tenant_is_loaded_its_recalls_start_no_other_read_and_a_fa
     assert cache.refresh("t") is None
     async with loading:
         assert cache.refresh("t") is None
-        delta = first.read([[("5", [])], [rel(1, 1, 2)], []])
+        delta = first.read([[("5", [])], [rel(1, 1, 2)], [], []])
         assert delta is not None
         first.keep(TenantGraph.of(delta))
     again = cache.refresh("t")
@@ -183,3 +190,59 @@ def test_best_of_shares_is_best_of_their_dict(scores: dict[str, float], k: int) 
     shares = Shares(names, np.arange(1, len(names), dtype=np.int64), np.array(list(scores.values()), dtype=float))
     assert shares.as_dict() == scores and len(shares) == len(scores)
     assert best(shares, k) == best(scores, k)
+
+
+def test_seeds_are_the_named_entities_and_the_nearest_of_the_querys_model() -> None:
+    cache = GraphCache(100, 1000)
+    refresh = cache.refresh("t")
+    assert refresh is not None
+    entities = [
+        ent(1, "ada", [1, 0, 0]),
+        ent(2, "bob", [2, 0, 0]),  # the same direction as ada: a tie, broken by id
+        ent(3, "cy", [0.6, 0.8, 0]),
+        ent(4, "dee", [0, 0, 1]),
+        ent(5, "eve", [1, 0, 0], model="other"),  # another model's vector: never near
+        ent(6, "flo", [0, 0, 0]),  # a zero vector: similar to nothing
+    ]
+    graph, _ = read(refresh, 5, [], entities=entities)
+    seeds = lambda names, vec, limit=10, floor=0.5: graph.seeds(  # noqa: E731
+        names, vec, model="m", limit=limit, min_similarity=floor
+    )
+    assert seeds(["dee", "nobody"], None) == {4: 1.0}
+    assert seeds([], [3, 0, 0]) == {1: 1.0, 2: 1.0, 3: pytest.approx(0.6)}
+    # The limit counts before the floor, ties by id; a named entity keeps its 1.
+    assert seeds([], [3, 0, 0], limit=1) == {1: 1.0}
+    assert seeds(["cy"], [0, 0.1, 0], limit=2, floor=0.0) == {1: 0.0, 3: 1.0}
+    assert seeds([], [0, 0, 0]) == {}
+    # Deleted, renamed and added entities, merged into the copy.
+    again, overlay = read(
+        cache.refresh("t"),
+        9,
+        [],
+        entities=[ent(3, "cyrus", [0.6, 0.8, 0]), ent(7, "gil", [0.8, 0.6, 0])],
+        unentitied=(1,),
+    )
+    assert overlay is None and again is graph
+    assert seeds(["ada", "cy", "cyrus"], [1, 0, 0], limit=3) == {2: 1.0, 3: 1.0, 7: pytest.approx(0.8)}
+    assert len(graph) == 6
+
+
+def test_a_raced_read_finds_its_seeds_as_a_copy_with_its_changes_would() -> None:
+    cache = GraphCache(100, 1000)
+    graph = loaded(cache, "t", [])
+    first = read(cache.refresh("t"), 7, [], entities=[ent(1, "ada", [1, 0, 0]), ent(2, "bob", [0, 1, 0])])
+    assert first == (graph, None)
+    # Two reads out at once: the one sent later comes back first and is merged.
+    older, newer = cache.refresh("t"), cache.refresh("t")
+    assert read(newer, 9, [], entities=[ent(3, "cy", [0.7, 0.7, 0])])[1] is None
+    change = {"entities": [ent(4, "ada2", [1, 0.1, 0]), ent(2, "bo", [0, 1, 0])], "unentitied": (1,)}
+    laid, overlay = read(older, 8, [], **change)
+    assert laid is graph and overlay is not None
+    fresh = TenantGraph.of(
+        Delta(("8", ()), [], [], entities=[ent(2, "bo", [0, 1, 0]), ent(3, "cy", [0.7, 0.7, 0]), change["entities"][0]])
+    )
+    for names, vec in [(["ada", "bob", "bo", "cy"], None), ([], [1, 0, 0]), (["ada2"], [0, 1, 0])]:
+        kw = {"model": "m", "limit": 2, "min_similarity": 0.1}
+        assert graph.seeds(names, vec, overlay=overlay, **kw) == fresh.seeds(names, vec, **kw)
+    # The shared copy is untouched by the raced read.
+    assert graph.named == {"ada": 1, "bob": 2, "cy": 3}
