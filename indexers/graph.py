@@ -247,12 +247,6 @@ def _seeds_cte(seeded: bool) -> str:
         )"""
 
 
-@functools.cache
-def _seeds_sql(seeded: bool) -> str:
-    """The seeds alone (:func:`_seeds_cte`), as ``(id, weight)`` rows, for a walk in the service."""
-    return f"WITH {_seeds_cte(seeded)} SELECT id, weight FROM seeds"
-
-
 #: The names of the entities ``%(ids)s`` (a fact's ends, walked in the service).
 _NAMES_SQL = "SELECT id, name FROM entities WHERE tenant = %(tenant)s AND id = ANY(%(ids)s)"
 
