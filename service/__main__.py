@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import uvloop
+from threadpoolctl import threadpool_limits
 
 from config import ConfigError, ConfigHolder, config_path, load_config
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
@@ -36,6 +37,14 @@ def main() -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # numpy's OpenBLAS on one thread: the recalls run side by side on the
+    # event loop, and after each product its pool's threads spin for a
+    # while. A 2,600 x 384 product (a kept tenant's entities against the
+    # query: indexers.graph_cache.TenantGraph.seeds) every 5 ms cost 5.2 ms
+    # of CPU a call on two threads, 0.14 on one; under fused load after the
+    # load benchmark's freshness phase the service spent 18-19 ms a recall
+    # against 7 before it.
+    threadpool_limits(limits=1, user_api="blas")
     try:
         cfg = load_config()
     except ConfigError as exc:
