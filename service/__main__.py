@@ -31,20 +31,26 @@ from .auth import Keyring, Principal, default_keys
 log = logging.getLogger("braid")
 
 
+def one_blas_thread() -> None:
+    """numpy's BLAS (OpenBLAS) on one thread for the rest of the process.
+
+    The recalls run side by side on the event loop, and after each product
+    OpenBLAS' pool threads spin for a while: a 2,600 x 384 product (a kept
+    tenant's entities against the query,
+    :meth:`indexers.graph_cache.TenantGraph.seeds`) every 5 ms cost 5.2 ms
+    of CPU a call on two threads, 0.14 on one. Under fused load after the
+    load benchmark's freshness phase the service spent 18-19 ms of CPU a
+    recall against 7 before it."""
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def main() -> int:
     logging.basicConfig(
         level=os.environ.get("BRAID_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    # numpy's OpenBLAS on one thread: the recalls run side by side on the
-    # event loop, and after each product its pool's threads spin for a
-    # while. A 2,600 x 384 product (a kept tenant's entities against the
-    # query: indexers.graph_cache.TenantGraph.seeds) every 5 ms cost 5.2 ms
-    # of CPU a call on two threads, 0.14 on one; under fused load after the
-    # load benchmark's freshness phase the service spent 18-19 ms a recall
-    # against 7 before it.
-    threadpool_limits(limits=1, user_api="blas")
+    one_blas_thread()
     try:
         cfg = load_config()
     except ConfigError as exc:
