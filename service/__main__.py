@@ -34,13 +34,10 @@ log = logging.getLogger("braid")
 def one_blas_thread() -> None:
     """numpy's BLAS (OpenBLAS) on one thread for the rest of the process.
 
-    The recalls run side by side on the event loop, and after each product
-    OpenBLAS' pool threads spin for a while: a 2,600 x 384 product (a kept
-    tenant's entities against the query,
-    :meth:`indexers.graph_cache.TenantGraph.seeds`) every 5 ms cost 5.2 ms
-    of CPU a call on two threads, 0.14 on one. Under fused load after the
-    load benchmark's freshness phase the service spent 18-19 ms of CPU a
-    recall against 7 before it."""
+    The recalls share the event loop and two cores, and a BLAS pool's
+    threads spin after each product: the products of recalls (the seeds'
+    one in :meth:`indexers.graph_cache.TenantGraph.seeds` among them) run
+    on the calling thread only (docs/design.md, the seeds)."""
     threadpool_limits(limits=1, user_api="blas")
 
 
