@@ -1,20 +1,24 @@
 """Postgres CPU per statement of a fused recall, under load (``log_statement_stats``).
 
 ``python -m benchmarks.statement_cpu [--size N] [--seconds S] [--clients C]
-[--set dotted.key=value ...] [--name X]`` loads the load benchmark's corpus
+[--writes RATE] [--set dotted.key=value ...] [--name X]`` loads the load benchmark's corpus
 (big tenant of ``N`` memories beside its small tenants, then the
 ``placement`` job) into the service on the embedded stack, warms up, and turns
 on Postgres' ``log_statement_stats`` (``ALTER SYSTEM`` and a reload: every
 backend, no restart) for ``S`` seconds of fused recalls (vectors supplied)
-from ``C`` clients. Each parse, bind and execute message then logs the
-backend's ``getrusage`` CPU for it; this sums them by statement, per recall.
+from ``C`` clients; with ``--writes``, single writes of the big tenant's
+memories (fields, entities, vector; Braid's own extraction as configured)
+under new ids at ``RATE`` a second, open loop, for ``S`` seconds, and the
+logging lasts until the outbox has applied them all. Each parse, bind and execute message then logs the
+backend's ``getrusage`` CPU for it; this sums them by statement, per recall (or per write).
 What no message covers (reading the socket, the protocol's sync) shows as
 the gap between the backends' total CPU over the logged span and the sum.
 Logging costs CPU of its own: read the figures as shares, and compare runs of
 this benchmark only. The server's log is read from the postmaster's standard
 error (``/proc/<pid>/fd/2``: Linux). Report:
 ``benchmarks/results/statement-cpu[-<name>].{md,json}``. Last line:
-``statement-cpu: size=<n> recalls=<n> backends_ms=<x> attributed_ms=<x> top=<x> ms <statement head>``.
+``statement-cpu: size=<n> recalls=<n> backends_ms=<x> attributed_ms=<x> top=<x> ms <statement head>``
+(``writes=<n>`` in writes mode; the figures are then per write).
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ import json
 import os
 import re
 import sys
+import time
 from collections import defaultdict
 from typing import Any
 
+import httpx
 import msgspec
 import psycopg
 
 from benchmarks.common import RESULTS
 from benchmarks.load.client import LeanClient
-from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.run import loaded_service, timed
+from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus
+from benchmarks.load.run import loaded_service, timed, wait_drained
 from benchmarks.quality.tuning import Override, parse_set
 
 _LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|DETAIL|STATEMENT):\s+(.*)$")
@@ -89,7 +95,36 @@ def parse_log(text: str) -> dict[str, Any]:
     }
 
 
-async def measure(size: int, seconds: float, clients: int, sets: list[Override]) -> dict[str, Any]:
+async def _writes(
+    lean: LeanClient, svc_url: str, headers: dict[str, str], corpus: Corpus, rate: float, seconds: float
+) -> dict[str, Any]:
+    """Single writes at ``rate`` a second for ``seconds`` (open loop), then
+    wait until the outbox has applied them all; the count and errors."""
+    big = corpus.tenants[0]
+    n = int(rate * seconds)
+    errors: list[str] = []
+
+    async def write(i: int) -> None:
+        j = i % len(big.memories)
+        memory = {**big.memories[j], "id": f"stmt-{i:06d}", "embedding": big.vectors[j].tolist()}
+        code, raw = await lean.post("/v1/memories", msgspec.json.encode({"memories": [memory]}), headers)
+        if code != 201:
+            errors.append(f"write {code} {raw[:120]!r}")
+
+    start = time.perf_counter()
+    tasks = []
+    for k in range(n):
+        delay = start + k / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(write(k)))
+    await asyncio.gather(*tasks)
+    async with httpx.AsyncClient(base_url=svc_url, timeout=300) as health:
+        await wait_drained(health)
+    return {"n": n, "qps": n / (time.perf_counter() - start), "errors": errors}
+
+
+async def measure(size: int, seconds: float, clients: int, sets: list[Override], writes: float = 0.0) -> dict[str, Any]:
     corpus = build_corpus(size)
     async with loaded_service(corpus, "braid-statement-cpu-", sets=sets) as (svc, headers):
         dsn = svc.postgres_dsn()
@@ -108,7 +143,10 @@ async def measure(size: int, seconds: float, clients: int, sets: list[Override])
             await asyncio.sleep(1.0)
             start = os.stat(log_path).st_size
             try:
-                row = await timed(lean, recall_headers, bodies, clients, seconds)
+                if writes:
+                    row = await _writes(lean, svc.url, recall_headers, corpus, writes, seconds)
+                else:
+                    row = await timed(lean, recall_headers, bodies, clients, seconds)
             finally:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute("ALTER SYSTEM RESET log_statement_stats")
@@ -136,6 +174,8 @@ async def measure(size: int, seconds: float, clients: int, sets: list[Override])
         "seconds": seconds,
         "clients": clients,
         "sets": [list(s) for s in sets],
+        "writes": writes,
+        "write_errors": row.get("errors", []),
         "recalls": n,
         "qps": row["qps"],
         "backends_ms_per_recall": parsed["backends_s"] * 1000 / n,
@@ -145,19 +185,30 @@ async def measure(size: int, seconds: float, clients: int, sets: list[Override])
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
+    op = "write" if report.get("writes") else "recall"
+    if report.get("writes"):
+        what = (
+            f"single writes of the big tenant's memories (vectors supplied) at {report['writes']:g}/s for "
+            f"{report['seconds']:.0f} s with `log_statement_stats` on until the outbox had applied them: "
+            f"{report['recalls']} writes, {len(report['write_errors'])} errors"
+        )
+    else:
+        what = (
+            f"fused recalls (vectors supplied) from {report['clients']} clients for {report['seconds']:.0f} s with "
+            f"`log_statement_stats` on: {report['recalls']} recalls ({report['qps']:.0f}/s, logging included)"
+        )
     lines = [
-        "# Postgres CPU per statement of a fused recall, under load",
+        f"# Postgres CPU per statement of a fused {op}, under load",
         "",
         f"Command: `{command}`  ",
         f"Load corpus, big tenant of {report['size']} memories beside its small tenants, after the placement job; "
-        f"fused recalls (vectors supplied) from {report['clients']} clients for {report['seconds']:.0f} s with "
-        f"`log_statement_stats` on: {report['recalls']} recalls ({report['qps']:.0f}/s, logging included). "
+        f"{what}. "
         "CPU is the backends' own `getrusage` per parse, bind and execute message, summed by statement.",
         "",
-        f"Backends' CPU over the logged span: {report['backends_ms_per_recall']:.2f} ms a recall; "
+        f"Backends' CPU over the logged span: {report['backends_ms_per_recall']:.2f} ms a {op}; "
         f"in the messages below: {report['attributed_ms_per_recall']:.2f}.",
         "",
-        "| statement (head) | runs a recall | CPU ms a recall |",
+        f"| statement (head) | runs a {op} | CPU ms a {op} |",
         "|---|---|---|",
     ]
     for s in report["statements"][:25]:
@@ -171,10 +222,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--writes", type=float, default=0.0, help="single writes a second instead of recalls")
     parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_set, metavar="KEY=VALUE")
     parser.add_argument("--name", default="", help="report name suffix")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.size, args.seconds, args.clients, args.sets))
+    report = asyncio.run(measure(args.size, args.seconds, args.clients, args.sets, args.writes))
     command = "python -m benchmarks.statement_cpu " + " ".join(sys.argv[1:])
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("statement-cpu" + (f"-{args.name}" if args.name else "") + ".md")
@@ -182,7 +234,7 @@ def main() -> None:
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     top = report["statements"][0] if report["statements"] else {"ms_per_recall": 0.0, "statement": ""}
     print(
-        f"statement-cpu: size={args.size} recalls={report['recalls']}"
+        f"statement-cpu: size={args.size} {'writes' if args.writes else 'recalls'}={report['recalls']}"
         f" backends_ms={report['backends_ms_per_recall']:.2f} attributed_ms={report['attributed_ms_per_recall']:.2f}"
         f" top={top['ms_per_recall']:.2f} ms {top['statement'][:60]}"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.statement_cpu import parse_log
+from benchmarks.statement_cpu import markdown, parse_log
 
 
 def entry(pid: int, kind: str, user: float, system: float, total: float, statement: str) -> str:
@@ -46,3 +46,25 @@ def test_an_entry_without_its_statement_line_is_not_counted() -> None:
     )
     out = parse_log(text)
     assert out["by_statement"] == {} and out["executes"] == {}
+
+
+def test_a_writes_report_reads_per_write() -> None:
+    report = {
+        "size": 100,
+        "seconds": 20.0,
+        "clients": 8,
+        "writes": 50.0,
+        "write_errors": ["write 503 b'busy'"],
+        "recalls": 1000,
+        "qps": 48.0,
+        "backends_ms_per_recall": 9.5,
+        "attributed_ms_per_recall": 8.5,
+        "statements": [{"statement": "INSERT INTO memories (a|b)", "per_recall": 1.0, "ms_per_recall": 5.5}],
+    }
+    text = markdown(report, "python -m benchmarks.statement_cpu --writes 50")
+    assert text.startswith("# Postgres CPU per statement of a fused write")
+    assert "1000 writes, 1 errors" in text and "9.50 ms a write" in text
+    assert "| runs a write | CPU ms a write |" in text
+    assert "| `INSERT INTO memories (a\\|b)` | 1.00 | 5.500 |" in text
+    recalls = markdown({**report, "writes": 0.0}, "python -m benchmarks.statement_cpu")
+    assert "fused recall" in recalls and "a write" not in recalls
