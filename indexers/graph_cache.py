@@ -228,6 +228,69 @@ def _newest_first(mentioned: Mapping[str, float]) -> list[str]:
     return sorted(mentioned, key=lambda m: (mentioned[m], m), reverse=True)
 
 
+class _Matrix:
+    """One model's entity vectors, a row each, and their ids, kept in step
+    with the copy's entities: a new entity's row is appended (the arrays
+    grow by doubling), a changed vector written over its row, and a deleted
+    (or re-embedded by another model) entity's row marked dead (id -1), so
+    a recall after a write that made entities does not stack every vector
+    again. Dead rows are left out of :meth:`similarities`."""
+
+    __slots__ = ("dead", "ids", "rows", "size", "vectors")
+
+    def __init__(self, entities: Iterable[tuple[int, np.ndarray]]) -> None:
+        pairs = list(entities)
+        self.size = len(pairs)
+        self.dead = 0
+        #: Entity id -> its row.
+        self.rows: dict[int, int] = {eid: i for i, (eid, _) in enumerate(pairs)}
+        self.ids = np.fromiter((eid for eid, _ in pairs), dtype=np.int64, count=len(pairs))
+        self.vectors = np.stack([v for _, v in pairs]) if pairs else np.zeros((0, 0), dtype=np.float32)
+
+    def similarities(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The live entities' ids and their vectors' products with ``query``."""
+        if not self.size:
+            return self.ids[:0], np.zeros(0, dtype=np.float32)
+        ids = self.ids[: self.size]
+        sims = self.vectors[: self.size] @ query
+        if self.dead:
+            alive = ids >= 0
+            return ids[alive], sims[alive]
+        return ids, sims
+
+    def put(self, eid: int, vector: np.ndarray) -> bool:
+        """Set ``eid``'s vector; ``False`` (nothing changed) if its length is not the matrix's."""
+        if self.size and vector.shape != self.vectors.shape[1:]:
+            return False
+        row = self.rows.get(eid)
+        if row is not None:
+            self.vectors[row] = vector
+            return True
+        if self.size == len(self.ids):
+            capacity = max(2 * self.size, 16)
+            ids = np.full(capacity, -1, dtype=np.int64)
+            vectors = np.zeros((capacity, len(vector)), dtype=np.float32)
+            if self.size:
+                ids[: self.size] = self.ids
+                vectors[: self.size] = self.vectors
+            self.ids, self.vectors = ids, vectors
+        self.ids[self.size] = eid
+        self.vectors[self.size] = vector
+        self.rows[eid] = self.size
+        self.size += 1
+        return True
+
+    def remove(self, eid: int) -> None:
+        row = self.rows.pop(eid, None)
+        if row is not None:
+            self.ids[row] = -1
+            self.dead += 1
+
+    def stale(self) -> bool:
+        """More than half the rows dead: cheaper made again."""
+        return self.dead * 2 > self.size
+
+
 class Delta:
     """One read's results: the relations, mentions and entities written and
     deleted since its cursor, and the cursor for the next read."""
@@ -342,7 +405,7 @@ class TenantGraph:
         self.named: dict[str, int] = {}
         #: Model -> the ids and unit vectors (one row each) of the entities it embedded;
         #: made when first searched after a change of the entities.
-        self._models: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._models: dict[str, _Matrix] = {}
         self.cursor: Cursor = _START
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
@@ -412,15 +475,16 @@ class TenantGraph:
                 newest.pop(eid, None)
         if self._apply_entities(delta):
             changed = True
-            self._models.clear()
         self.cursor = delta.cursor
         if changed:
             self.applied += 1
         self.refreshed = time.monotonic()
 
     def _apply_entities(self, delta: Delta) -> bool:
-        """Merge one read's entities (deletions first); whether any changed."""
-        entities, named = self.entities, self.named
+        """Merge one read's entities (deletions first); whether any changed.
+        The models' matrices already made are changed in place (a model's
+        is made again once more than half its rows are dead)."""
+        entities, named, models = self.entities, self.named, self._models
         changed = False
         for eid in delta.unentitied:
             old = entities.pop(eid, None)
@@ -428,26 +492,34 @@ class TenantGraph:
                 changed = True
                 if named.get(old[0]) == eid:
                     del named[old[0]]
+                if old[1] in models:
+                    models[old[1]].remove(eid)
         for row in delta.entities:
             eid, new = row[0], _entity(row)
             old = entities.get(eid)
             if old is not None and old[:2] == new[:2] and _same_vector(old[2], new[2]):
                 continue
             changed = True
-            if old is not None and named.get(old[0]) == eid:
-                del named[old[0]]
+            if old is not None:
+                if named.get(old[0]) == eid:
+                    del named[old[0]]
+                if old[1] in models and (old[1] != new[1] or new[2] is None):
+                    models[old[1]].remove(eid)
             entities[eid] = new
             named[new[0]] = eid
+            if new[2] is not None and new[1] in models and not models[new[1]].put(eid, new[2]):
+                del models[new[1]]
+        for model in [m for m, matrix in models.items() if matrix.stale()]:
+            del models[model]
         return changed
 
-    def _vectors(self, model: str) -> tuple[np.ndarray, np.ndarray]:
-        """The ids and unit vectors of the entities ``model`` embedded."""
+    def _matrix(self, model: str) -> _Matrix:
+        """The unit vectors of the entities ``model`` embedded, with their ids."""
         kept = self._models.get(model)
         if kept is None:
-            rows = [(eid, e[2]) for eid, e in self.entities.items() if e[1] == model and e[2] is not None]
-            ids = np.fromiter((eid for eid, _ in rows), dtype=np.int64, count=len(rows))
-            matrix = np.stack([v for _, v in rows]) if rows else np.zeros((0, 0), dtype=np.float32)
-            kept = self._models[model] = (ids, matrix)
+            kept = self._models[model] = _Matrix(
+                (eid, e[2]) for eid, e in self.entities.items() if e[1] == model and e[2] is not None
+            )
         return kept
 
     def seeds(
@@ -485,8 +557,7 @@ class TenantGraph:
             norm = float(np.linalg.norm(query))
             if norm > 0:
                 query = query / norm
-                ids, matrix = self._vectors(model)
-                sims = matrix @ query if len(ids) else np.zeros(0, dtype=np.float32)
+                ids, sims = self._matrix(model).similarities(query)
                 if own:
                     keep = ~np.isin(ids, np.fromiter(own, dtype=np.int64, count=len(own)))
                     extra = [

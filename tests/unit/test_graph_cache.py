@@ -246,3 +246,59 @@ def test_a_raced_read_finds_its_seeds_as_a_copy_with_its_changes_would() -> None
         assert graph.seeds(names, vec, overlay=overlay, **kw) == fresh.seeds(names, vec, **kw)
     # The shared copy is untouched by the raced read.
     assert graph.named == {"ada": 1, "bob": 2, "cy": 3}
+
+
+_VECTORS = np.random.default_rng(3).standard_normal((6, 8)).astype(np.float32)
+_VECTORS[0] = 0.0  # a zero vector: in no model's matrix
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(1, 12), st.sampled_from(["m", "n"]), st.integers(0, 5), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_seeds_after_entity_changes_are_those_of_a_copy_made_afresh(steps: list[tuple[Any, ...]]) -> None:
+    """The models' matrices are changed in place as entities are made,
+    re-embedded (another vector or model, or a zero vector), renamed and
+    deleted, searched between changes; the seeds then are a fresh copy's."""
+    graph = TenantGraph()
+    state: dict[int, tuple[Any, ...]] = {}
+    queries = [(model, _VECTORS[k]) for model in ("m", "n") for k in (1, 3, 5)]
+
+    def seeds(g: TenantGraph, model: str, vec: Any) -> dict[int, float]:
+        return g.seeds([], vec, model=model, limit=3, min_similarity=-1.0)
+
+    for i, (put, eid, model, k, renamed) in enumerate(steps):
+        if put:
+            state[eid] = ent(eid, f"e{eid}" + ("-x" if renamed else ""), _VECTORS[k].tolist(), model=model)
+            graph.apply(Delta((str(i), ()), [], [], entities=[state[eid]]))
+        else:
+            state.pop(eid, None)
+            graph.apply(Delta((str(i), ()), [], [], unentitied=(eid,)))
+        for model_, vec in queries[i % 2 :: 2]:
+            seeds(graph, model_, vec)
+    fresh = TenantGraph.of(Delta(("end", ()), [], [], entities=list(state.values())))
+    assert graph.named == fresh.named
+    for model, vec in queries:
+        got, want = seeds(graph, model, vec), seeds(fresh, model, vec)
+        assert list(got) == list(want)
+        assert list(got.values()) == pytest.approx(list(want.values()), abs=1e-6)
+
+
+def test_a_new_entity_extends_the_models_matrix_in_place() -> None:
+    graph = TenantGraph.of(Delta(("1", ()), [], [], entities=[ent(i, f"e{i}", _VECTORS[i].tolist()) for i in (1, 2)]))
+    assert graph.seeds([], _VECTORS[3], model="m", limit=5, min_similarity=-1.0).keys() == {1, 2}
+    matrix = graph._models["m"]
+    graph.apply(Delta(("2", ()), [], [], entities=[ent(3, "e3", _VECTORS[3].tolist())]))
+    assert graph._models["m"] is matrix and matrix.size == 3
+    assert graph.seeds([], _VECTORS[3], model="m", limit=1, min_similarity=-1.0) == {3: pytest.approx(1.0)}
+    graph.apply(Delta(("3", ()), [], [], unentitied=(3,)))
+    assert graph._models["m"] is matrix and matrix.dead == 1
+    assert 3 not in graph.seeds([], _VECTORS[3], model="m", limit=5, min_similarity=-1.0)
+    # More than half the rows dead: made again when next searched.
+    graph.apply(Delta(("4", ()), [], [], unentitied=(2,)))
+    assert "m" not in graph._models
+    assert graph.seeds([], _VECTORS[3], model="m", limit=5, min_similarity=-1.0).keys() == {1}
