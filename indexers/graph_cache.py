@@ -56,7 +56,9 @@ sweeper).
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -228,6 +230,18 @@ def _newest_first(mentioned: Mapping[str, float]) -> list[str]:
     return sorted(mentioned, key=lambda m: (mentioned[m], m), reverse=True)
 
 
+#: An entity of more mentions than this has them kept in order (:attr:`TenantGraph.ordered`);
+#: fewer are sorted when read (a few hundred take tens of microseconds).
+ORDERED_ABOVE: Final = 256
+
+
+def _discard(line: list[tuple[float, str]], item: tuple[float, str]) -> None:
+    """Remove ``item`` from the sorted ``line`` if it is there."""
+    i = bisect.bisect_left(line, item)
+    if i < len(line) and line[i] == item:
+        del line[i]
+
+
 class _Matrix:
     """One model's entity vectors, a row each, and their ids, kept in step
     with the copy's entities: a new entity's row is appended (the arrays
@@ -375,6 +389,7 @@ class TenantGraph:
         "named",
         "newest",
         "order",
+        "ordered",
         "refreshed",
         "rels",
         "tops",
@@ -384,15 +399,20 @@ class TenantGraph:
         self.rels: dict[int, Rel] = {}
         #: Entity -> its relations' ids, both directions (a relation to itself twice, as the statement lists it).
         self.incident: dict[int, list[int]] = {}
-        #: Entity -> :attr:`incident` heaviest first (ties by id), made when first walked after a change.
+        #: Entity -> :attr:`incident` heaviest first (ties by id), made when first walked, then kept
+        #: in step by :meth:`apply` (dropped when one of its relations is deleted).
         self.order: dict[int, list[int]] = {}
         #: Entity -> memory id -> the memory's time: every memory that mentions it.
         self.mentions: dict[int, dict[str, float]] = {}
         #: Mentions held: the sum of :attr:`mentions`' sizes.
         self.mentioned = 0
-        #: Entity -> :attr:`mentions` newest first, as indexes into :attr:`memory_ids`, and their count;
-        #: made when first read after a change.
-        self.newest: dict[int, tuple[np.ndarray, int]] = {}
+        #: Entity -> (n, the n newest of :attr:`mentions` newest first as indexes into
+        #: :attr:`memory_ids`, their count); made when first read after a change.
+        self.newest: dict[int, tuple[int, np.ndarray, int]] = {}
+        #: Entity -> its mentions as (time, memory id), oldest first, for the entities of more than
+        #: :data:`ORDERED_ABOVE` mentions that :meth:`shares` has read: kept in step by :meth:`apply`,
+        #: so a write that mentions such an entity does not sort all its mentions again.
+        self.ordered: dict[int, list[tuple[float, str]]] = {}
         #: Entity -> (fanout, its walked relations: id and the entity at the other end), kept
         #: while no relation it looked at has a validity window (the list cannot age).
         self.tops: dict[int, tuple[int, list[tuple[int, int]]]] = {}
@@ -404,7 +424,7 @@ class TenantGraph:
         #: Normalised name -> entity id (unique in a tenant).
         self.named: dict[str, int] = {}
         #: Model -> the ids and unit vectors (one row each) of the entities it embedded;
-        #: made when first searched after a change of the entities.
+        #: made when first searched, then kept in step with :attr:`entities` by :meth:`apply`.
         self._models: dict[str, _Matrix] = {}
         self.cursor: Cursor = _START
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
@@ -427,6 +447,10 @@ class TenantGraph:
         """Merge one read. Deletions first: a row read is the newest word on its key
         (a memory rewritten in one transaction deletes its mentions and makes them again)."""
         rels, incident, order, tops = self.rels, self.incident, self.order, self.tops
+
+        def weighed(rid: int) -> tuple[float, int]:
+            return (-rels[rid][_W], rid)
+
         changed = False
         for rid in delta.dropped:
             old = rels.pop(rid, None)
@@ -448,23 +472,40 @@ class TenantGraph:
             if old == rel:
                 continue
             changed = True
+            ends = (rel[_SRC], rel[_DST])
+            # A relation's ends never change: an update only re-orders them, and
+            # the ends' orders made are kept (moved by bisection, not sorted again).
+            moved = old is None or old[_W] != rel[_W]
+            if old is not None and moved:
+                for end in ends:
+                    line = order.get(end)
+                    if line is not None:
+                        del line[bisect.bisect_left(line, (-old[_W], rid), key=weighed)]
             rels[rid] = rel
-            # A relation's ends never change: an update only re-orders them.
             if old is None:
                 incident.setdefault(rel[_SRC], []).append(rid)
                 incident.setdefault(rel[_DST], []).append(rid)
-            for end in (rel[_SRC], rel[_DST]):
-                order.pop(end, None)
+            for end in ends:
+                line = order.get(end)
+                if line is not None and moved:
+                    bisect.insort(line, rid, key=weighed)
                 tops.pop(end, None)
-        mentions, newest = self.mentions, self.newest
+        mentions, newest, ordered = self.mentions, self.newest, self.ordered
         for eid, mid in delta.unmentioned:
             held = mentions.get(eid)
-            if held is not None and held.pop(mid, None) is not None:
+            if held is None:
+                continue
+            old_at = held.pop(mid, None)
+            if old_at is not None:
                 changed = True
                 self.mentioned -= 1
                 newest.pop(eid, None)
+                line = ordered.get(eid)
+                if line is not None:
+                    _discard(line, (old_at, mid))
                 if not held:
                     del mentions[eid]
+                    ordered.pop(eid, None)
         for eid, mid, at in delta.mentioned:
             held = mentions.setdefault(eid, {})
             old_at = held.get(mid)
@@ -473,6 +514,11 @@ class TenantGraph:
                 self.mentioned += old_at is None
                 held[mid] = at
                 newest.pop(eid, None)
+                line = ordered.get(eid)
+                if line is not None:
+                    if old_at is not None:
+                        _discard(line, (old_at, mid))
+                    bisect.insort(line, (at, mid))
         if self._apply_entities(delta):
             changed = True
         self.cursor = delta.cursor
@@ -683,12 +729,19 @@ class TenantGraph:
                 ids, degree = self._index(_newest_first(mentioned)[:per_entity]), len(mentioned)
             else:
                 kept = self.newest.get(eid)
-                if kept is None:
+                if kept is None or kept[0] != per_entity:
                     held = self.mentions.get(eid)
                     if not held:
                         continue
-                    kept = self.newest[eid] = (self._index(_newest_first(held)), len(held))
-                ids, degree = kept[0][:per_entity], kept[1]
+                    if len(held) > ORDERED_ABOVE:
+                        line = self.ordered.get(eid)
+                        if line is None:
+                            line = self.ordered[eid] = sorted((at, mid) for mid, at in held.items())
+                        top = [mid for _, mid in itertools.islice(reversed(line), per_entity)]
+                    else:
+                        top = _newest_first(held)[:per_entity]
+                    kept = self.newest[eid] = (per_entity, self._index(top), len(held))
+                ids, degree = kept[1], kept[2]
             parts.append(ids)
             weights.append(np.full(len(ids), ppr[eid] / degree))
         if not parts:

@@ -302,3 +302,82 @@ def test_a_new_entity_extends_the_models_matrix_in_place() -> None:
     graph.apply(Delta(("4", ()), [], [], unentitied=(2,)))
     assert "m" not in graph._models
     assert graph.seeds([], _VECTORS[3], model="m", limit=5, min_similarity=-1.0).keys() == {1}
+
+
+_BASE_MENTIONS = [(1, f"h{i:04d}", float(i % 40)) for i in range(300)] + [(2, f"s{i}", float(i)) for i in range(5)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sampled_from([1, 2, 3]), st.integers(0, 320), st.integers(0, 45)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from([3, 100, 400]),
+)
+def test_shares_after_mention_changes_are_those_of_a_copy_made_afresh(
+    steps: list[tuple[Any, ...]], per_entity: int
+) -> None:
+    """A hub's mentions (more than ``ORDERED_ABOVE``) are kept in order as
+    mentions are made, re-timed and deleted, read between changes; the
+    shares then are a fresh copy's, ties (equal times) included."""
+    graph = TenantGraph.of(Delta(("0", ()), [], _BASE_MENTIONS))
+    state = {(eid, mid): at for eid, mid, at in _BASE_MENTIONS}
+    ppr = {1: 0.5, 2: 0.3, 3: 0.2}
+    for i, (put, eid, n, at) in enumerate(steps):
+        mid = f"h{n:04d}" if n < 310 else f"new{n}"
+        if put:
+            state[(eid, mid)] = float(at)
+            graph.apply(Delta((str(i), ()), [], [(eid, mid, float(at))]))
+        else:
+            state.pop((eid, mid), None)
+            graph.apply(Delta((str(i), ()), [], [], unmentioned=[(eid, mid)]))
+        graph.shares(ppr, per_entity if i % 2 else 100)
+    fresh = TenantGraph.of(Delta(("end", ()), [], [(eid, mid, at) for (eid, mid), at in state.items()]))
+    got, want = graph.shares(ppr, per_entity).as_dict(), fresh.shares(ppr, per_entity).as_dict()
+    assert got.keys() == want.keys()
+    assert [got[k] for k in sorted(got)] == pytest.approx([want[k] for k in sorted(want)])
+    if 1 in graph.mentions and len(graph.mentions[1]) > 256:
+        assert graph.ordered[1] == sorted((at, mid) for mid, at in graph.mentions[1].items())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "drop"]),
+            st.integers(1, 30),
+            st.integers(0, 5),
+            st.integers(0, 5),
+            st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_a_walk_after_relation_changes_is_that_of_a_copy_made_afresh(steps: list[tuple[Any, ...]]) -> None:
+    """Each entity's relations kept heaviest first as relations are made,
+    re-weighed (ties included), given a window or deleted, self-loops too,
+    walked between changes; the walk then is a fresh copy's."""
+    base = [rel(r, r % 6, (r * 7 + 1) % 6, weight=1.0 + r % 3) for r in range(1, 31)]
+    graph = TenantGraph.of(Delta(("0", ()), base, []))
+    state = {row[0]: row for row in base}
+    for i, (op, rid, src, dst, weight, windowed) in enumerate(steps):
+        if op == "put":
+            # A relation's ends never change: an existing one keeps its own.
+            old = state.get(rid)
+            ends = (old[1], old[2]) if old else (src, dst)
+            state[rid] = rel(rid, *ends, weight=weight, vt=0.5 if windowed else None, derived=windowed)
+            graph.apply(Delta((str(i), ()), [state[rid]], []))
+        else:
+            state.pop(rid, None)
+            graph.apply(Delta((str(i), ()), [], [], dropped=(rid,)))
+        walked(graph, {i % 6}, fanout=2)
+    fresh = TenantGraph.of(Delta(("end", ()), list(state.values()), []))
+    for seeds in ({0}, {1, 4}, {5}):
+        for fanout in (1, 2, 16):
+            assert walked(graph, seeds, fanout=fanout) == walked(fresh, seeds, fanout=fanout)
+    for entity, line in graph.order.items():
+        assert line == sorted(graph.incident.get(entity, ()), key=lambda r: (-graph.rels[r][3], r))
