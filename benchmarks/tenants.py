@@ -1,11 +1,12 @@
 """Many small tenants: does a small tenant's recall stay as fast as the tenant count grows?
 
 ``python -m benchmarks.tenants [--tenants 50,1000] [--per 100] [--big 10000]
-[--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--name NAME]``
+[--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--set dotted.key=value ...] [--name NAME]``
 
 One service on the embedded stack (shipped config, one agent key per tenant
 in ``auth.keys``, so the keyring grows with the tenants too; ``--groups``
-sets ``typesense.groups``) is filled in
+sets ``typesense.groups``, ``--set`` any other setting over the shipped
+config, e.g. ``graph.extract=none`` for a load about twice as fast) is filled in
 stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
 ``--big`` memories) and the first stage's small tenants, then more small
 tenants up to each next count. Every memory goes through ``POST
@@ -43,7 +44,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -56,6 +57,7 @@ from benchmarks.common import CpuMeter, Service, cpu_per_call, pct, pyplot, writ
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
 from benchmarks.load.run import bulk_load, config_text, graph_load, wait_drained
+from benchmarks.quality.tuning import Override, parse_set
 from config.loader import parse_config
 from config.sources import PgvectorSourceConfig
 from service.auth import Keyring
@@ -235,13 +237,14 @@ async def run(
     seed: int,
     groups: int = 1,
     on_stage: Callable[[dict[str, Any]], None] = lambda report: None,
+    sets: Sequence[Override] = (),
 ) -> dict[str, Any]:
     """The stages measured; ``on_stage`` is handed the report after each one
     (so a run stopped during a long load keeps the stages it finished)."""
     corpus = build_corpus(big, small_tenants=max(counts), small_size=per, relations=RELATIONS)
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
-    cfg_text = with_groups(config_text(keys), groups)
+    cfg_text = with_groups(config_text(keys, sets), groups)
     assert cfg_text.count(_PG_FLOORS) == 1, "config/braid.yaml changed: pgvector's floors not found once"
     cfg = parse_config(cfg_text)
     max_body = cfg.server.max_body_bytes
@@ -257,6 +260,7 @@ async def run(
         "per": per,
         "big": big,
         "groups": groups,
+        "sets": [list(x) for x in sets],
         "stages": [],
     }
     rng = random.Random(seed)
@@ -326,7 +330,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f"Command: `{command}`  ",
         f"Corpus: {report['corpus']} (small tenants of {report['per']} memories, added in stages).  ",
         f"Typesense collection groups (`typesense.groups`): {report.get('groups', 1)}.  ",
-        "One service, embedded Postgres and Typesense, shipped config, one agent key per tenant. Recalls: small"
+        "One service, embedded Postgres and Typesense, shipped config"
+        + "".join(f", `{k}` {v}" for k, v in report.get("sets", []))
+        + ", one agent key per tenant. Recalls: small"
         " tenants only, each by its own key, a query from one of its memories (first 8 words, vector + noise"
         " ~0.3), up to 400 tenants sampled per stage, closed loop; `short` = recalls with fewer than top_k"
         " items (the sources' relevance floors can leave fewer: the tenant's memories are not all near the query);"
@@ -403,6 +409,7 @@ def main() -> None:
     parser.add_argument(
         "--groups", type=int, default=1, help="typesense.groups (tenants spread over n collection pairs)"
     )
+    parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_set, metavar="KEY=VALUE")
     parser.add_argument("--name", default="")
     args = parser.parse_args()
     counts = [int(x) for x in args.tenants.split(",")]
@@ -419,7 +426,9 @@ def main() -> None:
         print(f"wrote {path}", flush=True)
 
     report = asyncio.run(
-        run(counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups, write)
+        run(
+            counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups, write, args.sets
+        )
     )
     first = report["stages"][0]["recall"]["p50"]
     parts = " ".join(
