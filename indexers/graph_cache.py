@@ -500,9 +500,9 @@ class TenantGraph:
                 changed = True
                 self.mentioned -= 1
                 newest.pop(eid, None)
-                line = ordered.get(eid)
-                if line is not None:
-                    _discard(line, (old_at, mid))
+                timeline = ordered.get(eid)
+                if timeline is not None:
+                    _discard(timeline, (old_at, mid))
                 if not held:
                     del mentions[eid]
                     ordered.pop(eid, None)
@@ -514,11 +514,11 @@ class TenantGraph:
                 self.mentioned += old_at is None
                 held[mid] = at
                 newest.pop(eid, None)
-                line = ordered.get(eid)
-                if line is not None:
+                timeline = ordered.get(eid)
+                if timeline is not None:
                     if old_at is not None:
-                        _discard(line, (old_at, mid))
-                    bisect.insort(line, (at, mid))
+                        _discard(timeline, (old_at, mid))
+                    bisect.insort(timeline, (at, mid))
         if self._apply_entities(delta):
             changed = True
         self.cursor = delta.cursor
