@@ -241,6 +241,9 @@ async def _open_runtime(
                     specs=registered(),
                 )
             finally:
+                with anyio.CancelScope(shield=True):
+                    # The outbox's batch in hand is finished, not cut in the middle of its import.
+                    await sync.stop()
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(extractors.close)

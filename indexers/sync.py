@@ -34,6 +34,9 @@ log = logging.getLogger("braid.sync")
 #: Processed outbox rows are kept this long: reindex replays them.
 RETENTION = "1 hour"
 
+#: How long a shutdown waits for the batch in hand (:meth:`OutboxSync.stop`).
+STOP_S = 5.0
+
 #: A batch of pending outbox rows claimed, each with its memory's current row
 #: (the memory columns all NULL for a memory that is gone), in one statement.
 #:
@@ -94,6 +97,10 @@ class OutboxSync:
         self._batch_size = batch_size
         self._max_retry = max_retry_ms / 1000.0
         self._wake = anyio.Event()
+        #: Set by :meth:`stop`: the loop ends after the batch in hand.
+        self._stopping = anyio.Event()
+        #: Set when :meth:`run`'s loop has ended.
+        self._stopped = anyio.Event()
         self.applied = 0
         self.last_error: str | None = None
 
@@ -173,15 +180,31 @@ class OutboxSync:
             await conn.execute(f"DELETE FROM outbox WHERE processed_at < now() - interval '{RETENTION}'")
 
     async def run(self) -> None:
-        """Run until cancelled."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._listen)
-            await self._loop()
+        """Run until cancelled, or until :meth:`stop`."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._listen)
+                await self._loop()
+                tg.cancel_scope.cancel()
+        finally:
+            self._stopped.set()
+
+    async def stop(self, timeout: float = STOP_S) -> bool:
+        """Let the batch in hand finish (its import and its commit), then end
+        :meth:`run`, waiting at most ``timeout`` seconds for it; whether it
+        ended. What is still pending stays in the outbox for the next start
+        (a cancelled batch too: its rows stay pending, and imports are
+        upserts)."""
+        self._stopping.set()
+        self._wake.set()
+        with anyio.move_on_after(timeout):
+            await self._stopped.wait()
+        return self._stopped.is_set()
 
     async def _loop(self) -> None:
         delay = 0.05
         purged_at = 0.0
-        while True:
+        while not self._stopping.is_set():
             try:
                 n = await self.drain_once()
                 if self.last_error is not None:
@@ -192,10 +215,11 @@ class OutboxSync:
                 if self.last_error is None:
                     log.warning("outbox sync paused: %s", exc)
                 self.last_error = str(exc)
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await self._stopping.wait()
                 delay = min(delay * 2, self._max_retry)
                 continue
-            if n >= self._batch_size:
+            if n >= self._batch_size or self._stopping.is_set():
                 continue
             # A short batch took every row committed before it began; a write
             # committed since has notified (the wait then returns at once),

@@ -160,3 +160,51 @@ async def test_a_short_batch_is_not_followed_by_a_claim_that_finds_the_outbox_em
         if 0 < n:
             # Only the poll (1 s) could start an empty claim this soon after.
             assert m > 0 or began - ended > 0.9, sync.claims
+
+
+async def test_a_stop_lets_the_batch_in_hand_finish_and_ends_the_loop(
+    parts: tuple[str, PostgresStore, TypesenseGroups],
+) -> None:
+    dsn, store, index = parts
+    held = HeldImports(index)
+    sync = OutboxSync(store, held, dsn=dsn)
+    await store.write_memories("t", [memory("m1", "Sam lives in Lisbon")])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sync.run)
+        with anyio.fail_after(10):
+            await held.called.wait()  # the loop holds m1, its import not yet sent
+        stopping = anyio.Event()
+        stopped: list[bool] = []
+
+        async def stop() -> None:
+            stopping.set()
+            stopped.append(await sync.stop(timeout=10))
+
+        tg.start_soon(stop)
+        await stopping.wait()
+        await anyio.sleep(0.2)
+        assert not stopped, "the stop waits for the batch in hand"
+        held.release.set()
+    # The batch was imported and committed, and run() returned by itself (the
+    # task group ended without a cancel).
+    assert stopped == [True]
+    assert await pending(store) == []
+    assert await index.count("t") == 1
+    # A write after the stop stays pending for the next start.
+    await store.write_memories("t", [memory("m2", "Ana likes tea")])
+    assert await pending(store) == ["m2"]
+
+
+async def test_a_stop_gives_up_after_its_timeout(parts: tuple[str, PostgresStore, TypesenseGroups]) -> None:
+    dsn, store, index = parts
+    held = HeldImports(index)
+    sync = OutboxSync(store, held, dsn=dsn)
+    await store.write_memories("t", [memory("m1", "Sam lives in Lisbon")])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sync.run)
+        with anyio.fail_after(10):
+            await held.called.wait()
+        assert await sync.stop(timeout=0.2) is False
+        tg.cancel_scope.cancel()
+    # Cut short: the row is still pending, for the next start.
+    assert await pending(store) == ["m1"]
