@@ -6,7 +6,8 @@
 One service on the embedded stack (shipped config, one agent key per tenant
 in ``auth.keys``, so the keyring grows with the tenants too; ``--groups``
 sets ``typesense.groups``, ``--set`` any other setting over the shipped
-config, e.g. ``graph.extract=none`` for a load about twice as fast) is filled in
+config, e.g. ``graph.extract=none``: no extraction on write, which spends
+less CPU a memory) is filled in
 stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
 ``--big`` memories) and the first stage's small tenants, then more small
 tenants up to each next count. Every memory goes through ``POST
