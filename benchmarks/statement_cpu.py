@@ -40,7 +40,7 @@ import psycopg
 from benchmarks.common import RESULTS
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus
-from benchmarks.load.run import loaded_service, timed, wait_drained
+from benchmarks.load.run import loaded_service, paced, timed, wait_drained
 from benchmarks.quality.tuning import Override, parse_set
 
 _LINE = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] (LOG|DETAIL|STATEMENT):\s+(.*)$")
@@ -112,13 +112,7 @@ async def _writes(
             errors.append(f"write {code} {raw[:120]!r}")
 
     start = time.perf_counter()
-    tasks = []
-    for k in range(n):
-        delay = start + k / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(write(k)))
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*await paced(rate, n, write))
     async with httpx.AsyncClient(base_url=svc_url, timeout=300) as health:
         await wait_drained(health)
     return {"n": n, "qps": n / (time.perf_counter() - start), "errors": errors}

@@ -12,7 +12,7 @@ import itertools
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -316,6 +316,20 @@ async def raw_postgres_copy(
     return {"rows": len(rows), "seconds": elapsed, "per_s": len(rows) / elapsed, "cpu_ms_per_row": used}
 
 
+async def paced(rate: float, n: int, job: Callable[[int], Coroutine[Any, Any, None]]) -> list[asyncio.Task[None]]:
+    """``job(k)`` started for each k in ``range(n)``, ``rate`` a second from
+    now (open loop: on schedule whatever the earlier ones are doing); the
+    tasks, not awaited."""
+    start = time.perf_counter()
+    tasks = []
+    for k in range(n):
+        delay = start + k / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(job(k)))
+    return tasks
+
+
 async def steady_writes(
     client: LeanClient,
     health: httpx.AsyncClient,
@@ -356,12 +370,7 @@ async def steady_writes(
         n = int(rate * seconds)
         cpu_before = meter()
         start = time.perf_counter()
-        tasks = []
-        for k in range(n):
-            delay = start + k / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(write()))
+        tasks = await paced(rate, n, lambda _: write())
         results = await asyncio.gather(*tasks, return_exceptions=True)
         drained = await wait_drained(health)
         cpu = cpu_per_call(cpu_before, meter(), n)
@@ -476,15 +485,10 @@ async def freshness(
             ]
             await asyncio.gather(*checks)
 
-        tasks = []
         cpu_before = meter()
         start = time.perf_counter()
         n = int(rate * seconds)
-        for k in range(n):
-            delay = start + k / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(probe()))
+        tasks = await paced(rate, n, lambda _: probe())
         offered = n / (time.perf_counter() - start)
         results = await asyncio.gather(*tasks, return_exceptions=True)
         cpu = cpu_per_call(cpu_before, meter(), n)
