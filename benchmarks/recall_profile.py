@@ -82,6 +82,32 @@ def summarise(collapsed: str, top: int = 40) -> dict[str, Any]:
     return {"samples": total, "self": share(self_c), "inclusive": share(incl), "stages": share(stage)}
 
 
+def py_spy(
+    pid: int, out: Path, *, rate: int = 200, seconds: int | None = None, native: bool = False
+) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of ``pid`` into ``out`` (raw format) at ``rate`` Hz,
+    for ``seconds`` or until sent SIGINT; ``native`` adds C frames (else the
+    process is sampled without being paused)."""
+    return subprocess.Popen(
+        [
+            shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            *(["--duration", str(seconds)] if seconds is not None else []),
+            "--output",
+            str(out),
+            *(["--native"] if native else ["--nonblocking"]),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
 async def profile(
     size: int,
     seconds: float,
@@ -119,25 +145,7 @@ async def profile(
             what = f"single writes at {writes:g}/s" if writes else f"{kind} recalls at {clients} clients"
             print(f"profile: {seconds:.0f} s of {what} under py-spy", flush=True)
             raw = out.with_suffix(".txt")
-            spy = subprocess.Popen(
-                [
-                    shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
-                    "record",
-                    "--pid",
-                    str(svc.proc.pid),
-                    "--rate",
-                    str(rate),
-                    "--format",
-                    "raw",
-                    "--duration",
-                    str(int(seconds)),
-                    "--output",
-                    str(raw),
-                    *(["--native"] if native else ["--nonblocking"]),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
+            spy = py_spy(svc.proc.pid, raw, rate=rate, seconds=int(seconds), native=native)
             await asyncio.sleep(1.0)  # py-spy attaches before the measured recalls start
             if writes:
                 async with httpx.AsyncClient(base_url=svc.url, timeout=300) as health:

@@ -28,12 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import shutil
 import signal
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,7 +40,7 @@ from benchmarks.common import RESULTS, CpuMeter, cpu_per_call, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus, describe
 from benchmarks.load.run import loaded_service, wait_drained
-from benchmarks.recall_profile import summarise
+from benchmarks.recall_profile import py_spy, summarise
 
 _encode = msgspec.json.Encoder().encode
 PHASES = ("recalls", "writes", "turns")
@@ -88,27 +85,6 @@ async def _phase(
     return {"cpu_ms": cpu_per_call(before, meter(), ops), "errors": errors[:5], "error_count": len(errors)}
 
 
-def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` into ``out`` (raw format) until sent SIGINT."""
-    return subprocess.Popen(
-        [
-            shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
-            "record",
-            "--pid",
-            str(pid),
-            "--rate",
-            "200",
-            "--format",
-            "raw",
-            "--output",
-            str(out),
-            "--nonblocking",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
 async def measure(size: int, ops: int, clients: int, rounds: int, profile: str = "") -> dict[str, Any]:
     corpus = build_corpus(size)
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PHASES}
@@ -126,7 +102,7 @@ async def measure(size: int, ops: int, clients: int, rounds: int, profile: str =
                     spy = None
                     if profile and r == rounds - 1:
                         raw = RESULTS / f"turns-{profile}-{phase}.txt"
-                        spy = _spy(svc.proc.pid, raw)
+                        spy = py_spy(svc.proc.pid, raw)
                         await asyncio.sleep(1.0)  # attached before the phase starts
                     run = await _phase(phase, client, health, auth, corpus, ops, clients, counter, meter)
                     runs[phase].append(run)
