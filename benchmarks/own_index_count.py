@@ -71,7 +71,9 @@ async def _walk_cost(
     conn: psycopg.AsyncConnection[Any], tenant_sql: str, params: dict[str, Any], repeats: int
 ) -> tuple[float, int]:
     """Median planning ms of the walk, and the locks its transaction holds."""
-    statement = merged_walk_sql(HIT_COLUMNS, "memories m", [WHERE.format(tenant=tenant_sql)])
+    # As the pgvector source: a tenant given as a parameter walks the shared index, its own rows beside.
+    aside = "m.own" if tenant_sql == "%(tenant)s" else None
+    statement = merged_walk_sql(HIT_COLUMNS, "memories m", [(WHERE.format(tenant=tenant_sql), aside)])
     times: list[float] = []
     locks = 0
     for _ in range(repeats):

@@ -627,6 +627,31 @@ def _v23(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v24(dim: int) -> list[sql.Composable]:
+    """``memories.own``: the row's tenant has an index of its own in the
+    row's tier (:mod:`indexers.own_index`), so the tier's shared HNSW index
+    (built from now on ``WHERE tier = ... AND NOT own``) leaves it out: a
+    large tenant's writes insert into one graph, not two. Set on write by
+    ``braid_own_index`` (security definer: ``pgvector_own_indexes`` names
+    every tenant and has no row-level security) and by the placement job for
+    rows written before; ``memories_own`` finds a tenant's flagged rows. An
+    existing shared index keeps every row until its tier's next reindex."""
+    role = sql.Identifier(TENANT_ROLE)
+    return [
+        sql.SQL("ALTER TABLE memories ADD COLUMN own boolean NOT NULL DEFAULT false"),
+        sql.SQL("CREATE INDEX memories_own ON memories (tenant, tier) WHERE own"),
+        sql.SQL(
+            """
+            CREATE FUNCTION braid_own_index(t text, tr text) RETURNS boolean
+            LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS
+            $$ SELECT EXISTS (SELECT 1 FROM pgvector_own_indexes o WHERE o.tenant = t AND o.tier = tr) $$
+            """
+        ),
+        sql.SQL("REVOKE ALL ON FUNCTION braid_own_index(text, text) FROM PUBLIC"),
+        sql.SQL("GRANT EXECUTE ON FUNCTION braid_own_index(text, text) TO {role}").format(role=role),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -652,6 +677,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     21: _v21,
     22: _v22,
     23: _v23,
+    24: _v24,
 }
 
 

@@ -24,12 +24,23 @@ Only a tier holding more than its ``exactBelow`` rows of the tenant gets
 one (at or under it the rows are compared exactly and no index is walked),
 and at most ``postgres.ownIndexesMax`` exist: the tenant tiers of the most
 memories get them, since every index on ``memories`` is opened and locked by
-each statement planned against the table. The shared index keeps every row,
-so a tenant with an index of its own writes into both. The number of
-indexes grows with large tenants, not with tenants. The job drops the index
-of a tenant that fell below half the threshold or out of the cap; a reindex of the tier rebuilds the tier's own indexes with its
-current m / ef_construction, and a reindex that folds the tier
-(``decayed``) drops them: a folded tier's searches walk its fold's index.
+each statement planned against the table. The number of indexes grows with
+large tenants, not with tenants. The job drops the index of a tenant that
+fell below half the threshold or out of the cap; a reindex of the tier
+rebuilds the tier's own indexes with its current m / ef_construction, and a
+reindex that folds the tier (``decayed``) drops them: a folded tier's
+searches walk its fold's index.
+
+A row of a tenant with an index of its own in the row's tier is flagged
+``own`` (on write, from ``pgvector_own_indexes``; by the job for the rows
+written before), and the tier's shared index leaves it out (``WHERE tier =
+... AND NOT own``): a large tenant's writes insert into one graph, not two.
+A search that does not name the tenant (its process has not read the table
+since the index came) walks the shared index for the unflagged rows and
+compares the flagged ones exactly beside it (``memories_own``, a btree of
+the flagged rows): slower, the same rows. So no order of flags, indexes
+and readers loses a row. The job flags a tenant's rows once its index is
+valid and recorded, and clears them before it drops the index.
 """
 
 from __future__ import annotations
@@ -220,18 +231,54 @@ async def place_indexes(
                 " ON CONFLICT (tenant, tier) DO UPDATE SET name = EXCLUDED.name, built_at = clock_timestamp()",
                 (tenant, tier, name),
             )
+            await _flag(conn, tenant, tier, own=True)
             await report({"pgvector": {"done": i + 1}})
         for tenant, tier in gone:
             await _drop(conn, tenant, tier)
+        # A row written while the table changed keeps the flag its write
+        # read: set right here (a search finds it either way).
+        for tenant, tier in chosen:
+            if (tenant, tier) in have:
+                await _flag(conn, tenant, tier, own=True)
+        cur = await conn.execute("SELECT DISTINCT tenant, tier FROM memories WHERE own")
+        for tenant, tier in await cur.fetchall():
+            if (tenant, tier) not in chosen:
+                await _flag(conn, tenant, tier, own=False)
     await report({"pgvector": {"dropped": [{"tenant": tenant, "tier": tier} for tenant, tier in gone]}})
 
 
+#: Rows a flag update changes in one statement (each commits: no long row locks).
+FLAG_BATCH = 5000
+
+
+async def _flag(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, *, own: bool) -> int:
+    """Set ``memories.own`` to ``own`` on every row of ``tenant`` in ``tier``,
+    :data:`FLAG_BATCH` rows a statement; the number of rows changed.
+    Flagged, the rows leave the tier's shared index for the tenant's own
+    (the shared index's entries of their old versions go at its next
+    vacuum); cleared, they go back in."""
+    changed = 0
+    while True:
+        cur = await conn.execute(
+            "UPDATE memories SET own = %(own)s WHERE tenant = %(tenant)s AND tier = %(tier)s AND own <> %(own)s"
+            " AND id IN ("
+            " SELECT id FROM memories WHERE tenant = %(tenant)s AND tier = %(tier)s AND own <> %(own)s"
+            " LIMIT %(batch)s)",
+            {"own": own, "tenant": tenant, "tier": tier, "batch": FLAG_BATCH},
+        )
+        changed += cur.rowcount
+        if cur.rowcount < FLAG_BATCH:
+            return changed
+
+
 async def _drop(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str) -> None:
-    """The row first (searches stop naming the index within :data:`REFRESH_S`), then the index."""
+    """The row first (writes stop flagging the tenant's rows; searches stop
+    naming the index within :data:`REFRESH_S`), then the flags, then the index."""
     cur = await conn.execute(
         "DELETE FROM pgvector_own_indexes WHERE tenant = %s AND tier = %s RETURNING name", (tenant, tier)
     )
     for (name,) in await cur.fetchall():
+        await _flag(conn, tenant, tier, own=False)
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 

@@ -49,7 +49,15 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
 from .own_index import REFRESH_S as OWN_INDEXES_S
-from .own_index import OwnIndexes, drop_own_indexes, own_index_ddl, read_own_indexes, tenant_sql, tier_builds
+from .own_index import (
+    OwnIndexes,
+    drop_own_indexes,
+    own_index_ddl,
+    own_index_name,
+    read_own_indexes,
+    tenant_sql,
+    tier_builds,
+)
 from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
 from .postgres.fold import (
     EPOCHS_SQL,
@@ -114,13 +122,15 @@ def index_name(tier: str, cfg: BraidConfig) -> str:
 
 
 def index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
-    """The cosine HNSW index of ``tier`` (``embedding``, the tier's m / ef_construction), named ``name``."""
+    """The cosine HNSW index of ``tier`` (``embedding``, the tier's m /
+    ef_construction), named ``name``: of a memory tier, its rows whose tenant
+    has no index of its own there (``NOT own``, :mod:`indexers.own_index`)."""
     t: TierConfig = cfg.tiers[tier]
     if tier == cfg.entity_tier:
         conc = "CONCURRENTLY " if concurrently else ""
         with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
         return f"CREATE INDEX {conc}IF NOT EXISTS {name} ON entities USING hnsw (embedding vector_cosine_ops) {with_}"
-    return tier_hnsw_ddl(tier, t, name, "embedding vector_cosine_ops", concurrently=concurrently)
+    return tier_hnsw_ddl(tier, t, name, "embedding vector_cosine_ops", "NOT own", concurrently=concurrently)
 
 
 async def _index_exists(conn: psycopg.AsyncConnection, name: str) -> bool:
@@ -377,6 +387,7 @@ def nearest_sql(
     ahead: str | None = None,
     *,
     counted: bool = True,
+    aside: str | None = None,
 ) -> str:
     """The ``%(limit)s`` rows of ``table`` matching ``where`` nearest to
     ``%(vec)s`` by cosine distance (or by ``op``: ``<#>``, negative inner
@@ -389,15 +400,16 @@ def nearest_sql(
     holds at least ``%(walk_ahead)s`` rows, counted only then: exact too.
     A one-time filter runs only the chosen branch; ``exact`` (on every
     row) says which ran. Not ``counted``: the index is walked, nothing is
-    counted (``ahead`` is not used). Run it under :func:`search_settings`
-    (set in the same transaction).
+    counted (``ahead`` is not used). ``aside``: a boolean column of the rows
+    the index leaves out (:func:`_walk_sql`). Run it under
+    :func:`search_settings` (set in the same transaction).
     """
     if op not in ("<=>", "<#>"):
         raise ValueError(f"unknown distance operator {op!r}")
     distance = f"{embedding} {op} %(vec)s"
     if not counted:
         return f"""
-        SELECT * FROM ({_walk_sql(columns, table, where, distance)}) AS nearest
+        SELECT * FROM ({_walk_sql(columns, table, where, distance, aside)}) AS nearest
         ORDER BY distance, id
     """
     blocked = (
@@ -415,20 +427,33 @@ def nearest_sql(
              WHERE (SELECT exact FROM small) AND {where}
              ORDER BY ({distance}) + 0 LIMIT %(limit)s)
             UNION ALL
-            (SELECT {columns}, {distance} AS distance FROM {table}
-             WHERE NOT (SELECT exact FROM small) AND {where}
-             ORDER BY {distance} LIMIT %(limit)s)
+            {_walk_sql(columns, table, f"NOT (SELECT exact FROM small) AND {where}", distance, aside)}
         )
         SELECT nearest.*, (SELECT exact FROM small) AS exact FROM nearest ORDER BY distance, id
     """
 
 
-def _walk_sql(columns: str, table: str, where: str, distance: str) -> str:
-    """The index walk of :func:`nearest_sql` (not counted), its rows in the walk's order."""
-    return f"SELECT {columns}, {distance} AS distance FROM {table} WHERE {where} ORDER BY {distance} LIMIT %(limit)s"
+def _walk_sql(columns: str, table: str, where: str, distance: str, aside: str | None = None) -> str:
+    """The index walk of :func:`nearest_sql`: the ``%(limit)s`` rows matching
+    ``where`` nearest by ``distance``, in parentheses.
+
+    ``aside``: a boolean column true of the rows the walked index leaves out
+    (``m.own``: the rows of a tenant with an index of its own, which the
+    tier's shared index does not hold). The walk then reads the rows where
+    it is false, and the ``%(limit)s`` nearest of those where it is true are
+    found exactly beside it (a btree holds them: none, unless the caller did
+    not know yet that the tenant has an index of its own), so up to twice
+    ``limit`` rows come back, the nearest ``limit`` among them."""
+    walk = f"(SELECT {columns}, {distance} AS distance FROM {table} WHERE {where}"
+    if aside is None:
+        return f"{walk} ORDER BY {distance} LIMIT %(limit)s)"
+    return (
+        f"{walk} AND NOT {aside} ORDER BY {distance} LIMIT %(limit)s)"
+        f" UNION ALL {walk} AND {aside} ORDER BY ({distance}) + 0 LIMIT %(limit)s)"
+    )
 
 
-def merged_walk_sql(columns: str, table: str, wheres: Sequence[str]) -> str:
+def merged_walk_sql(columns: str, table: str, wheres: Sequence[tuple[str, str | None]]) -> str:
     """The ``%(limit)s`` rows of ``table`` (alias ``m``) nearest to
     ``%(vec)s`` by cosine distance among those matching any of ``wheres``,
     each walked by its own index (one a tier: each ``where`` names its tier,
@@ -438,12 +463,13 @@ def merged_walk_sql(columns: str, table: str, wheres: Sequence[str]) -> str:
     The walks are merged in distance order and read only as far as the
     merge needs: ``limit`` rows in all, where the walks one at a time
     (:func:`nearest_sql`, not counted) read ``limit`` rows each, most of
-    them cut by the caller. Run it under :func:`search_settings`; its
+    them cut by the caller. Each where comes with its ``aside``
+    (:func:`_walk_sql`). Run it under :func:`search_settings`; its
     ``hnsw.ef_search`` holds for every walk."""
     if not wheres:
         raise ValueError("no walk to merge")
     distance = "m.embedding <=> %(vec)s"
-    walks = " UNION ALL ".join(f"({_walk_sql(columns, table, where, distance)})" for where in wheres)
+    walks = " UNION ALL ".join(_walk_sql(columns, table, where, distance, aside) for where, aside in wheres)
     return f"""
         SELECT * FROM ({walks}) AS nearest
         ORDER BY distance, id LIMIT %(limit)s
@@ -473,6 +499,8 @@ class SearchPlan(NamedTuple):
     similarity: Callable[[dict[str, Any]], float] = _cosine
     #: The conditions the statement's rows meet.
     where: str = ""
+    #: The rows its index walk leaves out and finds exactly (:func:`_walk_sql`).
+    aside: str | None = None
 
 
 #: The cosine similarity of a folded row, selected beside its objective.
@@ -490,7 +518,9 @@ def _weight(importance: Any) -> float:
     return NEUTRAL_IMPORTANCE if importance is None else float(importance)
 
 
-def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str | None = None) -> list[SearchPlan]:
+def search_plans(
+    where: str, live: list[Epoch], reference: datetime, ahead: str | None = None, aside: str | None = None
+) -> list[SearchPlan]:
     """The statements of one tier's search (``where`` holds its conditions).
 
     No fold: the cosine index, scored by cosine. A fold: each epoch's index,
@@ -499,7 +529,8 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
     the first epoch is still filling (the tier was ranked by similarity), the
     rows not moved yet come from the cosine index, scored by the same
     objective with the newest epoch's λ. ``ahead``: the conditions of the
-    newer rows a ``created_before`` filter leaves out (see :data:`WALK_AHEAD`).
+    newer rows a ``created_before`` filter leaves out (see :data:`WALK_AHEAD`);
+    ``aside``: the rows the walked indexes leave out (:func:`_walk_sql`).
     """
 
     def plan(
@@ -513,10 +544,15 @@ def search_plans(where: str, live: list[Epoch], reference: datetime, ahead: str 
     ) -> SearchPlan:
         walk = None
         if walkable and ahead is None:
-            walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False)
+            walk = nearest_sql(columns, "memories m", where, embedding, op, counted=False, aside=aside)
         similarity = _cosine if op == "<=>" else _similarity
         return SearchPlan(
-            nearest_sql(columns, "memories m", where, embedding, op, behind), score, walk, similarity, where
+            nearest_sql(columns, "memories m", where, embedding, op, behind, aside=aside),
+            score,
+            walk,
+            similarity,
+            where,
+            aside,
         )
 
     if not live:
@@ -612,10 +648,10 @@ class PgvectorSource(PoolSource):
             return []
         cfg = self._get_config()
         tiers = [t for t in cfg.memory_tiers if query.filters.tiers is None or t in query.filters.tiers]
-        if monotonic() > self._index_rows_until and any(cfg.tiers[t].ef_search_at for t in tiers):
-            await self._read_index_rows(cfg)
         if monotonic() > self._own_until:
             await self._read_own()
+        if monotonic() > self._index_rows_until and any(cfg.tiers[t].ef_search_at for t in tiers):
+            await self._read_index_rows(cfg)
         limit = max(query.limit, 1)
         vec = np.asarray(query.vector, dtype=np.float32)
         try:
@@ -680,11 +716,15 @@ class PgvectorSource(PoolSource):
             # order; the statement sorts them again.
             # Only vectors of the query's model are compared with it. A
             # tenant with an index of its own in the tier is named in the
-            # text, so the planner can take that index (the same rows either way).
-            tenant = tenant_sql(self._own.get((query.tenant, tier)))
-            where = f"m.tenant = {tenant} AND m.model = %(model)s AND {where}"
-            wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg)))
-            searches.append((wanted, search_plans(where, guess.get(tier, []), reference, ahead), params))
+            # text, so the planner can take that index (the same rows either
+            # way). Any other walks the shared index, which leaves out the
+            # rows flagged ``own``: those are compared exactly beside the walk
+            # (none, unless the tenant got an index since it was last read).
+            quoted = self._own.get((query.tenant, tier))
+            where = f"m.tenant = {tenant_sql(quoted)} AND m.model = %(model)s AND {where}"
+            aside = "m.own" if quoted is None else None
+            wanted = search_settings(t.ef_search_for(self.tier_rows(tier, cfg, query.tenant)))
+            searches.append((wanted, search_plans(where, guess.get(tier, []), reference, ahead, aside), params))
         reads = [Read(EPOCHS_SQL)]
         plans: list[SearchPlan | None] = [None]
         counted: list[tuple[str, str, str, float] | None] = [None]
@@ -724,12 +764,21 @@ class PgvectorSource(PoolSource):
         return rows, epochs_from_rows(results[0])
 
     def _index_names(self, tier: str, cfg: BraidConfig) -> list[str]:
-        """The indexes a search of ``tier`` may walk: its cosine index and its folds' (as last read)."""
-        return [index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, []))]
+        """The indexes a search of ``tier`` may walk, as last read: its shared
+        cosine index and its folds', then the tenants' own indexes."""
+        shared = [index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, []))]
+        return shared + [own_index_name(tier, tenant) for tenant, t in self._own if t == tier]
 
-    def tier_rows(self, tier: str, cfg: BraidConfig) -> int:
-        """The rows of ``tier``'s indexes as last read (0 before the first read)."""
-        return sum(self._index_rows.get(name, 0) for name in self._index_names(tier, cfg))
+    def tier_rows(self, tier: str, cfg: BraidConfig, tenant: str | None = None) -> int:
+        """The rows of the indexes a search of ``tier`` by ``tenant`` walks,
+        as last read (0 before the first read): the tenant's own index, or the
+        tier's shared one and its folds'."""
+        if tenant is not None and (tenant, tier) in self._own:
+            return self._index_rows.get(own_index_name(tier, tenant), 0)
+        return sum(
+            self._index_rows.get(name, 0)
+            for name in (index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, [])))
+        )
 
     async def _read_index_rows(self, cfg: BraidConfig) -> None:
         """Read the memory tiers' index sizes (``pg_class.reltuples``: set by
@@ -752,9 +801,13 @@ class PgvectorSource(PoolSource):
         self._own_until = monotonic() + OWN_INDEXES_S  # one reader at a time
         try:
             async with self._pool.connection() as conn:
-                self._own = await read_own_indexes(conn)
+                own = await read_own_indexes(conn)
         except psycopg.Error as exc:
             log.warning("own indexes not read (the last ones are used): %s", exc)
+            return
+        if own.keys() != self._own.keys():
+            self._index_rows_until = -math.inf  # a new index's size, for efSearchAt
+        self._own = own
 
     def _merged(
         self, searches: list[tuple[dict[str, str], list[SearchPlan], dict[str, Any]]], query: SearchQuery
@@ -772,7 +825,7 @@ class PgvectorSource(PoolSource):
         for _, (plan,), _ in searches:
             if plan.score is not _cosine or self._statement(plan, query)[0] != plan.walk:
                 return None
-            wheres.append(plan.where)
+            wheres.append((plan.where, plan.aside))
         settings = max((wanted for wanted, _, _ in searches), key=lambda w: int(w["hnsw.ef_search"]))
         # Without request filters the tiers' parameters differ only in exact_below, which a walk does not use.
         params = searches[0][2]

@@ -167,8 +167,9 @@ class PostgresStore(GraphWrites):
                     INSERT INTO memories (tenant, id, content, kind, tier, session_id, tags,
                         importance, confidence, speaker, context, metadata, created_at,
                         embedding, model, folded, fold_epoch, mem_key, superseded_at, superseded_by,
-                        expires_at)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s)
+                        expires_at, own)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s,
+                        braid_own_index(%s, %s))
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -178,7 +179,7 @@ class PostgresStore(GraphWrites):
                         embedding = EXCLUDED.embedding, model = EXCLUDED.model,
                         folded = EXCLUDED.folded, fold_epoch = EXCLUDED.fold_epoch,
                         mem_key = EXCLUDED.mem_key, superseded_at = NULL, superseded_by = NULL,
-                        expires_at = EXCLUDED.expires_at,
+                        expires_at = EXCLUDED.expires_at, own = EXCLUDED.own,
                         updated_at = clock_timestamp()
                     """,
                     [
@@ -202,6 +203,8 @@ class PostgresStore(GraphWrites):
                             fold_epoch,
                             m.mem_key,
                             m.expires_at,
+                            tenant,
+                            m.tier,
                         )
                         for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
                     ],

@@ -5,11 +5,14 @@ shrinks. Vectors as in ``test_pgvector.py``: seeded, 16-d, unit length."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import numpy as np
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
@@ -77,6 +80,38 @@ async def hnsw_indexes(pool: AsyncConnectionPool) -> dict[str, str]:
         return {name: d for name, d in await cur.fetchall()}
 
 
+async def flagged(pool: AsyncConnectionPool) -> dict[tuple[str, str], int]:
+    """(tenant, tier) -> rows flagged ``own``."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT tenant, tier, count(*) FROM memories WHERE own GROUP BY tenant, tier")
+        return {(tenant, tier): n for tenant, tier, n in await cur.fetchall()}
+
+
+async def generic_plan(pool: AsyncConnectionPool, statement: str, params: dict[str, Any], ef_search: int) -> str:
+    """``EXPLAIN EXECUTE`` of ``statement`` (psycopg's named placeholders)
+    prepared, under a forced generic plan: the plan a search runs once its
+    statement is prepared."""
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%")
+    async with pool.connection() as conn, conn.transaction():
+        await set_search_params(conn, ef_search)
+        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE own_plan AS {text}")
+        try:
+            args = ", ".join(["%s"] * len(names))
+            cur = psycopg.AsyncClientCursor(conn)
+            await cur.execute(f"EXPLAIN (COSTS off) EXECUTE own_plan({args})", [params[n] for n in names])
+            return "\n".join(row[0] for row in await cur.fetchall())
+        finally:
+            await conn.execute("DEALLOCATE own_plan")
+
+
 async def placed(pool: AsyncConnectionPool, cfg: BraidConfig) -> dict[str, Any]:
     progress: dict[str, Any] = {}
 
@@ -114,6 +149,10 @@ async def test_large_tenants_get_an_index_of_their_own_and_their_searches_walk_i
     assert "WHERE ((tier = 'session'::text) AND (tenant = 'whale'::text))" in own[own_index_name("session", "whale")]
     assert "(tenant = 'pike''s 100%'::text)" in own[own_index_name("session", ODD)]
     assert await index_params(pool, own_index_name("session", "whale")) == {"m": 16, "ef_construction": 64}
+    # The shared index leaves out the rows flagged own: those of the tenant
+    # tiers with an index of their own, and only those.
+    assert shared["memories_hnsw_session"].endswith("WHERE ((tier = 'session'::text) AND (NOT own))")
+    assert await flagged(pool) == {("whale", "session"): 1500, (ODD, "session"): 1200}
     # A second run has nothing to build.
     assert (await placed(pool, cfg))["total"] == 0
 
@@ -151,6 +190,59 @@ async def test_large_tenants_get_an_index_of_their_own_and_their_searches_walk_i
     # The odd name's session rows came back through its own index.
     assert {h.tier for h in after[ODD]} == {"session"}
 
+    # efSearchAt follows the size of the index a search walks: the tenant's own, or the shared one.
+    sizes = PgvectorSource(pool, lambda: cfg)
+    await sizes._read_own()
+    await sizes._read_index_rows(cfg)
+    assert sizes.tier_rows("session", cfg, "whale") == 1500
+    assert sizes.tier_rows("session", cfg, ODD) == 1200
+    assert sizes.tier_rows("session", cfg, "minnow") == sizes.tier_rows("session", cfg) == 3000  # as built
+
+    # A source that has not read the own indexes yet walks the shared index,
+    # which holds none of the flagged rows, and finds them exactly beside it.
+    log.clear()
+    spy_pool = await recording_pool(pool.conninfo, log)
+    try:
+        stale = PgvectorSource(spy_pool, lambda: cfg)
+        stale._own_until = math.inf
+        for tenant in ("whale", ODD):
+            got = await stale.search(query(tenant, q[tenant], limit=30))
+            assert [(h.id, round(h.score, 6)) for h in got] == [(h.id, round(h.score, 6)) for h in after[tenant]]
+    finally:
+        await spy_pool.close()
+    assert all("m.tenant = %(tenant)s" in e["statement"] and "AND m.own ORDER BY" in e["statement"] for e in log)
+    # Its generic plan (as searches run: plan_cache_mode) walks the shared
+    # index and reads the flagged rows from their btree.
+    whale = next(e for e in log if e["tier"] == "session" and e["params"]["tenant"] == "whale")
+    plan = await generic_plan(pool, whale["statement"], whale["params"], int(whale["ef_search"]))
+    assert "Index Scan using memories_hnsw_session " in plan, plan
+    assert "Bitmap Index Scan on memories_own" in plan or "Index Scan using memories_own " in plan, plan
+
+
+async def test_writes_flag_the_rows_of_a_tenant_tier_with_its_own_index(
+    pool: AsyncConnectionPool, tenants: Tenants
+) -> None:
+    await placed(pool, placing(1000))
+    rng = np.random.default_rng(7)
+    store = PostgresStore(pool)
+    new = {("whale", "session"): "whale-new-s", ("whale", "rag"): "whale-new-r", ("minnow", "session"): "minnow-new"}
+    for (tenant, tier), mid in new.items():
+        await store.write_memories(tenant, [memory(mid, unit_vectors(rng, 1)[0], tier=tier)])
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT id, own FROM memories WHERE id = ANY(%s)", (list(new.values()),))
+        assert dict(await cur.fetchall()) == {"whale-new-s": True, "whale-new-r": False, "minnow-new": False}
+        # A row moved to a tier without an index of the tenant's own loses its flag.
+        await store.write_memories("whale", [memory("whale-new-s", unit_vectors(rng, 1)[0], tier="rag")])
+        cur = await conn.execute("SELECT own FROM memories WHERE id = 'whale-new-s'")
+        assert await cur.fetchone() == (False,)
+        await conn.execute("DELETE FROM memories WHERE id = ANY(%s)", (list(new.values()),))
+        # Flags gone wrong (a write that read the table as it changed) are set right by the next job.
+        await conn.execute("UPDATE memories SET own = true WHERE tenant = 'minnow' AND id IN ('minnow-1', 'minnow-2')")
+        await conn.execute("UPDATE memories SET own = false WHERE tenant = 'whale' AND id = 'whale-3'")
+    assert (await flagged(pool))[("minnow", "session")] == 2
+    await placed(pool, placing(1000))
+    assert await flagged(pool) == {("whale", "session"): 1500, (ODD, "session"): 1200}
+
 
 async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its_own(
     pool: AsyncConnectionPool, tenants: Tenants
@@ -180,6 +272,8 @@ async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its
     assert progress["dropped"] == [{"tenant": "whale", "tier": "session"}]
     assert [t for t, _, _ in await own_indexes(pool)] == [ODD]
     assert whale not in await hnsw_indexes(pool)
+    # Its rows are back in the shared index.
+    assert await flagged(pool) == {(ODD, "session"): 1200}
     # Its searches still answer, from the shared index.
     cfg = placing(1000)
     hits = await PgvectorSource(pool, lambda: cfg).search(

@@ -198,8 +198,9 @@ async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
         table, session_def = defs["memories_hnsw_session"]
         assert table == "memories"
         assert "USING hnsw (embedding vector_cosine_ops) WITH (m='8', ef_construction='32')" in session_def
-        assert session_def.endswith("WHERE (tier = 'session'::text)")
-        assert defs["memories_hnsw_rag"][1].endswith("WHERE (tier = 'rag'::text)")
+        # A tier's rows, less those of tenants with an index of their own there (indexers/own_index.py).
+        assert session_def.endswith("WHERE ((tier = 'session'::text) AND (NOT own))")
+        assert defs["memories_hnsw_rag"][1].endswith("WHERE ((tier = 'rag'::text) AND (NOT own))")
         table, entity_def = defs["entities_hnsw"]
         assert table == "entities"
         assert "WHERE" not in entity_def
@@ -273,7 +274,7 @@ async def test_rebuild_index_applies_new_params_and_searches_keep_working(
             )
             rows = await cur.fetchall()
         assert [(name, valid) for name, valid, _ in rows] == [("memories_hnsw_session", True)]
-        assert rows[0][2].endswith("WHERE (tier = 'session'::text)")
+        assert rows[0][2].endswith("WHERE ((tier = 'session'::text) AND (NOT own))")
         # The other tiers were left alone.
         assert await index_params(pool, "memories_hnsw_rag") == {"m": 16, "ef_construction": 64}
 
