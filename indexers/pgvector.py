@@ -763,22 +763,21 @@ class PgvectorSource(PoolSource):
                 rows.append(row)
         return rows, epochs_from_rows(results[0])
 
+    def _shared_names(self, tier: str, cfg: BraidConfig) -> list[str]:
+        """The indexes of ``tier`` every tenant's search may walk: its cosine index and its folds' (as last read)."""
+        return [index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, []))]
+
     def _index_names(self, tier: str, cfg: BraidConfig) -> list[str]:
-        """The indexes a search of ``tier`` may walk, as last read: its shared
-        cosine index and its folds', then the tenants' own indexes."""
-        shared = [index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, []))]
-        return shared + [own_index_name(tier, tenant) for tenant, t in self._own if t == tier]
+        """The indexes a search of ``tier`` may walk: the shared ones, then the tenants' own (as last read)."""
+        return self._shared_names(tier, cfg) + [own_index_name(tier, tenant) for tenant, t in self._own if t == tier]
 
     def tier_rows(self, tier: str, cfg: BraidConfig, tenant: str | None = None) -> int:
         """The rows of the indexes a search of ``tier`` by ``tenant`` walks,
         as last read (0 before the first read): the tenant's own index, or the
-        tier's shared one and its folds'."""
+        tier's shared ones."""
         if tenant is not None and (tenant, tier) in self._own:
             return self._index_rows.get(own_index_name(tier, tenant), 0)
-        return sum(
-            self._index_rows.get(name, 0)
-            for name in (index_name(tier, cfg), *(fold_index_name(tier, e.epoch) for e in self._folds.get(tier, [])))
-        )
+        return sum(self._index_rows.get(name, 0) for name in self._shared_names(tier, cfg))
 
     async def _read_index_rows(self, cfg: BraidConfig) -> None:
         """Read the memory tiers' index sizes (``pg_class.reltuples``: set by
