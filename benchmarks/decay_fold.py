@@ -199,7 +199,8 @@ def tier_plan(
     if filters.created_before is not None:  # as PgvectorSource builds it
         ahead = f"m.tenant = %(tenant)s AND m.tier = '{TIER}' AND m.created_at > %(f_before)s"
         params["walk_ahead"] = WALK_AHEAD
-    (plan,) = search_plans(f"m.tenant = %(tenant)s AND {where}", live, reference, ahead)
+    # A tenant without an index of its own: the shared index, the flagged rows beside it.
+    (plan,) = search_plans(f"m.tenant = %(tenant)s AND {where}", live, reference, ahead, "m.own")
     params.update({"tenant": TENANT, "limit": K, "exact_below": cfg.tiers[TIER].exact_below})
     return plan, params
 

@@ -186,7 +186,8 @@ def _postgres_facts(dsn: str, tenant: str, vector: np.ndarray) -> dict[str, Any]
         plans = []
         for _ in range(50):
             rows = conn.execute(
-                "EXPLAIN (SUMMARY ON) SELECT id FROM memories WHERE tenant = %s AND tier = 'session'"
+                # As the pgvector source walks for a tenant without an index of its own.
+                "EXPLAIN (SUMMARY ON) SELECT id FROM memories WHERE tenant = %s AND tier = 'session' AND NOT own"
                 " ORDER BY embedding <=> %s::vector LIMIT 10",
                 (tenant, literal),
             ).fetchall()

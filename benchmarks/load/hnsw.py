@@ -128,13 +128,16 @@ def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[st
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.
     where = f"m.tenant = {tenant_sql(own)} AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
+    # A tenant without an index of its own walks the shared one, which holds
+    # the rows not flagged own (all of such a tenant's: indexers/own_index.py).
+    walked = where if own is not None else f"{where} AND NOT m.own"
     return (
         f"SELECT m.id, m.embedding FROM memories m WHERE {where}",
         f"""
             WITH nearest AS MATERIALIZED (
                 SELECT m.id, m.embedding <=> %(vec)s AS distance
                 FROM memories m
-                WHERE {where}
+                WHERE {walked}
                 ORDER BY m.embedding <=> %(vec)s
                 LIMIT %(limit)s
             )
