@@ -26,22 +26,31 @@ Relations, between entities kept:
 
 The pipeline runs without its lemmatizer's rule tables for nouns (names are
 kept as written, so a query's words find them) and without ``senter``
-(the parser splits sentences).
+(the parser splits sentences). The service parses in a process of its own
+(:class:`ExtractionProcess`), not under its GIL.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .embedding import Coalescing, Lane
+from .extract_worker import read_frame, write_frame
 from .extraction import COOCCURRENCE, ExtractedEntity, ExtractedRelation, Extraction
 from .postgres.names import normalize_name
 from .typesense import STOPWORDS
 
-__all__ = ["NER_TYPES", "SpacyExtractor", "extract_doc", "load_pipeline"]
+__all__ = ["NER_TYPES", "ExtractionProcess", "SpacyExtractor", "extract_doc", "load_pipeline"]
 
 #: NER label -> entity type; labels not here (numbers, times, money) are not entities.
 NER_TYPES = {
@@ -263,21 +272,133 @@ def _run(items: list[tuple[str, frozenset[str], int]]) -> list[Extraction]:
     return [extract_doc(doc, skip=skip, max_entities=most) for doc, (_, skip, most) in zip(docs, items, strict=True)]
 
 
+_Item = tuple[str, frozenset[str], int]
+_encode = msgspec.msgpack.Encoder().encode
+_decode_answer = msgspec.msgpack.Decoder(dict[str, list[Extraction] | str]).decode
+#: The directory holding the ``indexers`` package, put first on the process' path.
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ExtractionProcess:
+    """The extraction process (:mod:`indexers.extract_worker`) of this service
+    process, which parses with the pipeline loaded there, so a parse never
+    holds this process' GIL.
+
+    Started by :meth:`start` or the first call; a call finding it exited
+    starts another. One call at a time, blocking (from a lane thread). A
+    parse that raised there, or a process that exited during the call,
+    raises ``RuntimeError`` here (the engine then stores the write without
+    extraction, counted in ``/health``). It ends with :meth:`stop`, at
+    interpreter exit, or when this process dies (its stdin closes).
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        #: Processes started so far, and texts they parsed.
+        self.started = 0
+        self.parsed = 0
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self) -> None:
+        """Start the process, if it is not running, and wait until its pipeline is loaded."""
+        with self._lock:
+            self._running()
+
+    def __call__(self, items: list[_Item]) -> list[Extraction]:
+        with self._lock:
+            proc = self._running()
+            assert proc.stdin is not None and proc.stdout is not None
+            body: bytes | None
+            try:
+                write_frame(proc.stdin, _encode([(text, sorted(skip), most) for text, skip, most in items]))
+                body = read_frame(proc.stdout)
+            except OSError:
+                body = None
+            if body is None:
+                self._end(proc)
+                raise RuntimeError("the extraction process exited during a parse (the next call starts another)")
+        answer = _decode_answer(body)
+        if "error" in answer:
+            raise RuntimeError(f"extraction failed: {answer['error']}")
+        ok = answer["ok"]
+        assert isinstance(ok, list) and len(ok) == len(items)
+        self.parsed += len(items)
+        return ok
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the process (its stdin closed; killed after ``timeout`` seconds)."""
+        with self._lock:
+            if self._proc is not None:
+                self._end(self._proc, timeout)
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            return proc
+        if proc is not None:
+            self._end(proc)
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT), *([path] if path else [])])}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "indexers.extract_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        assert proc.stdout is not None
+        ready = read_frame(proc.stdout)
+        if ready is None or msgspec.msgpack.decode(ready) != "ready":
+            self._end(proc)
+            raise RuntimeError("the extraction process did not start: see the service's stderr")
+        self._proc = proc
+        self.started += 1
+        return proc
+
+    def _end(self, proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+        if self._proc is proc:
+            self._proc = None
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+#: The process' one extraction process, shared by its extractors as the
+#: pipeline is (tests run several runtimes in one process).
+EXTRACTION_PROCESS = ExtractionProcess()
+atexit.register(EXTRACTION_PROCESS.stop)
+
+
 class SpacyExtractor:
-    """spaCy's small English pipeline, loaded once, run on a lane of its own."""
+    """spaCy's small English pipeline, loaded once, run on a lane of its own.
+
+    The lane hands each batch to :data:`EXTRACTION_PROCESS` and waits, so the
+    parse runs beside this process, not under its GIL; ``in_process`` parses
+    on the lane thread instead (one process, one GIL: tests and benchmarks
+    comparing the two)."""
 
     name = "spacy"
 
-    def __init__(self) -> None:
+    def __init__(self, *, in_process: bool = False) -> None:
         self.lane = Lane("extract")
+        self.in_process = in_process
         #: Writes waiting at once are parsed in one ``nlp.pipe`` call, which
         #: costs less CPU a text than a call each (``benchmarks.extract_batch``).
-        self.batches: Coalescing[tuple[str, frozenset[str], int], Extraction] = Coalescing(
-            self.lane, _run, COALESCE_TEXTS
+        self.batches: Coalescing[_Item, Extraction] = Coalescing(
+            self.lane, _run if in_process else EXTRACTION_PROCESS, COALESCE_TEXTS
         )
 
     def load(self) -> None:
-        load_pipeline()
+        if self.in_process:
+            load_pipeline()
+        else:
+            EXTRACTION_PROCESS.start()
 
     async def extract(
         self, texts: Sequence[str], *, skip: frozenset[str] = frozenset(), max_entities: int = 16

