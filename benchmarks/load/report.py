@@ -152,6 +152,17 @@ def _placement_row(placement: dict[str, Any] | None) -> str:
     )
 
 
+def _settle_row(settle: dict[str, Any] | None) -> str:
+    """Postgres left with no maintenance pending before the raw baselines
+    (absent from older reports, whose raw phases could absorb autovacuum)."""
+    if settle is None:
+        return "| Postgres settled before the raw baselines | no (older run) |"
+    return (
+        f"| Postgres settled before the raw baselines (autovacuum waited for, then `VACUUM (ANALYZE)`) |"
+        f" {settle['seconds']:.1f} s; autovacuum workers running when it began: {settle['autovacuum_workers']} |"
+    )
+
+
 def _markdown(report: dict[str, Any]) -> str:
     w, raw, d = report["write"], report["raw_typesense"], report["drain"]
     lines = [
@@ -182,6 +193,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
         _placement_row(report.get("placement")),
+        _settle_row(report.get("settle")),
         "",
         "## Freshness (single writes at a steady rate; ack → visible)",
         "",

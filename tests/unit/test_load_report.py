@@ -88,3 +88,11 @@ def test_a_report_from_before_the_metered_baselines_has_no_targets() -> None:
     old = {**_report(), "direct": {"typesense": {"n": 500, "p50": 20.0}, "pgvector": {"n": 500, "p50": 5.0}}}
     assert targets(old) == {}
     assert "direct_qps=– qps_ratio=– p50_ratio=– cpu_ratio=–" in summary_line(old)
+
+
+def test_the_settle_row_says_whether_the_raw_baselines_ran_on_a_quiet_postgres() -> None:
+    from benchmarks.load.report import _settle_row
+
+    assert "no (older run)" in _settle_row(None)
+    row = _settle_row({"seconds": 3.25, "autovacuum_workers": 2})
+    assert "3.2 s" in row and "running when it began: 2" in row
