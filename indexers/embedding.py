@@ -28,7 +28,16 @@ from anyio.lowlevel import EventLoopToken, current_token
 
 from config import EmbeddingConfig
 
-__all__ = ["Coalescing", "Embedder", "Lane", "MiniLMEmbedder", "MODEL_NAMES", "create_embedder", "open_local"]
+__all__ = [
+    "Coalescing",
+    "Embedder",
+    "Lane",
+    "MiniLMEmbedder",
+    "MODEL_NAMES",
+    "NameVectors",
+    "create_embedder",
+    "open_local",
+]
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
@@ -79,6 +88,39 @@ class _LRU:
             self._data.move_to_end(key)
             while len(self._data) > self._size:
                 self._data.popitem(last=False)
+
+
+class NameVectors:
+    """Vectors of entity texts (a name, or a name with its summary), by
+    model and text, shared by every tenant: a name another tenant already
+    used ("Lisbon", "job") is not embedded again. A vector is what the
+    model makes of the text alone, whoever wrote it, so a cached one is the
+    one embedding would give; the cache holds the ``size`` texts used last."""
+
+    def __init__(self, size: int = 16384) -> None:
+        self._lru = _LRU(size)
+
+    @property
+    def hits(self) -> int:
+        return self._lru.hits
+
+    @property
+    def misses(self) -> int:
+        return self._lru.misses
+
+    async def embed(self, embedder: Embedder, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """``embedder``'s vector of each text, in order: the cached ones, and
+        the rest embedded in one :meth:`Embedder.embed` call (each distinct
+        text once) and cached."""
+        keys = [f"{embedder.model}\x00{t}" for t in texts]
+        found = [self._lru.get(k) for k in keys]
+        missing = list(dict.fromkeys(t for t, v in zip(texts, found, strict=True) if v is None))
+        if not missing:
+            return [v for v in found if v is not None]
+        made = dict(zip(missing, await embedder.embed(missing), strict=True))
+        for text, vector in made.items():
+            self._lru.put(f"{embedder.model}\x00{text}", vector)
+        return [v if v is not None else made[t] for t, v in zip(texts, found, strict=True)]
 
 
 class _Job(Generic[T]):

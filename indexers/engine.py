@@ -37,7 +37,7 @@ from .base import (
 )
 from .bookkeeping import Bookkeeper
 from .cache import RecallCache, cache_key
-from .embedding import Embedder
+from .embedding import Embedder, NameVectors
 from .extraction import Extraction, ExtractionStats, Extractors
 from .lifecycle import Forgetting
 from .postgres import (
@@ -221,6 +221,8 @@ class Engine:
         #: The sources searching a copy that may lag Postgres (SourceSpec.derived).
         self._derived = {n for n in self.sources if n in specs and specs[n].derived}
         self.embedder = embedder
+        #: Entity texts' vectors, shared by the tenants (``NameVectors``).
+        self.names = NameVectors()
         # tenant -> (monotonic expiry, speaker names)
         self._speakers: dict[str, tuple[float, list[str]]] = {}
         self.write_timeout_s = WRITE_TIMEOUT_S
@@ -365,7 +367,7 @@ class Engine:
         ordered = sorted(named.values(), key=normalize_name)
         existing = await self._bounded(self.store.existing_entities(tenant, ordered))
         new_names = [n for n in ordered if normalize_name(n) not in existing]
-        vectors = await self.embedder.embed(new_names)
+        vectors = await self.names.embed(self.embedder, new_names)
         return [
             EntityInput(name=n, embedding=v, model=self.embedder.model, type=types.get(normalize_name(n)))
             for n, v in zip(new_names, vectors, strict=True)
@@ -410,7 +412,7 @@ class Engine:
         model = self.embedder.model
         given = {normalize_name(e.name) for e in graph.entities}
         texts = [entity_text(e.name, e.summary) for e in graph.entities]
-        vectors = await self.embedder.embed(texts)
+        vectors = await self.names.embed(self.embedder, texts)
         entities = [
             msgspec.structs.replace(e, embedding=v, model=model) for e, v in zip(graph.entities, vectors, strict=True)
         ]
@@ -418,7 +420,7 @@ class Engine:
         referenced = [n for n in referenced if normalize_name(n) not in given]
         existing = await self._bounded(self.store.existing_entities(tenant, referenced))
         implicit = [n for n in referenced if normalize_name(n) not in existing]
-        for n, v in zip(implicit, await self.embedder.embed(implicit), strict=True):
+        for n, v in zip(implicit, await self.names.embed(self.embedder, implicit), strict=True):
             entities.append(EntityInput(name=n, embedding=v, model=model))
         counts = await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
         await self._wrote(tenant)

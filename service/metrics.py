@@ -31,6 +31,8 @@ on the request path), plus two small Postgres queries bounded by 2 s:
   left out, and ``braid_postgres_up`` 0, when Postgres does not answer.
 - ``braid_outbox_applied_total``, ``braid_outbox_sync_up``: this process's worker.
 - ``braid_embedding_cache_{hits,misses}_total``: the query-embedding cache.
+- ``braid_name_vectors_{hits,misses}_total``: entity names' vectors, cached
+  across tenants (``indexers.embedding.NameVectors``).
 - ``braid_recall_cache_{hits,misses}_total``, ``braid_recall_cache_entries``.
 - ``braid_bookkeeping_queued``, ``braid_bookkeeping_written_total``,
   ``braid_bookkeeping_dropped_total{reason}`` (``queue_full``, ``write_failed``).
@@ -244,6 +246,11 @@ class Metrics:
             ),
         ]
         read += _embedding_cache(rt.embedder)
+        names = rt.engine.names
+        read += [
+            _counter("braid_name_vectors_hits", "Entity names whose vector was cached (any tenant's)", names.hits),
+            _counter("braid_name_vectors_misses", "Entity names embedded: the cache did not hold them", names.misses),
+        ]
         cache = rt.engine.cache.stats()
         read += [
             _counter("braid_recall_cache_hits", "Recalls answered from the result cache (cache.ttlMs)", cache.hits),

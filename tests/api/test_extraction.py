@@ -249,3 +249,22 @@ def test_config_errors_name_the_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(text, source="braid.yaml")
     assert str(info.value) == f"braid.yaml: {message}"
+
+
+async def test_a_name_another_tenant_used_is_not_embedded_again(plain: Braid) -> None:
+    """Entity vectors are cached by text across tenants: tenant B's "Lisbon"
+    costs no embedding, and is stored with the vector A's "Lisbon" got."""
+    from .conftest import AGENT_B
+
+    names = plain.runtime.engine.names
+    await plain.remember({"content": LISBON})
+    hits, misses = names.hits, names.misses
+    assert misses >= 3  # Alex, Lisbon, Google, ... embedded for tenant A
+    await plain.remember({"content": LISBON}, key=AGENT_B)
+    assert names.misses == misses  # every name of B's write was cached
+    assert names.hits >= hits + 3
+    vectors = dict(
+        rows(plain, "SELECT tenant, embedding::text FROM entities WHERE name = 'Lisbon' ORDER BY tenant")  # type: ignore[arg-type]
+    )
+    assert set(vectors) == {"tenant-a", "tenant-b"}
+    assert vectors["tenant-a"] == vectors["tenant-b"]

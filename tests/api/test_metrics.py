@@ -123,6 +123,9 @@ async def test_one_write_and_one_recall_show_every_metric(stack: Callable[..., A
         assert cache_after == {"hits": cache_before["hits"], "misses": cache_before["misses"] + 1}
         assert value(samples, "braid_embedding_cache_misses_total") == cache_after["misses"]
         assert value(samples, "braid_embedding_cache_hits_total") == cache_after["hits"]
+        names = braid.runtime.engine.names
+        assert value(samples, "braid_name_vectors_hits_total") == names.hits
+        assert value(samples, "braid_name_vectors_misses_total") == names.misses
         assert value(samples, "braid_recall_cache_hits_total") == 0
         assert value(samples, "braid_recall_cache_entries") == 0
         assert value(samples, "braid_bookkeeping_dropped_total", reason="queue_full") == 0
