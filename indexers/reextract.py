@@ -21,7 +21,7 @@ from typing import Any
 
 from config import BraidConfig
 
-from .embedding import Embedder
+from .embedding import Embedder, NameVectors
 from .extraction import Extractor
 from .postgres import EntityInput, PostgresStore, normalize_name
 
@@ -52,6 +52,8 @@ async def reextract(
     await report({"graph": progress})
     speakers: dict[str, frozenset[str]] = {}
     after = ("", "")
+    #: A name another tenant had is not embedded again in this job.
+    names_seen = NameVectors()
     while True:
         async with pool.connection() as conn:
             cur = await conn.execute(
@@ -75,7 +77,7 @@ async def reextract(
                     names.setdefault(normalize_name(e.name), (e.name, e.type))
             existing = await store.existing_entities(tenant, [n for n, _ in names.values()])
             new = [(n, t) for norm, (n, t) in sorted(names.items()) if norm not in existing]
-            vectors = await embedder.embed([n for n, _ in new])
+            vectors = await names_seen.embed(embedder, [n for n, _ in new])
             entities = [
                 EntityInput(name=n, embedding=v, model=embedder.model, type=t)
                 for (n, t), v in zip(new, vectors, strict=True)
