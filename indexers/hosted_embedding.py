@@ -157,7 +157,7 @@ class OpenAIEmbedder:
         self.url = hosted.base_url.rstrip("/") + "/embeddings"
         self._timeout_s = hosted.timeout_ms / 1000.0
         self._max_wait_s = hosted.retry_max_wait_ms / 1000.0
-        self._cache = _LRU(cfg.cache_size)
+        self._cache: _LRU[tuple[float, ...]] = _LRU(cfg.cache_size)
         self._inflight: dict[str, _Pending] = {}
         self._tg: TaskGroup | None = None
         self._failing = False

@@ -268,3 +268,9 @@ async def test_a_name_another_tenant_used_is_not_embedded_again(plain: Braid) ->
     )
     assert set(vectors) == {"tenant-a", "tenant-b"}
     assert vectors["tenant-a"] == vectors["tenant-b"]
+    # What the cache gives is the model's vector of the text.
+    embedder = plain.runtime.embedder
+    (direct,) = await embedder.embed(["Lisbon"])
+    (cached,) = await names.embed(embedder, ["Lisbon"])
+    assert names.misses == misses
+    assert cached == pytest.approx(direct, abs=1e-6)
