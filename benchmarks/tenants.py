@@ -13,7 +13,8 @@ stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
 tenants up to each next count. Every memory goes through ``POST
 /v1/memories`` (embeddings supplied, Braid's own extraction on, as shipped)
 and each tenant's relations through ``POST /v1/graph``; the outbox is
-drained before a stage is measured.
+drained, and Postgres settled (autovacuum waited for, then ``VACUUM
+(ANALYZE)``, :func:`benchmarks.load.run.settle`), before a stage is measured.
 
 At each stage: fused recalls of small tenants only (``--clients`` clients for
 ``--seconds`` s, closed loop), each by that tenant's key, a query made from
@@ -57,7 +58,7 @@ import psycopg
 from benchmarks.common import CpuMeter, Service, cpu_per_call, pct, pyplot, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
-from benchmarks.load.run import bulk_load, config_text, graph_load, wait_drained
+from benchmarks.load.run import bulk_load, config_text, graph_load, settle, wait_drained
 from benchmarks.quality.tuning import Override, parse_set
 from config.loader import parse_config
 from config.sources import PgvectorSourceConfig
@@ -282,6 +283,10 @@ async def run(
                 write = await bulk_load(client, sub, headers, 200, 3, max_body)
                 drained = await wait_drained(client)
                 load_s = time.perf_counter() - t0
+                # Recalls measured on a Postgres with no maintenance left from
+                # the load (a stage that loads faster would otherwise share its
+                # recalls with more of it).
+                settled = await settle(dsn)
                 loaded = count
                 small = [t.name for t in corpus.tenants[1 : 1 + count]]
                 sample = rng.sample(small, min(len(small), 400))
@@ -305,6 +310,7 @@ async def run(
                     "write_per_s": write["per_s"],
                     "write_errors": write["error_count"] + len(graph["errors"]),
                     "drain_s": drained["seconds"],
+                    "settle_s": settled["seconds"],
                     "recall": recalls,
                     "unfloored": {k: starved[k] for k in ("n", "pgvector_under_exact", "error_count", "errors")},
                     "pgvector_exact_mean": statistics.mean(q[2] for q in queries),
@@ -334,7 +340,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f"Typesense collection groups (`typesense.groups`): {report.get('groups', 1)}.  ",
         "One service, embedded Postgres and Typesense, shipped config"
         + "".join(f", `{k}` {v}" for k, v in report.get("sets", []))
-        + ", one agent key per tenant. Recalls: small"
+        + ", one agent key per tenant; before each stage's recalls the outbox drained and Postgres settled"
+        " (autovacuum waited for, `VACUUM (ANALYZE)`). Recalls: small"
         " tenants only, each by its own key, a query from one of its memories (first 8 words, vector + noise"
         " ~0.3), up to 400 tenants sampled per stage, closed loop; `short` = recalls with fewer than top_k"
         " items (the sources' relevance floors can leave fewer: the tenant's memories are not all near the query);"
