@@ -115,13 +115,14 @@ class NameVectors:
         """``embedder``'s vector of each text, in order: the cached ones, and
         the rest embedded in one :meth:`Embedder.embed` call (each distinct
         text once) and cached."""
-        found = [self._lru.get(f"{embedder.model}\x00{t}") for t in texts]
+        prefix = f"{embedder.model}\x00"
+        found = [self._lru.get(prefix + t) for t in texts]
         missing = list(dict.fromkeys(t for t, b in zip(texts, found, strict=True) if b is None))
         made: dict[str, tuple[float, ...]] = {}
         if missing:
             for text, vector in zip(missing, await embedder.embed(missing), strict=True):
                 packed = np.asarray(vector, dtype=np.float32).tobytes()
-                self._lru.put(f"{embedder.model}\x00{text}", packed)
+                self._lru.put(prefix + text, packed)
                 made[text] = _unpack(packed)
         return [made[t] if b is None else _unpack(b) for t, b in zip(texts, found, strict=True)]
 

@@ -1,7 +1,8 @@
 """The spaCy extraction process: ``graph.extract: spacy`` parses here, not in
 the service, so a parse never holds the service's GIL (the event loop, the
-outbox worker and every recall share that one lock; a parse in a thread of
-the service delayed them all, see ``benchmarks/results/write-lag-s43.md``).
+outbox worker and every recall share that one lock; beside recalls, a
+parse in a thread of the service delayed writes' acks and the outbox:
+``benchmarks/results/write-mix-s43-{thread,process}.md``).
 
 The service starts one per process (:class:`indexers.spacy_extractor.ExtractionProcess`)
 and talks to it over its stdin and stdout, one call at a time: a frame is a

@@ -322,12 +322,12 @@ class ExtractionProcess:
             if body is None:
                 self._end(proc)
                 raise RuntimeError("the extraction process exited during a parse (the next call starts another)")
-        answer = _decode_answer(body)
-        if "error" in answer:
-            raise RuntimeError(f"extraction failed: {answer['error']}")
-        ok = answer["ok"]
-        assert isinstance(ok, list) and len(ok) == len(items)
-        self.parsed += len(items)
+            answer = _decode_answer(body)
+            if "error" in answer:
+                raise RuntimeError(f"extraction failed: {answer['error']}")
+            ok = answer["ok"]
+            assert isinstance(ok, list) and len(ok) == len(items)
+            self.parsed += len(items)
         return ok
 
     def stop(self, timeout: float = 5.0) -> None:
