@@ -51,6 +51,23 @@ async def vectors_alias(ts: httpx.AsyncClient) -> str:
     return VECTORS_ALIAS if (await ts.get(f"/aliases/{VECTORS_ALIAS}")).status_code == 200 else KEYWORD_ALIAS
 
 
+async def search_aliases(ts: httpx.AsyncClient, dsn: str, tenant: str) -> tuple[str, str]:
+    """The keyword and vectors aliases ``tenant``'s searches read: its own
+    pair's once the placement job has moved it (``typesense_placements``,
+    state ``live``), else Braid's shared ones (:func:`vectors_alias`: the
+    keyword alias twice on a Braid from before the vectors collection)."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            "SELECT alias FROM typesense_placements WHERE tenant = %s AND state = 'live'", (tenant,)
+        )
+        row = await cur.fetchone()
+    shared = await vectors_alias(ts)
+    if row is None:
+        return KEYWORD_ALIAS, shared
+    own: str = row[0]
+    return own, own if shared == KEYWORD_ALIAS else f"{own}_vectors"
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -772,13 +789,15 @@ async def direct_typesense(
     clients: tuple[int, ...],
     seconds: float,
     cpu: Callable[[], dict[str, float]],
-    vectors: str = "braid_memories_vectors",
+    vectors: str = VECTORS_ALIAS,
+    keywords: str = KEYWORD_ALIAS,
 ) -> list[dict[str, Any]]:
     """What a user would run by hand against Braid's collections: one ``POST
     /multi_search`` per query holding a keyword search (``q`` = the query
     text over content and context) in the keyword collection and a vector
-    search in the vectors collection (``braid_memories`` and ``vectors``,
-    the aliases; one collection before Braid had two), ``candidates`` hits each,
+    search in the vectors collection (``keywords`` and ``vectors``, the
+    aliases the big tenant's searches read: :func:`search_aliases`; one
+    collection before Braid had two), ``candidates`` hits each,
     behind the big tenant's filter, the embedding not sent back; bodies
     encoded beforehand, answers not parsed."""
     bodies = []
@@ -786,7 +805,7 @@ async def direct_typesense(
     for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
         vector = ",".join(repr(float(x)) for x in v)
         keyword = {
-            "collection": KEYWORD_ALIAS,
+            "collection": keywords,
             "q": q["text"],
             "query_by": "content,context",
             "per_page": candidates,
@@ -879,7 +898,8 @@ async def run(
             )
             print("load: raw Postgres COPY", flush=True)
             report["raw_postgres"] = await raw_postgres_copy(dsn, corpus, raw_sample, batch, meter)
-            vectors = await vectors_alias(ts)
+            # After the placement job: a big tenant may have a pair of its own.
+            keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
             print("load: steady writes", flush=True)
             async with LeanClient(svc.url) as lean:
                 report["steady"] = await steady_writes(
@@ -943,9 +963,10 @@ async def run(
                     seconds,
                     meter,
                     vectors,
+                    keywords=keyword,
                 ),
                 "ef_search": ef_search,
-                "keyword_collection": KEYWORD_ALIAS,
+                "keyword_collection": keyword,
                 "vector_collection": vectors,
             }
             health = (await client.get("/health")).json()
