@@ -15,8 +15,8 @@ the CPU is per write, outbox drain included. ``--gil`` samples only the
 thread holding the GIL. ``--perf`` samples with ``perf record`` instead
 (CPU clock): the service's CPU by shared object (kernel, interpreter, each C
 extension) and by symbol, where py-spy names only Python frames and counts
-a frame that called into C that waits or does I/O as busy. Both report the
-service process' own user and kernel CPU per recall. Report:
+a frame that called into C that waits or does I/O as busy. Every report
+has the service process' own user and kernel CPU per recall. Report:
 ``benchmarks/results/recall-profile[-<name>].{md,json}`` plus py-spy's raw
 collapsed stacks beside it (``.txt``; none with ``--perf``). Last line:
 ``recall-profile: size=<n> recalls=<n> service_ms=<x> postgres_ms=<x> typesense_ms=<x> samples=<n>``

@@ -28,6 +28,7 @@ from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
 from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
 from config.schema import EmbeddingConfig
+from indexers.typesense.documents import vectors_alias as paired_vectors_alias
 
 from .client import LeanClient
 from .corpus import BIG_TENANT, Corpus
@@ -65,7 +66,7 @@ async def search_aliases(ts: httpx.AsyncClient, dsn: str, tenant: str) -> tuple[
     if row is None:
         return KEYWORD_ALIAS, shared
     own: str = row[0]
-    return own, own if shared == KEYWORD_ALIAS else f"{own}_vectors"
+    return own, own if shared == KEYWORD_ALIAS else paired_vectors_alias(own)
 
 
 _encode = msgspec.json.Encoder().encode
