@@ -72,6 +72,7 @@ from .postgres import (
     PoolSource,
     Read,
     by_ids_sql,
+    current_generation,
     filter_clause,
     hit_from_row,
     name_candidates,
@@ -384,11 +385,17 @@ class GraphSource(PoolSource):
                 refresh = None
         if refresh is not None:
             now = time.time()
-            taken = refresh.take(await tenant_reads(self._pool, query.tenant, refresh.reads()))
+            taken: tuple[TenantGraph, Overlay | None] | None = None
+            if refresh.check():
+                taken = refresh.unchanged(await current_generation(self._pool, query.tenant))
+            unchanged = taken is not None
+            if taken is None:
+                taken = refresh.take(await tenant_reads(self._pool, query.tenant, refresh.reads()))
             if taken is not None:
                 graph, overlay = taken
                 self.cache.walks["here"] += 1
                 self.cache.walks["raced"] += overlay is not None
+                self.cache.walks["unchanged"] += unchanged
                 seeds = graph.seeds(
                     params["names"],
                     query.vector if seeded else None,

@@ -30,6 +30,15 @@ benchmarks/results/load-10000-s31.md.)
 Deletions are read before rows, and merged first: a row read is the newest
 word on its key.
 
+**Nothing changed, one statement.** The cursor's statement also reads the
+tenant's write generation in its snapshot (``tenant_generations``, which
+every transaction that changes a tenant's graph bumps as it commits). A walk
+of a copy with a known generation first reads the generation alone
+(:meth:`Refresh.check`, one statement without a scope: the counter says
+nothing of the tenant's data): the same number means no change has committed since
+the copy's snapshot, so the copy is walked as it is, and the six reads of
+changes (and their scope) are not sent. Any other number, and they are.
+
 **Concurrent recalls.** A read is merged into the shared copy only when no
 other read changed the copy while it was out (it was sent after every such
 read came back, so its snapshot is newer than theirs); a recall whose read
@@ -91,9 +100,11 @@ __all__ = [
 ]
 
 #: The cursor, a snapshot taken now: the first transaction id not yet
-#: completed, and the transactions still running below it.
+#: completed, and the transactions still running below it; and the tenant's
+#: write generation in that snapshot (:mod:`.postgres.generations`).
 CURSOR_SQL = (
-    "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) AS x)"
+    "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) AS x),"
+    " coalesce((SELECT generation FROM tenant_generations WHERE tenant = %(tenant)s), 0)"
     " FROM pg_current_snapshot() AS s"
 )
 
@@ -309,7 +320,7 @@ class Delta:
     """One read's results: the relations, mentions and entities written and
     deleted since its cursor, and the cursor for the next read."""
 
-    __slots__ = ("cursor", "dropped", "entities", "mentioned", "rows", "unentitied", "unmentioned")
+    __slots__ = ("cursor", "dropped", "entities", "generation", "mentioned", "rows", "unentitied", "unmentioned")
 
     def __init__(
         self,
@@ -320,8 +331,11 @@ class Delta:
         unmentioned: Sequence[Sequence[Any]] = (),
         entities: Sequence[Sequence[Any]] = (),
         unentitied: Sequence[int] = (),
+        generation: int | None = None,
     ) -> None:
         self.cursor = cursor
+        #: The tenant's write generation in the cursor's snapshot (None: not read).
+        self.generation = generation
         self.rows = rows
         self.mentioned = mentioned
         self.dropped = dropped
@@ -381,6 +395,7 @@ class TenantGraph:
         "applied",
         "cursor",
         "entities",
+        "generation",
         "incident",
         "memory_ids",
         "memory_index",
@@ -427,6 +442,9 @@ class TenantGraph:
         #: made when first searched, then kept in step with :attr:`entities` by :meth:`apply`.
         self._models: dict[str, _Matrix] = {}
         self.cursor: Cursor = _START
+        #: The tenant's write generation in the cursor's snapshot (None: unknown,
+        #: so every walk reads what changed).
+        self.generation: int | None = None
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
         self.refreshed = 0.0
@@ -522,6 +540,7 @@ class TenantGraph:
         if self._apply_entities(delta):
             changed = True
         self.cursor = delta.cursor
+        self.generation = delta.generation
         if changed:
             self.applied += 1
         self.refreshed = time.monotonic()
@@ -799,10 +818,12 @@ def best(scores: Mapping[str, float] | Shares, k: int) -> list[tuple[str, float]
 
 
 class Refresh:
-    """One walk's read of what changed: the statements to send (:meth:`reads`,
+    """One walk's read of what changed: for a kept copy of a known generation,
+    first the generation alone (:meth:`check`, then :meth:`unchanged`); then,
+    unless that showed nothing changed, the statements to send (:meth:`reads`,
     cursor first) and, once they are back, the copy to walk (:meth:`take`)."""
 
-    __slots__ = ("_applied", "_cache", "_graph", "_since", "_tenant")
+    __slots__ = ("_applied", "_cache", "_checked", "_generation", "_graph", "_since", "_tenant")
 
     def __init__(self, cache: GraphCache, tenant: str, graph: TenantGraph | None) -> None:
         self._cache = cache
@@ -810,6 +831,26 @@ class Refresh:
         self._graph = graph
         self._since = graph.cursor if graph is not None else _START
         self._applied = graph.applied if graph is not None else 0
+        self._generation = graph.generation if graph is not None else None
+        self._checked = 0.0
+
+    def check(self) -> bool:
+        """Whether to read the tenant's generation first (the copy's is known);
+        to be called just before it is read."""
+        self._checked = time.monotonic()
+        return self._generation is not None
+
+    def unchanged(self, generation: int) -> tuple[TenantGraph, None] | None:
+        """The copy to walk, as it is, when ``generation``, read after
+        :meth:`check`, is the copy's: nothing committed since its snapshot (a
+        copy changed meanwhile by another read is newer still). None: read
+        what changed."""
+        graph = self._graph
+        if graph is None or generation != self._generation:
+            return None
+        # Current as of the check: its tombstones are not yet old enough to be dropped.
+        graph.refreshed = max(graph.refreshed, self._checked)
+        return graph, None
 
     def reads(self) -> list[Read]:
         """The cursor, then the deletions (a tenant not kept yet has none to
@@ -823,13 +864,13 @@ class Refresh:
             # no rows read; it answers one row of NULLs instead.
             fits = {**params, "limit": self._cache.limit}
             return [
-                Read(CURSOR_SQL),
+                Read(CURSOR_SQL, {"tenant": self._tenant}),
                 Read(_WHOLE_RELATIONS_SQL, fits),
                 Read(_WHOLE_MENTIONS_SQL, fits),
                 Read(_WHOLE_ENTITIES_SQL, fits),
             ]
         return [
-            Read(CURSOR_SQL),
+            Read(CURSOR_SQL, {"tenant": self._tenant}),
             Read(DROPPED_SQL, params),
             Read(UNMENTIONED_SQL, params),
             Read(UNENTITIED_SQL, params),
@@ -848,7 +889,7 @@ class Refresh:
         """The changes the results of :meth:`reads` hold; None when the tenant
         (or this change) is too big to keep (then walked in Postgres for
         :data:`RETRY_S`)."""
-        ((xmax, running),), *rest = results
+        ((xmax, running, generation),), *rest = results
         cursor = (xmax, tuple(running))
         limit = self._cache.limit
         if self._graph is not None:
@@ -861,11 +902,12 @@ class Refresh:
                 unmentioned,
                 entities,
                 [row[0] for row in unentitied],
+                generation,
             )
             too_big = len(rows) > limit or len(mentioned) > limit or len(entities) > limit
         else:
             rows, mentioned, entities = rest
-            delta = Delta(cursor, rows, mentioned, entities=entities)
+            delta = Delta(cursor, rows, mentioned, entities=entities, generation=generation)
             # Postgres answers a row of NULLs for a tenant that does not fit.
             sentinel = any(row[0] is None for part in rest for row in part[:1])
             too_big = sentinel or len(rows) + len(mentioned) + len(entities) > limit
@@ -916,8 +958,9 @@ class GraphCache:
         self._refused: dict[str, float] = {}
         #: Tenants whose first read is out (:meth:`load`).
         self._loading: set[str] = set()
-        #: Walks since start: ``here``, of which ``raced``, and by ``postgres``.
-        self.walks = {"here": 0, "raced": 0, "postgres": 0}
+        #: Walks since start: ``here``, of which ``raced`` and ``unchanged`` (the
+        #: generation alone read), and by ``postgres``.
+        self.walks = {"here": 0, "raced": 0, "unchanged": 0, "postgres": 0}
 
     def configure(self, limit: int, total: int) -> None:
         """Apply reloaded limits (copies over them go at their next walk or eviction)."""
@@ -1013,5 +1056,6 @@ class GraphCache:
     def stats(self) -> dict[str, int]:
         """What this process holds (tenants, rows: relations + mentions) and
         how its walks went since start: walked here, raced another read (laid
-        over), and walked by Postgres instead."""
+        over), found nothing changed (the generation alone read), and walked by
+        Postgres instead."""
         return {"tenants": len(self._graphs), "rows": self._held, **self.walks}

@@ -19,7 +19,8 @@ One job a module:
 * :mod:`.lifecycle`: supersession by ``mem_key`` inside a write's
   transaction, the per-key locks, and the restore of a retired version.
 * :mod:`.generations`: the per-tenant write generation every change bumps
-  (:func:`bump_generations`) and a cached recall checks (:func:`read_generation`).
+  (:func:`bump_generations`), which a cached recall checks (:func:`read_generation`)
+  and so does a walk of a kept graph (:func:`current_generation`).
 * :mod:`.stats`: what is stored, counted per tenant (:func:`tenant_counts`).
 * :mod:`.replica`: which Postgres a recall reads, the primary or a streaming
   replica past the tenant's last write (:class:`ReplicaRouter`).
@@ -27,7 +28,7 @@ One job a module:
 
 from __future__ import annotations
 
-from .generations import bump_generations, read_generation
+from .generations import bump_generations, current_generation, read_generation
 from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
 from .names import entity_text, name_candidates, normalize_name
@@ -72,6 +73,7 @@ __all__ = [
     "TenantCounts",
     "Written",
     "bump_generations",
+    "current_generation",
     "by_ids_sql",
     "filter_clause",
     "format_lsn",

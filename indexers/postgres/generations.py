@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["BUMP_SQL", "bump_generations", "read_generation"]
+__all__ = ["BUMP_SQL", "GENERATION_SQL", "bump_generations", "current_generation", "read_generation"]
 
 #: One tenant's bump (parameter ``tenant``), a statement of its own or a
 #: data-modifying ``WITH`` of a transaction's last statement.
@@ -35,6 +35,20 @@ async def bump_generations(conn: psycopg.AsyncConnection, tenants: Iterable[str]
     """
     for tenant in sorted(set(tenants)):
         await conn.execute(BUMP_SQL, {"tenant": tenant})
+
+
+#: One tenant's generation now (parameter ``tenant``; 0 before its first write).
+GENERATION_SQL = "SELECT coalesce((SELECT generation FROM tenant_generations WHERE tenant = %(tenant)s), 0)"
+
+
+async def current_generation(pool: AsyncConnectionPool, tenant: str) -> int:
+    """The tenant's generation now: one statement, as the connecting role
+    (a counter says nothing of the tenant's data)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(GENERATION_SQL, {"tenant": tenant})
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def read_generation(pool: AsyncConnectionPool, tenant: str) -> tuple[int, bool]:

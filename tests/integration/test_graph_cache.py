@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,9 +24,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import BraidConfig, load_config
 from indexers.base import Filters, SearchQuery
+from indexers.extraction import ExtractedEntity, ExtractedRelation, Extraction
 from indexers.graph import GraphSource, _walk_sql
 from indexers.graph_cache import CHANGED_SQL, ENTITIES_SQL, Delta, TenantGraph
-from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput
+from indexers.postgres import EntityInput, MemoryInput, PostgresStore, RelationInput, bump_generations
 
 pytestmark = pytest.mark.anyio
 
@@ -195,9 +197,11 @@ async def test_a_cached_tenant_sees_every_change_another_process_makes(
     hits = await both(source, uncached, q)
     assert "m-rust" in dict(hits)
 
-    # A weight change re-orders the walk's relations.
-    async with pool.connection() as conn:
+    # A weight change re-orders the walk's relations (its transaction bumps the
+    # tenant's generation last, as every writer of Braid's does).
+    async with pool.connection() as conn, conn.transaction():
         await conn.execute("UPDATE relations SET weight = 0.1 WHERE tenant = %s AND relation = 'learns'", (t,))
+        await bump_generations(conn, [t])
     after = await both(source, uncached, q)
     assert dict(after)["m-rust"] < dict(hits)["m-rust"]
 
@@ -214,6 +218,60 @@ async def test_a_cached_tenant_sees_every_change_another_process_makes(
     assert not [i for i, _ in await both(source, uncached, q) if i in ("m-ts", "m-rust")]
     graph = source.cache.get(t)
     assert graph is not None and all(r[2] != "prefers" for r in graph.rels.values())
+
+
+#: The newest transaction id that wrote or deleted any of a tenant's relations, mentions or entities.
+_LAST_CHANGE_SQL = " UNION ALL ".join(
+    f"SELECT max(changed)::text AS c FROM {table} WHERE tenant = %(t)s"
+    for table in ("relations", "mentions", "entities", "relation_tombstones", "mention_tombstones", "entity_tombstones")
+)
+
+
+async def test_every_write_that_changes_a_tenants_graph_moves_its_generation(
+    pool: AsyncConnectionPool, embedder: Any
+) -> None:
+    """A kept copy whose generation has not moved is walked without reading
+    changes: so no write of Braid's may change a tenant's relations, mentions
+    or entities without bumping its generation in the same transaction."""
+    w = Writer(pool, embedder)
+    t = "generations"
+
+    async def state() -> tuple[int, int]:
+        async with pool.connection() as conn:
+            cur = await conn.execute(f"SELECT max(c::xid8)::text FROM ({_LAST_CHANGE_SQL}) x", {"t": t})
+            (last,) = await cur.fetchone()  # type: ignore[misc]
+            cur = await conn.execute("SELECT generation FROM tenant_generations WHERE tenant = %s", (t,))
+            row = await cur.fetchone()
+        return int(last or 0), int(row[0]) if row else 0
+
+    steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("graph write", lambda: w.graph(t, ["Ada", "Lisp"], [RelationInput("Ada", "writes", "Lisp")])),
+        ("memory write", lambda: w.memory(t, "m1", "Ada writes Lisp.", ("Ada", "Lisp"))),
+        ("memory rewrite", lambda: w.memory(t, "m1", "Ada writes Prolog.", ("Ada", "Prolog"))),
+        (
+            "re-extraction",
+            lambda: w.store.apply_extraction(
+                t,
+                ["m1"],
+                [
+                    Extraction(
+                        entities=(ExtractedEntity("Ada", "PERSON"), ExtractedEntity("Lisp", "PRODUCT")),
+                        relations=(ExtractedRelation("Ada", "learns", "Lisp"),),
+                    )
+                ],
+            ),
+        ),
+        ("relations deleted", lambda: w.store.delete_relations(t, "Ada", "Lisp")),
+        ("memory deleted", lambda: w.store.delete_memory(t, "m1")),
+        ("entity deleted", lambda: w.store.delete_entity(t, "Lisp")),
+    ]
+    before = await state()
+    for name, step in steps:
+        await step()
+        after = await state()
+        assert after[0] > before[0], f"{name} changed nothing in the graph: the step checks nothing"
+        assert after[1] > before[1], f"{name} changed the graph without moving the generation"
+        before = after
 
 
 async def test_memories_scored_in_the_service_are_the_statements(pool: AsyncConnectionPool, embedder: Any) -> None:
@@ -267,6 +325,8 @@ async def test_a_change_whose_transaction_began_before_the_cursor_is_not_missed(
         await w.graph("in-flight-other", ["Later"], [])
         facts = {h.content for h in await source.search(q)}
         assert "Ada writes Prolog." not in facts
+        # Its last statement bumps the tenant's generation, as every writer's does.
+        await bump_generations(other, [t])
         await other.commit()
     facts = {h.content for h in await source.search(q)}
     assert "Ada writes Prolog." in facts
@@ -391,10 +451,10 @@ async def test_the_seeds_found_in_the_service_are_the_statements(pool: AsyncConn
 async def test_a_kept_tenant_sends_only_its_changes_and_answers_as_the_statement(
     pool: AsyncConnectionPool, embedder: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vector-seeded walk of a kept tenant reads what changed, nothing else
-    (no seeds statement, no vector search settings: the seeds are found in
-    the service), and finds what the walk statement finds, also after its
-    entities change."""
+    """A vector-seeded walk of a kept tenant reads its generation, then what
+    changed only when it moved, nothing else (no seeds statement, no vector
+    search settings: the seeds are found in the service), and finds what the
+    walk statement finds, also after its entities change."""
     import indexers.graph
 
     cfg = msgspec.structs.replace(
@@ -421,16 +481,23 @@ async def test_a_kept_tenant_sends_only_its_changes_and_answers_as_the_statement
         return await real(pool, tenant, reads, **kwargs)
 
     monkeypatch.setattr(indexers.graph, "tenant_reads", recorded)
+    unchanged = source.cache.walks["unchanged"]
     hits = await both(source, uncached, q)
     assert "m1" in dict(hits)
+    # Nothing written since the copy's read: the generation alone was read, no change.
+    assert source.cache.walks["unchanged"] == unchanged + 1
+    statements, _ = sent[0]
+    assert not any("changed" in sql or "pg_current_snapshot" in sql for sql in statements)
+    # Entities deleted and made by another process: the seeds follow, from the changes alone.
+    await w.store.delete_entity(t, "Ada")
+    await w.graph(t, ["Hopper"], [RelationInput("Hopper", "knows", "Grace")])
+    sent.clear()
+    await both(source, uncached, q)
+    assert source.cache.walks["unchanged"] == unchanged + 1
     statements, scope_settings = sent[0]
     assert scope_settings is None
     assert statements and all("changed" in sql or "pg_current_snapshot" in sql for sql in statements)
     assert not any("seeds AS MATERIALIZED" in sql or "set_config" in sql for sql in statements)
-    # Entities deleted and made by another process: the seeds follow.
-    await w.store.delete_entity(t, "Ada")
-    await w.graph(t, ["Hopper"], [RelationInput("Hopper", "knows", "Grace")])
-    await both(source, uncached, q)
     graph = source.cache.get(t)
     assert graph is not None and "ada" not in graph.named and "hopper" in graph.named
 

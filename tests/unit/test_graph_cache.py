@@ -7,6 +7,7 @@ checked against Postgres' statement in tests/integration/test_graph_cache.py.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,12 @@ def read(
     unmentioned: list[tuple[int, str]] | None = None,
     entities: list[tuple[Any, ...]] | None = None,
     unentitied: tuple[int, ...] = (),
+    generation: int | None = None,
 ) -> Any:
-    """``refresh`` taken with these results, in the order of its reads."""
+    """``refresh`` taken with these results, in the order of its reads (the
+    tenant's generation: ``cursor`` unless given)."""
     assert refresh is not None
-    results: list[Any] = [[(str(cursor), [])]]
+    results: list[Any] = [[(str(cursor), [], cursor if generation is None else generation)]]
     if len(refresh.reads()) == 7:
         results += [[(d,) for d in dropped], unmentioned or [], [(e,) for e in unentitied]]
     return refresh.take([*results, rows, mentioned or [], entities or []])
@@ -66,6 +69,29 @@ def test_a_read_merges_changes_and_deletions_and_moves_the_cursor() -> None:
     assert graph.cursor == ("9", ()) and sorted(graph.rels) == [1, 3]
     assert walked(graph, {10}) == [(1, 5.0), (3, 0.5)]
     assert cache.relations == 2
+
+
+def test_a_copy_whose_generation_has_not_moved_is_walked_without_reading_changes() -> None:
+    cache = GraphCache(100, 1000)
+    refresh = cache.refresh("t")
+    assert refresh is not None and not refresh.check(), "a tenant not kept yet has no generation to compare"
+    graph = loaded(cache, "t", [rel(1, 10, 11)], cursor=5)
+    assert graph.generation == 5
+    graph.refreshed = before = time.monotonic() - 100.0
+    refresh = cache.refresh("t")
+    assert refresh is not None and refresh.check()
+    # The same generation: the copy as it is, counted as brought up to date.
+    assert refresh.unchanged(5) == (graph, None)
+    assert graph.refreshed > before and graph.cursor == ("5", ())
+    # A moved generation: read what changed, which then carries the new one.
+    refresh = cache.refresh("t")
+    assert refresh is not None and refresh.check() and refresh.unchanged(6) is None
+    again, overlay = read(refresh, 9, [rel(2, 10, 12)], generation=6)
+    assert again is graph and overlay is None and graph.generation == 6 and sorted(graph.rels) == [1, 2]
+    # A read that did not carry a generation (unknown): every walk reads what changed.
+    graph.apply(Delta(("10", ()), [], []))
+    refresh = cache.refresh("t")
+    assert refresh is not None and not refresh.check()
 
 
 def test_a_read_that_raced_a_merged_one_is_laid_over_and_leaves_the_copy_alone() -> None:
@@ -126,7 +152,7 @@ async def test_while_a_tenant_is_loaded_its_recalls_start_no_other_read_and_a_fa
     assert cache.refresh("t") is None
     async with loading:
         assert cache.refresh("t") is None
-        delta = first.read([[("5", [])], [rel(1, 1, 2)], [], []])
+        delta = first.read([[("5", [], 5)], [rel(1, 1, 2)], [], []])
         assert delta is not None
         first.keep(TenantGraph.of(delta))
     again = cache.refresh("t")
