@@ -15,6 +15,7 @@ step measured on the real text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -72,6 +73,27 @@ def format_block(
     return block
 
 
+#: Pieces up to this many characters have their token counts kept (:func:`_count`).
+_KEPT_UP_TO = 4096
+
+
+@functools.lru_cache(maxsize=8192)
+def _kept_count(encoding: Encoding, piece: str) -> int:
+    return len(encoding.encode(piece))
+
+
+def _count(encoding: Encoding, piece: str) -> int:
+    """``len(encoding.encode(piece))``, kept for short pieces: the same
+    memories render the same pieces in recall after recall (an encoding
+    that cannot be a key is asked every time)."""
+    if len(piece) <= _KEPT_UP_TO:
+        try:
+            return _kept_count(encoding, piece)  # type: ignore[arg-type]
+        except TypeError:  # unhashable
+            pass
+    return len(encoding.encode(piece))
+
+
 def _render(item: BlockItem, content: str) -> str:
     moment = item.created_at
     if moment.tzinfo is not None:
@@ -115,7 +137,7 @@ class _Packer:
         if self.exact:
             return len(self.encoding.encode(_SEP.join([*self.pieces, piece])))
         sep = self.sep_tokens if self.pieces else 0
-        return self.used + sep + len(self.encoding.encode(piece))
+        return self.used + sep + _count(self.encoding, piece)
 
     def _add(self, piece: str, cost: int) -> bool:
         if cost > self.budget:

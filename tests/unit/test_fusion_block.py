@@ -374,3 +374,34 @@ def test_get_encoding_is_cached_and_plain() -> None:
     assert enc.encode("hello world") == [15339, 1917]
     tokens = enc.encode("<|endoftext|>")
     assert len(tokens) == 7 and enc.decode(tokens) == "<|endoftext|>"
+
+
+class CountedEncoding(CharEncoding):
+    """CharEncoding that records every text it encodes."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def encode(self, text: str, /) -> list[int]:
+        self.seen.append(text)
+        return super().encode(text)
+
+
+def test_a_pieces_count_is_kept_and_the_whole_block_is_still_measured() -> None:
+    enc = CountedEncoding()
+    items = [item("first memory"), item("second memory")]
+    first = format_block(items, 10_000, enc)
+    pieces = first.text.split("\n\n")
+    assert enc.seen.count(pieces[0]) == 1 and enc.seen.count(first.text) == 1
+    enc.seen.clear()
+    again = format_block(items, 10_000, enc)
+    assert again == first
+    # The pieces' counts were kept; the block itself is encoded every time.
+    assert pieces[0] not in enc.seen and pieces[1] not in enc.seen
+    assert enc.seen.count(first.text) == 1
+    # A piece too long to keep is encoded every time.
+    long = [item("x" * 5000)]
+    format_block(long, 10_000, enc)
+    enc.seen.clear()
+    block = format_block(long, 10_000, enc)
+    assert enc.seen.count(block.text) == 2, "once as the piece, once as the block"
