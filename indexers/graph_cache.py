@@ -428,9 +428,9 @@ class TenantGraph:
         #: :data:`ORDERED_ABOVE` mentions that :meth:`shares` has read: kept in step by :meth:`apply`,
         #: so a write that mentions such an entity does not sort all its mentions again.
         self.ordered: dict[int, list[tuple[float, str]]] = {}
-        #: Entity -> (fanout, its walked relations: id and the entity at the other end), kept
-        #: while no relation it looked at has a validity window (the list cannot age).
-        self.tops: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+        #: Entity -> (fanout, its walked relations' ids, the entities at their other ends), kept
+        #: while no relation it looked at has a validity window (the lists cannot age).
+        self.tops: dict[int, tuple[int, list[int], list[int]]] = {}
         #: Every memory id met, and its index (for scoring with numpy).
         self.memory_ids: list[str] = []
         self.memory_index: dict[str, int] = {}
@@ -653,16 +653,18 @@ class TenantGraph:
         ids.sort(key=lambda r: (-(ov.get(r) or self.rels[r])[_W], r))
         return ids
 
-    def _top(self, entity: int, fanout: int, now: float, overlay: Overlay | None) -> list[tuple[int, int]]:
-        """``entity``'s ``fanout`` heaviest relations valid at ``now``, with the entity at their other end."""
+    def _top(self, entity: int, fanout: int, now: float, overlay: Overlay | None) -> tuple[list[int], list[int]]:
+        """``entity``'s ``fanout`` heaviest relations valid at ``now``: their
+        ids, and the entities at their other ends."""
         cached = overlay is None or entity not in overlay.incident
         if cached:
             kept = self.tops.get(entity)
             if kept is not None and kept[0] == fanout:
-                return kept[1]
+                return kept[1], kept[2]
         own = overlay.rels if overlay is not None else {}
         rels = self.rels
-        top: list[tuple[int, int]] = []
+        ids: list[int] = []
+        others: list[int] = []
         ageless = True
         for rid in self._sorted(entity, overlay):
             rel = own.get(rid) or rels[rid]
@@ -670,12 +672,13 @@ class TenantGraph:
                 ageless = False
             if not _valid(rel, now):
                 continue
-            top.append((rid, rel[_DST] if rel[_SRC] == entity else rel[_SRC]))
-            if len(top) == fanout:
+            ids.append(rid)
+            others.append(rel[_DST] if rel[_SRC] == entity else rel[_SRC])
+            if len(ids) == fanout:
                 break
         if cached and ageless:
-            self.tops[entity] = (fanout, top)
-        return top
+            self.tops[entity] = (fanout, ids, others)
+        return ids, others
 
     def walk(
         self,
@@ -695,28 +698,34 @@ class TenantGraph:
         ``hops`` 0 the seeds' own among themselves."""
         seeds = set(seeds)
         seen = set(seeds)
-        frontier = sorted(seeds)
+        frontier: Iterable[int] = seeds
         walked: set[int] = set()
         for _ in range(max(hops, 1)):
-            following: list[int] = []
+            # Each hop walks every entity reached first by the one before (the
+            # relations walked are a union: the order entities are walked in
+            # does not matter).
+            reached: set[int] = set()
             for entity in frontier:
-                for rid, other in self._top(entity, fanout, now, overlay):
-                    walked.add(rid)
-                    if other not in seen:
-                        seen.add(other)
-                        following.append(other)
-            frontier = following
+                ids, others = self._top(entity, fanout, now, overlay)
+                walked.update(ids)
+                reached.update(others)
+            frontier = reached - seen
             if not frontier:
                 break
+            seen |= frontier
         rels = self.rels
-        own = overlay.rels if overlay is not None else {}
-        chosen = [(rid, own.get(rid) or rels[rid]) for rid in walked]
+        if overlay is not None:
+            own = overlay.rels
+            chosen = [(rid, own.get(rid) or rels[rid]) for rid in walked]
+        else:
+            chosen = [(rid, rels[rid]) for rid in walked]
         if hops == 0:
             chosen = [(rid, rel) for rid, rel in chosen if rel[_SRC] in seeds and rel[_DST] in seeds]
-        chosen.sort(key=lambda item: (-item[1][_W], item[0]))
+        # Heaviest first, ties by id (ids are unique: the relations are never compared).
+        keyed = sorted([(-rel[_W], rid, rel) for rid, rel in chosen])
         return [
             (rid, rel[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED])
-            for rid, rel in chosen[:max_edges]
+            for _, rid, rel in keyed[:max_edges]
         ]
 
     def _index(self, mids: Iterable[str]) -> np.ndarray:
@@ -739,7 +748,9 @@ class TenantGraph:
         in entity id order (so ties are exact, as in the statement)."""
         own = overlay.mentions if overlay is not None else {}
         parts: list[np.ndarray] = []
-        weights: list[np.ndarray] = []
+        # Each entity's share of its score and how many memories take it, repeated in one call.
+        shares: list[float] = []
+        counts: list[int] = []
         for eid in sorted(ppr):
             mentioned = own.get(eid)
             if mentioned is not None:
@@ -762,12 +773,13 @@ class TenantGraph:
                     kept = self.newest[eid] = (per_entity, self._index(top), len(held))
                 ids, degree = kept[1], kept[2]
             parts.append(ids)
-            weights.append(np.full(len(ids), ppr[eid] / degree))
+            shares.append(ppr[eid] / degree)
+            counts.append(len(ids))
         if not parts:
             return Shares(self.memory_ids, _NO_INDEXES, _NO_SCORES)
         at = np.concatenate(parts)
         # bincount adds in input order: each memory's shares in entity id order.
-        sums = np.bincount(at, weights=np.concatenate(weights))
+        sums = np.bincount(at, weights=np.repeat(np.asarray(shares, dtype=np.float64), counts))
         hit = np.zeros(len(sums), dtype=bool)
         hit[at] = True
         which = np.flatnonzero(hit)
