@@ -157,19 +157,35 @@ def score_factors(
     Speakers match case-insensitively; ``created_at`` is compared by its
     calendar day (in the zone it carries; Braid stores UTC).
     """
-    for name, boost in (("speaker_boost", speaker_boost), ("time_boost", time_boost)):
-        if not (math.isfinite(boost) and boost >= 0):
-            raise ValueError(f"{name} must be finite and >= 0, got {boost!r}")
-    factors: dict[str, float] = {}
-    if speaker_boost and speaker is not None:
-        wanted = {s.casefold() for s in speakers}
-        if speaker.casefold() in wanted:
-            factors["speaker"] = 1.0 + speaker_boost
-    if time_boost and dates:
-        day = created_at.date()
-        if any(first <= day <= last for first, last in dates):
-            factors["time"] = 1.0 + time_boost
-    return factors
+    return _QueryFactors(speakers, dates, speaker_boost, time_boost)(speaker, created_at)
+
+
+class _QueryFactors:
+    """:func:`score_factors` for one query: its boosts checked and its
+    speakers folded once, then asked for each memory."""
+
+    __slots__ = ("dates", "speaker", "time", "wanted")
+
+    def __init__(
+        self, speakers: Sequence[str], dates: Sequence[tuple[date, date]], speaker_boost: float, time_boost: float
+    ) -> None:
+        for name, boost in (("speaker_boost", speaker_boost), ("time_boost", time_boost)):
+            if not (math.isfinite(boost) and boost >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {boost!r}")
+        self.wanted = {s.casefold() for s in speakers} if speaker_boost else set()
+        self.dates = dates if time_boost else ()
+        self.speaker = 1.0 + speaker_boost
+        self.time = 1.0 + time_boost
+
+    def __call__(self, speaker: str | None, created_at: datetime) -> dict[str, float]:
+        factors: dict[str, float] = {}
+        if self.wanted and speaker is not None and speaker.casefold() in self.wanted:
+            factors["speaker"] = self.speaker
+        if self.dates:
+            day = created_at.date()
+            if any(first <= day <= last for first, last in self.dates):
+                factors["time"] = self.time
+        return factors
 
 
 def memory_factors(
@@ -204,16 +220,10 @@ def apply_factors(
     then the id, as in :func:`fusion.rrf`.
     """
     scored = []
+    query_factors = _QueryFactors(plan.speakers, plan.dates, weights.speaker_boost, weights.time_boost)
     for f in fused:
         speaker, created_at, importance = memory[f.id]
-        factors = score_factors(
-            speaker=speaker,
-            created_at=created_at,
-            speakers=plan.speakers,
-            dates=plan.dates,
-            speaker_boost=weights.speaker_boost,
-            time_boost=weights.time_boost,
-        )
+        factors = query_factors(speaker, created_at)
         factors.update(
             memory_factors(created_at=created_at, importance=importance, reference_time=reference_time, weights=weights)
         )
