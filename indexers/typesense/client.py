@@ -128,10 +128,17 @@ class TypesenseClient:
         self._silent = [False] * len(self.nodes)
         # Uncompressed answers: on a local network gzip costs both ends CPU
         # (Typesense compressing a search's hits, this process inflating them).
-        headers = {"X-TYPESENSE-API-KEY": api_key, "Accept-Encoding": "identity"}
-        # LeanTransport: httpx's client over a transport that costs less CPU a
-        # request than httpcore (indexers/typesense/transport.py).
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport or LeanTransport())
+        self._headers = {"X-TYPESENSE-API-KEY": api_key, "Accept-Encoding": "identity"}
+        # LeanTransport: a transport that costs less CPU a request than
+        # httpcore (indexers/typesense/transport.py). Requests are handed to
+        # it directly, as httpx.Request objects with the timeouts it reads:
+        # httpx's client adds nothing a Typesense request uses (no auth
+        # flow, redirects, cookies or hooks) and cost about as much CPU as
+        # the transport itself.
+        self._transport = transport or LeanTransport()
+        self._timeouts = httpx.Timeout(timeout).as_dict()
+        #: The URLs of requests without parameters, parsed once (a search's, an import's).
+        self._urls: dict[str, httpx.URL] = {}
 
     @property
     def active_node(self) -> str:
@@ -139,7 +146,7 @@ class TypesenseClient:
         return self.nodes[self._good]
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def _request(
         self,
@@ -150,19 +157,28 @@ class TypesenseClient:
         json: Any = None,
         content: bytes | None = None,
     ) -> httpx.Response:
-        headers: dict[str, str] = {}
+        headers = self._headers
         if json is not None:
             content = _encode(json)
-            headers["Content-Type"] = "application/json"
+            headers = {**headers, "Content-Type": "application/json"}
         elif content is not None:
-            headers["Content-Type"] = "text/plain"
+            headers = {**headers, "Content-Type": "text/plain"}
         failures: list[str] = []
         for index in self._order():
             node = self.nodes[index]
             try:
-                response = await self._http.request(
-                    method, node + path, params=params, content=content, headers=headers
+                request = httpx.Request(
+                    method,
+                    self._url(node + path, params),
+                    headers=headers,
+                    content=content,
+                    extensions={"timeout": self._timeouts},
                 )
+                response = await self._transport.handle_async_request(request)
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
             except httpx.TimeoutException as exc:
                 failures.append(f"{node}: timed out ({type(exc).__name__})")
                 self._failed(index, silent=True)
@@ -188,6 +204,16 @@ class TypesenseClient:
                 raise TypesenseError(response.status_code, _message(response))
             return response
         raise SourceUnavailable(SOURCE, "; ".join(failures))
+
+    def _url(self, url: str, params: Mapping[str, str | int] | None) -> httpx.URL:
+        if params:
+            return httpx.URL(url, params=params)
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 1024:  # document paths name ids: keep the cache bounded
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     def _order(self) -> list[int]:
         """The nodes in the order to try: round the ring from the last one
