@@ -7,7 +7,7 @@ hits carry what the memory block needs so nothing is fetched twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -33,6 +33,7 @@ __all__ = [
     "Hit",
     "MemoryRecord",
     "SearchQuery",
+    "SearchesFirst",
     "Source",
     "SourceUnavailable",
 ]
@@ -144,6 +145,18 @@ class Source(Protocol):
     async def search(self, query: SearchQuery) -> list[Hit]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SearchesFirst(Protocol):
+    """A derived source that sends its searches before it needs the recall's
+    unindexed memories (:attr:`SearchQuery.unindexed`), so the read of them
+    and its searches overlap: :meth:`search_first` awaits ``unindexed()``
+    only to rank what came back (``query.unindexed`` is not read)."""
+
+    async def search_first(
+        self, query: SearchQuery, unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]]
+    ) -> list[Hit]: ...
 
 
 class BackendError(BraidError):

@@ -29,6 +29,7 @@ from .base import (
     EmbeddingUnavailable,
     Hit,
     MemoryRecord,
+    SearchesFirst,
     SearchQuery,
     Source,
     StoreUnavailable,
@@ -171,8 +172,10 @@ class _Unindexed:
 
 class _AfterUnindexed:
     """A derived source searching with the recall's unindexed memories
-    (:attr:`SearchQuery.unindexed`), waiting for them at most ``wait_s``:
-    past that it searches without them, as before its copy catches up."""
+    (:attr:`SearchQuery.unindexed`), waiting for them at most ``wait_s``
+    from its start: past that it ranks without them, as before its copy
+    catches up. A source that can (:class:`SearchesFirst`) sends its
+    searches first and waits for them only to rank."""
 
     def __init__(self, source: Source, unindexed: _Unindexed, wait_s: float) -> None:
         self.source = source
@@ -182,6 +185,13 @@ class _AfterUnindexed:
         self.wait_s = wait_s
 
     async def search(self, query: SearchQuery) -> list[Hit]:
+        if isinstance(self.source, SearchesFirst):
+            until = time.monotonic() + self.wait_s
+
+            async def unindexed() -> tuple[MemoryRecord, ...]:
+                return await self.unindexed.wait(max(0.0, until - time.monotonic()))
+
+            return await self.source.search_first(query, unindexed)
         records = await self.unindexed.wait(self.wait_s)
         return await self.source.search(msgspec.structs.replace(query, unindexed=records))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
 
-from ..base import SHOWN_FIELDS, Hit, SearchQuery
+from ..base import SHOWN_FIELDS, Hit, MemoryRecord, SearchQuery
 from ..lifecycle import Forgetting
 from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
@@ -107,6 +107,13 @@ class TypesenseSource:
         self._bm25 = Bm25Keywords()
 
     async def search(self, query: SearchQuery) -> list[Hit]:
+        return await self.search_first(query, functools.partial(_given, query.unindexed))
+
+    async def search_first(
+        self, query: SearchQuery, unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]]
+    ) -> list[Hit]:
+        """:meth:`search` with the recall's unindexed memories awaited only
+        once the searches came back (:class:`~indexers.base.SearchesFirst`)."""
         config = self._get_config()
         wanted = query.filters.tiers
         tiers = [t for t in config.memory_tiers if wanted is None or t in wanted]
@@ -166,7 +173,7 @@ class TypesenseSource:
         # and so do the documents of memories rewritten since (their outbox rows
         # pending): the memory as stored now stands in for them, as one
         # document with its terms and, if read, its embedding.
-        pending = {r.id: combined_document(r) for r in query.unindexed}
+        pending = {r.id: combined_document(r) for r in await unindexed()}
         results: dict[str, dict[str, Any]] = {
             role: {
                 **answer,
@@ -205,6 +212,10 @@ class TypesenseSource:
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+async def _given(records: tuple[MemoryRecord, ...]) -> tuple[MemoryRecord, ...]:
+    return records
 
 
 def _group_of(client: TypesenseClient, alias: str, groups: int, tenant: str) -> tuple[TypesenseClient, str]:

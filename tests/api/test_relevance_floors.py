@@ -176,3 +176,42 @@ async def test_each_source_returns_only_what_it_matched(braid: Braid) -> None:
     for sources in (["typesense"], ["pgvector"], ["graph"]):
         out = await braid.recall("what car does Alex drive", sources=sources)
         assert [i["id"] for i in out["items"]] == ["alex"], sources
+
+
+async def test_typesense_searches_while_the_unindexed_memories_are_read(
+    braid: Braid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Typesense's search does not wait for the read of the memories it does
+    not have yet: that read (held here until the search has gone out) and
+    the search overlap, and the fresh memory still takes its place once the
+    read is back."""
+    await braid.remember(*TURNS)
+    await braid.synced()
+    engine = braid.runtime.engine
+    events: list[str] = []
+    sent = anyio.Event()
+    read = engine.store.unindexed
+
+    async def held_read(*args: Any, **kwargs: Any) -> Any:
+        await sent.wait()
+        rows = await read(*args, **kwargs)
+        events.append("unindexed read")
+        return rows
+
+    client = engine.sources["typesense"].client  # type: ignore[attr-defined]
+    search = client.multi_search
+
+    async def searched(searches: Any) -> Any:
+        events.append("typesense search")
+        sent.set()
+        return await search(searches)
+
+    monkeypatch.setattr(engine.store, "unindexed", held_read)
+    monkeypatch.setattr(client, "multi_search", searched)
+    async with lagging(braid):
+        await braid.remember(TEA)
+        await until_refused(braid)
+        out = await braid.recall("favourite tea blend", top_k=5, sources=["typesense"], strategy="keyword")
+    assert events == ["typesense search", "unindexed read"]
+    assert [i["id"] for i in out["items"]] == ["tea"]
+    assert out["items"][0]["ranks"]["typesense"] == 1
