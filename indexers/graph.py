@@ -321,9 +321,10 @@ class GraphSource(PoolSource):
         """Two round trips to Postgres, each one transaction scoped to the
         tenant: the seeds with their walk (:func:`_walk_sql`; or, seeded and
         walked in this process, what changed in the tenant's graph:
-        :mod:`indexers.graph_cache`), then, after PageRank in Python, the
-        memories the reached entities pass it to (and the facts' names when
-        walked here)."""
+        :mod:`indexers.graph_cache`, after one unscoped read of the tenant's
+        write generation, which alone is read when it has not moved), then,
+        after PageRank in Python, the memories the reached entities pass it
+        to (and the facts' names when walked here)."""
         cfg = self._get_config()
         try:
             seeds, edges, kept = await self._walk(cfg, query)
