@@ -77,6 +77,7 @@ from typing import Any, Final
 import numpy as np
 
 from .postgres import Read
+from .postgres.generations import GENERATION
 
 __all__ = [
     "CHANGED_SQL",
@@ -104,8 +105,7 @@ __all__ = [
 #: write generation in that snapshot (:mod:`.postgres.generations`).
 CURSOR_SQL = (
     "SELECT pg_snapshot_xmax(s)::text, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) AS x),"
-    " coalesce((SELECT generation FROM tenant_generations WHERE tenant = %(tenant)s), 0)"
-    " FROM pg_current_snapshot() AS s"
+    f" {GENERATION} FROM pg_current_snapshot() AS s"
 )
 
 

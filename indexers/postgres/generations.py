@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["BUMP_SQL", "GENERATION_SQL", "bump_generations", "current_generation", "read_generation"]
+__all__ = ["BUMP_SQL", "GENERATION", "GENERATION_SQL", "bump_generations", "current_generation", "read_generation"]
 
 #: One tenant's bump (parameter ``tenant``), a statement of its own or a
 #: data-modifying ``WITH`` of a transaction's last statement.
@@ -37,8 +37,12 @@ async def bump_generations(conn: psycopg.AsyncConnection, tenants: Iterable[str]
         await conn.execute(BUMP_SQL, {"tenant": tenant})
 
 
-#: One tenant's generation now (parameter ``tenant``; 0 before its first write).
-GENERATION_SQL = "SELECT coalesce((SELECT generation FROM tenant_generations WHERE tenant = %(tenant)s), 0)"
+#: One tenant's generation (parameter ``tenant``; 0 before its first write), as
+#: an expression: also read beside other columns in one snapshot.
+GENERATION = "coalesce((SELECT generation FROM tenant_generations WHERE tenant = %(tenant)s), 0)"
+
+#: One tenant's generation now.
+GENERATION_SQL = f"SELECT {GENERATION}"
 
 
 async def current_generation(pool: AsyncConnectionPool, tenant: str) -> int:
