@@ -652,6 +652,16 @@ def _v24(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v25(dim: int) -> list[sql.Composable]:
+    """The Typesense documents' ``tenant_key``, ``current_key`` and
+    ``tenant_terms`` (every filter names a tenant by its key:
+    :mod:`indexers.typesense.documents`): every existing memory gets an
+    outbox row, so the outbox worker rewrites its documents with them (a
+    document without them is not found until then; the recall's read of
+    unindexed memories serves the newest meanwhile)."""
+    return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -678,6 +688,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     22: _v22,
     23: _v23,
     24: _v24,
+    25: _v25,
 }
 
 

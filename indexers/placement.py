@@ -40,7 +40,7 @@ from .base import MemoryRecord
 from .snapshot import copy_snapshot
 from .sync import OutboxSync
 from .typesense import TypesenseGroups
-from .typesense.documents import document_id, quoted, vectors_alias
+from .typesense.documents import document_id, tenant_key, vectors_alias
 from .typesense.placement import REFRESH_S, Placed, Placements, own_alias
 
 __all__ = [
@@ -132,7 +132,7 @@ async def clear_group(pool: AsyncConnectionPool, index: TypesenseGroups, tenant:
     deleted = 0
     for name in dict.fromkeys(n for n in (behind.get(group), behind.get(vectors_alias(group))) if n is not None):
         deleted += await client.delete_documents(name, ids)
-        deleted += await client.delete_where(name, f"tenant:={quoted(tenant)}")
+        deleted += await client.delete_where(name, f"tenant_key:={tenant_key(tenant)}")
     return deleted
 
 
@@ -147,7 +147,7 @@ async def moved_with_leftovers(pool: AsyncConnectionPool, index: TypesenseGroups
         group = index.group_of(tenant)
         client = index.client_of(group)
         for alias in dict.fromkeys((group, vectors_alias(group) if index.vectors else group)):
-            if await client.count(alias, f"tenant:={quoted(tenant)}") > 0:
+            if await client.count(alias, f"tenant_key:={tenant_key(tenant)}") > 0:
                 left.append(tenant)
                 break
     return left

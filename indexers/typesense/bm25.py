@@ -7,7 +7,8 @@ the lengths of its content and context (``length``, ``context_length``;
 :func:`~.documents.document_terms`), and a recall:
 
 1. filters the documents holding any of the query's chosen terms
-   (``filter_by: <narrow> && terms:=[t1,t2,...]``, no text search at all);
+   (``filter_by: <narrow> && tenant_terms:=[t1,t2,...]``, each term behind
+   the tenant's key: :func:`~.documents.tenant_terms`; no text search at all);
 2. scores those candidates in Braid by BM25 over *every* query term, the
    context counting ``bm25ContextWeight`` of the content (BM25F with two
    fields): tf read from the candidate's stored ``term_counts`` (fetched
@@ -101,8 +102,8 @@ def _mean(facet: Mapping[str, Any]) -> float | None:
     return float(stats["avg"]) if stats.get("total_values") and "avg" in stats else None
 
 
-def _filter(narrow: str, terms: Sequence[str]) -> str:
-    return f"{narrow} && terms:={quoted_list(terms)}"
+def _filter(narrow: str, key: str, terms: Sequence[str]) -> str:
+    return f"{narrow} && tenant_terms:={quoted_list(key + t for t in terms)}"
 
 
 @dataclass
@@ -111,6 +112,8 @@ class Bm25Plan:
     sent, and what the answers taught."""
 
     filter_by: str
+    #: The tenant's key (:func:`~.documents.tenant_key`), before each term filtered on.
+    key: str
     terms: tuple[str, ...]
     budget: int
     context_weight: float
@@ -130,7 +133,7 @@ class Bm25Plan:
             CANDIDATES,
             {
                 "q": "*",
-                "filter_by": _filter(self.filter_by, terms),
+                "filter_by": _filter(self.filter_by, self.key, terms),
                 "per_page": self.budget,
                 # Should the page overflow, the shortest documents (BM25's best
                 # for one occurrence) come first.
@@ -148,7 +151,9 @@ class Bm25Plan:
             facets = {"facet_by": "length,context_length", "max_facet_values": 1}
             searches.append((STATS, {"q": "*", "per_page": 0, **facets}))
         missing = [t for t in self.terms if t not in self.dfs]
-        searches += [(DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, [t])}) for t in missing]
+        searches += [
+            (DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, self.key, [t])}) for t in missing
+        ]
         chosen = select_terms(self.terms, self.dfs, self.budget) if not missing else self.terms
         searches.append(self._candidates(chosen))
         return searches
@@ -185,7 +190,7 @@ class Bm25Plan:
         return [m for m, score in scored.items() if score >= floor * best]
 
     def holds_sent(self, doc: Mapping[str, Any]) -> bool:
-        """Whether the last candidate search (its ``terms:=[...]`` filter)
+        """Whether the last candidate search (its ``tenant_terms:=[...]`` filter)
         would have found ``doc``: it holds one of the terms it was sent for."""
         return self.sent is not None and not set(self.sent).isdisjoint(doc.get("terms", ()))
 
@@ -242,14 +247,18 @@ class Bm25Keywords:
     def plan(
         self,
         filter_by: str,
+        key: str,
         terms: Sequence[str],
         budget: int,
         context_weight: float,
         include_fields: str,
         ttl: float | None = None,
     ) -> Bm25Plan:
-        """A recall's plan, with what the caches know of ``filter_by``; the
-        counts it learns are kept ``ttl`` seconds (``None``: the caches' own)."""
+        """A recall's plan, with what the caches know of ``filter_by``, for
+        the tenant of key ``key`` (the filter's); the counts it learns are
+        kept ``ttl`` seconds (``None``: the caches' own)."""
         dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
         stats = self.stats.get(filter_by)
-        return Bm25Plan(filter_by, tuple(terms), budget, context_weight, include_fields, stats, dfs, ttl, _cache=self)
+        return Bm25Plan(
+            filter_by, key, tuple(terms), budget, context_weight, include_fields, stats, dfs, ttl, _cache=self
+        )

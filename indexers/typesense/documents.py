@@ -18,6 +18,17 @@ In Typesense 0.24.1 ``field:[a]`` on a string matches any value *containing
 the token* ``a``; only ``field:=[a]`` is exact, so every string filter here
 uses ``:=``. Values are wrapped in backticks (which may hold commas, not
 backticks).
+
+Exact is not exact enough for a tenant: a filter folds case and drops ``-``
+and ``_`` from the value and the stored string alike, so ``tenant:=`acme-corp```
+also matches ``acmecorp``'s documents. Every filter therefore names a tenant
+by its key (:func:`tenant_key`, lowercase hex that Typesense keeps whole),
+and the source checks each hit's ``tenant`` as well. The key also keeps a
+filter's cost with the tenant's own documents rather than the collection's:
+``current_key`` (the key, on a current memory's documents only) stands for
+"this tenant, not superseded", and ``tenant_terms`` holds the keyword
+document's terms behind the key, so that ``bm25``'s term filters read the
+tenant's posting lists, not every tenant's.
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ __all__ = [
     "collection_schema",
     "combined_document",
     "document_id",
+    "tenant_key",
+    "tenant_terms",
     "group_alias",
     "lifecycle_filter",
     "NEVER",
@@ -168,6 +181,24 @@ def _counts_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(";(" + "|".join(map(re.escape, terms)) + r"):(\d+):(\d+)(?=;)")
 
 
+@functools.lru_cache(maxsize=65_536)
+def tenant_key(tenant: str) -> str:
+    """The tenant's key in Typesense filters: 32 lowercase hex digits of a
+    BLAKE2b hash of its name, the same in every process and release. Tenants
+    differing only in case, ``-`` or ``_`` (which a filter ignores) get
+    different keys. A name Braid would refuse is a :class:`ValueError`."""
+    if not is_safe_name(tenant):
+        raise ValueError(f"invalid tenant name {tenant!r}")
+    return hashlib.blake2b(tenant.encode(), digest_size=16).hexdigest()
+
+
+def tenant_terms(tenant: str, terms: Iterable[str]) -> list[str]:
+    """``terms`` as ``tenant_terms`` holds them: each behind the tenant's key
+    (fixed width, so no two tenant and term pairs give one token)."""
+    key = tenant_key(tenant)
+    return [key + term for term in terms]
+
+
 def group_alias(alias: str, tenant: str, groups: int) -> str:
     """The alias of the collection pair that holds ``tenant``'s memories when
     tenants are spread over ``groups`` pairs: ``alias`` itself for one group,
@@ -199,6 +230,7 @@ def _shared_fields(record: MemoryRecord) -> dict[str, Any]:
         "id": document_id(record.tenant, record.id),
         "memory_id": record.id,
         "tenant": record.tenant,
+        "tenant_key": tenant_key(record.tenant),
         "content": record.content,
         "kind": record.kind,
         "tier": record.tier,
@@ -208,6 +240,8 @@ def _shared_fields(record: MemoryRecord) -> dict[str, Any]:
         "superseded_at": NEVER if record.superseded_at is None else _micros(record.superseded_at),
         "expires_at": NO_EXPIRY if record.expires_at is None else _epoch(record.expires_at),
     }
+    if record.superseded_at is None:
+        doc["current_key"] = doc["tenant_key"]
     if record.mem_key is not None:
         doc["mem_key"] = record.mem_key
     if record.session_id is not None:
@@ -230,6 +264,7 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
     doc["terms"], doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
         record.content, record.context
     )
+    doc["tenant_terms"] = tenant_terms(record.tenant, doc["terms"])
     if record.superseded_by is not None:
         doc["superseded_by"] = record.superseded_by
     if record.context:
@@ -285,6 +320,11 @@ def _shared_schema() -> list[dict[str, Any]]:
         # Stored, not indexed (so it has to be optional in 0.24.1).
         {"name": "memory_id", "type": "string", "index": False, "optional": True},
         {"name": "tenant", "type": "string", "facet": True},
+        # Filtered on instead of the tenant's name (tenant_key); optional only
+        # so that an older collection can gain them (migration 25 rewrites its
+        # documents). current_key: on a current memory's documents only.
+        {"name": "tenant_key", "type": "string", "optional": True},
+        {"name": "current_key", "type": "string", "optional": True},
         {"name": "speaker", "type": "string", "index": False, "optional": True},
         {"name": "kind", "type": "string", "facet": True},
         {"name": "tier", "type": "string", "facet": True},
@@ -323,6 +363,9 @@ def collection_schema(name: str) -> dict[str, Any]:
             # and the lengths' means taken by a facet. Optional only so that an
             # older collection can gain them; every document written has them.
             {"name": "terms", "type": "string[]", "optional": True},
+            # The same terms behind the tenant's key (tenant_terms): what the
+            # bm25 filters read.
+            {"name": "tenant_terms", "type": "string[]", "optional": True},
             # Stored, not indexed: each term's count in the content and the context
             # (document_terms), read by the bm25 ranking instead of the texts.
             {"name": "term_counts", "type": "string", "index": False, "optional": True},
@@ -359,15 +402,20 @@ def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Se
 
 def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = None) -> str:
     """The part of :func:`build_filter` that narrows a tenant's documents: the
-    tenant, the request's filters and ``tiers`` if given; not the confidence
-    floor.
+    tenant's current ones (``current_key``) or, with ``as_of``, its ones
+    current then (``tenant_key`` and the lifecycle clauses), the request's
+    filters and ``tiers`` if given; not the confidence floor.
 
     Typesense 0.24 builds the id list of every filter clause on each search,
     so a clause that matches most of the collection costs as much as a
     selective one; the source leaves out such clauses and checks them on the
     hits instead.
     """
-    parts = [f"tenant:={quoted(tenant)}", lifecycle_filter(filters.as_of)]
+    key = tenant_key(tenant)
+    if filters.as_of is None:
+        parts = [f"current_key:={key}"]
+    else:
+        parts = [f"tenant_key:={key}", lifecycle_filter(filters.as_of)]
     if tiers is not None:
         parts.append(f"tier:={quoted_list(tiers)}")
     if filters.kinds:

@@ -31,8 +31,8 @@ from .documents import (
     collection_schema,
     combined_document,
     document_id,
-    quoted,
     record_document,
+    tenant_key,
     vector_document,
     vectors_alias,
     vectors_collection,
@@ -241,7 +241,7 @@ class TypesenseIndex:
 
     async def count(self, tenant: str | None = None, collection: str | None = None) -> int:
         """How many documents (of ``tenant``, if given) ``collection`` or the alias holds."""
-        filter_by = None if tenant is None else f"tenant:={quoted(tenant)}"
+        filter_by = None if tenant is None else f"tenant_key:={tenant_key(tenant)}"
         return await self.client.count(collection or self.alias, filter_by)
 
     async def fetch(self, id: str, *, tenant: str, collection: str | None = None) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from .documents import (
     group_alias,
     hit_from_document,
     narrow_filter,
+    tenant_key,
     vector_literal,
     vectors_alias,
 )
@@ -42,8 +43,8 @@ __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
 #: Typesense refuses ``per_page`` above this ("Only upto 250 hits ...").
 MAX_PER_PAGE = 250
 
-#: The fields a search hit needs; the embedding is never sent back.
-_HIT_FIELDS = ",".join(document_field(name) for name in SHOWN_FIELDS)
+#: The fields a search hit needs (and its tenant, checked); the embedding is never sent back.
+_HIT_FIELDS = ",".join([*(document_field(name) for name in SHOWN_FIELDS), "tenant"])
 
 #: A bm25 candidate's: the hit's, each term's counts and the lengths (a document
 #: written before it had counts is counted in its content alone until migration 14
@@ -129,9 +130,12 @@ class TypesenseSource:
         forgetting = Forgetting.from_config(config)
         ages = forgetting.ages
         now = time.time()
+        tenant = query.tenant
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
-            if doc["tier"] not in allowed or doc["confidence"] < floor:
+            # The filter names the tenant by its key; its name, compared
+            # exactly, keeps another tenant's document out whatever happens.
+            if doc.get("tenant") != tenant or doc["tier"] not in allowed or doc["confidence"] < floor:
                 return False
             expires = doc.get("expires_at")
             if not ages:  # only its expires_at can end it
@@ -154,7 +158,13 @@ class TypesenseSource:
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(
-                filter_by, terms, ts.bm25_candidates, ts.bm25_context_weight, _BM25_FIELDS, ts.count_ttl_ms / 1000.0
+                filter_by,
+                tenant_key(query.tenant),
+                terms,
+                ts.bm25_candidates,
+                ts.bm25_context_weight,
+                _BM25_FIELDS,
+                ts.count_ttl_ms / 1000.0,
             )
         client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None

@@ -25,6 +25,8 @@ from service.auth import Keyring
 AGENT_A = "agent-key-tenant-a-0123456789"
 AGENT_B = "agent-key-tenant-b-0123456789"
 ADMIN_A = "admin-key-tenant-a-0123456789"
+#: Tenant ``Tenant_A``, whose name a Typesense filter folds into ``tenant-a``'s.
+AGENT_FOLDED = "agent-key-tenant-folded-0123456789"
 
 
 def fresh_database(pg: EmbeddedPostgres) -> str:
@@ -112,6 +114,7 @@ def make_app(
     ring = Keyring()
     ring.add(AGENT_A, tenant="tenant-a", role="agent")
     ring.add(AGENT_B, tenant="tenant-b", role="agent")
+    ring.add(AGENT_FOLDED, tenant="Tenant_A", role="agent")
     ring.add(ADMIN_A, tenant="tenant-a", role="admin")
     settings = AppSettings(
         config=ConfigHolder(cfg, config_path),

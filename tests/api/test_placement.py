@@ -18,13 +18,18 @@ from config import BraidConfig
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
 from indexers.base import SourceUnavailable
 from indexers.own_index import own_index_name
+from indexers.typesense.documents import tenant_key
 from indexers.typesense.placement import own_alias
 
 from . import conftest
-from .conftest import ADMIN_A, AGENT_B, Braid, make_app, patient, serve
+from .conftest import ADMIN_A, AGENT_B, AGENT_FOLDED, Braid, make_app, patient, serve
 from .test_admin import wait_job
 
 pytestmark = pytest.mark.anyio
+
+#: The documents of tenant-a, and of Tenant_A (which `tenant:=` would not tell apart).
+A = f"tenant_key:={tenant_key('tenant-a')}"
+FOLDED = f"tenant_key:={tenant_key('Tenant_A')}"
 
 
 def placing(alias: str, above: int) -> BraidConfig:
@@ -59,8 +64,10 @@ async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_w
         big = await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(30)))
         [anchor] = await braid.remember({"content": "Aiko keeps the ship's cat, Miso, in the galley"})
         small = await braid.remember(*({"content": f"Bruno fixed bicycle {n}"} for n in range(5)), key=AGENT_B)
+        # A small tenant whose name Typesense's filters fold into tenant-a's stays.
+        folded = await braid.remember(*({"content": f"Carla fed cat {n}"} for n in range(3)), key=AGENT_FOLDED)
         await braid.synced()
-        assert await ts.count(alias) == 36
+        assert await ts.count(alias) == 39
 
         problems: list[str] = []
         recalls = 0
@@ -110,9 +117,10 @@ async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_w
         total_a = len(big) + 1 + len(written)
         assert await ts.count(own) == total_a
         assert await ts.count(f"{own}_vectors") == total_a
-        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
-        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == 0
+        assert await ts.count(alias, A) == 0
+        assert await ts.count(f"{alias}_vectors", A) == 0
         assert await ts.count(alias, "tenant:=`tenant-b`") == len(small)
+        assert await ts.count(alias, FOLDED) == await ts.count(f"{alias}_vectors", FOLDED) == len(folded)
         out = await braid.recall("harbour note 3 during the move", sources=["typesense"])
         assert written[3] in [i["id"] for i in out["items"]]
         out = await braid.recall("fixed bicycle", key=AGENT_B, top_k=10, sources=["typesense"])
@@ -122,7 +130,7 @@ async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_w
         [late] = await braid.remember({"content": "Aiko's cat Miso learned to open the galley door"})
         await braid.synced()
         assert await rt.index.fetch(late, tenant="tenant-a") is not None
-        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
+        assert await ts.count(alias, A) == 0
 
         # Nothing is left to move; a Typesense reindex rebuilds the tenant's pair too.
         r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
@@ -135,7 +143,7 @@ async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_w
         assert sorted(rebuilt["progress"]["typesense"]["collections"]) == sorted([alias, own])
         assert await ts.get_alias(own) != before
         assert await ts.count(own) == total_a + 1
-        assert await ts.count(alias) == len(small)
+        assert await ts.count(alias) == len(small) + len(folded)
 
 
 async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
@@ -178,7 +186,7 @@ async def test_a_move_that_fails_mid_copy_is_reported_and_the_next_job_finishes_
         assert done["status"] == "done" and done["progress"]["placement"]["tenants"] == ["tenant-a"], done
         assert await placements(dsn) == [("tenant-a", own, "live")]
         assert await rt.typesense.count(own) == len(ids)
-        assert await rt.typesense.count(alias, "tenant:=`tenant-a`") == 0
+        assert await rt.typesense.count(alias, A) == 0
         out = await braid.recall("miso soup recipe", top_k=8, sources=["typesense"])
         assert sorted(i["id"] for i in out["items"]) == sorted(ids)
 
@@ -208,7 +216,7 @@ async def test_a_move_that_fails_clearing_its_group_is_cleared_by_the_next_job(
         assert failed["status"] == "failed" and "injected: timed out" in failed["error"], failed
         # Live already: searches read the tenant's pair; its group still holds its vectors.
         assert await placements(dsn) == [("tenant-a", own, "live")]
-        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == len(ids)
+        assert await ts.count(f"{alias}_vectors", A) == len(ids)
         out = await braid.recall("red kites", top_k=6, sources=["typesense"])
         assert sorted(i["id"] for i in out["items"]) == sorted(ids)
 
@@ -218,8 +226,8 @@ async def test_a_move_that_fails_clearing_its_group_is_cleared_by_the_next_job(
         assert done["status"] == "done", done
         assert done["progress"]["placement"]["total"] == 0
         assert done["progress"]["placement"]["cleared"] == {"tenant-a": len(ids)}
-        assert await ts.count(f"{alias}_vectors", "tenant:=`tenant-a`") == 0
-        assert await ts.count(alias, "tenant:=`tenant-a`") == 0
+        assert await ts.count(f"{alias}_vectors", A) == 0
+        assert await ts.count(alias, A) == 0
         assert await ts.count(own) == len(ids)
 
 

@@ -33,7 +33,7 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense.documents import combined_document, record_document
+from indexers.typesense.documents import combined_document, record_document, tenant_key
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -453,7 +453,6 @@ async def test_limit_and_reloaded_config_apply(
 @pytest.mark.parametrize(
     ("tenant", "filters"),
     [
-        ("a`b", Filters()),
         ("a", Filters(tags=("ok", "x` || tenant:=`b"))),
         ("a", Filters(kinds=("fact`",))),
         ("a", Filters(session_id="`")),
@@ -462,6 +461,12 @@ async def test_limit_and_reloaded_config_apply(
 async def test_backtick_in_a_filter_value_is_refused(source: TypesenseSource, tenant: str, filters: Filters) -> None:
     with pytest.raises(ValueError, match="contains a backtick"):
         await source.search(q("note", tenant=tenant, filters=filters))
+
+
+@pytest.mark.anyio
+async def test_a_tenant_name_braid_would_refuse_is_refused(source: TypesenseSource) -> None:
+    with pytest.raises(ValueError, match=r"^invalid tenant name 'a`b'$"):
+        await source.search(q("note", tenant="a`b"))
 
 
 @pytest.mark.anyio
@@ -549,7 +554,9 @@ async def test_all_nodes_5xx_is_source_unavailable() -> None:
 
 
 #: The lifecycle clause of a recall without as_of: current documents only.
-CURRENT = "superseded_at:=253402300800000000"
+#: The current documents of tenants `t1` and `a`, as filters name them.
+CURRENT_T1 = f"current_key:={tenant_key('t1')}"
+CURRENT_A = f"current_key:={tenant_key('a')}"
 
 
 def test_build_filter() -> None:
@@ -562,12 +569,12 @@ def test_build_filter() -> None:
         created_before=datetime(2024, 1, 2),  # naive: UTC
     )
     assert build_filter("t1", filters, 0.5, ["rag"]) == (
-        f"tenant:=`t1` && {CURRENT} && tier:=[`rag`] && kind:=[`fact`] && tags:=[`a b`,`c,d`] && "
+        f"{CURRENT_T1} && tier:=[`rag`] && kind:=[`fact`] && tags:=[`a b`,`c,d`] && "
         "session_id:=`s1` && created_at:>=1704067200 && created_at:<=1704153600 && "
         "confidence:>=0.5"
     )
     assert build_filter("t1", Filters(tags=()), 0, ["rag", "session"]) == (
-        f"tenant:=`t1` && {CURRENT} && tier:=[`rag`,`session`] && confidence:>=0.0"
+        f"{CURRENT_T1} && tier:=[`rag`,`session`] && confidence:>=0.0"
     )
 
 
@@ -674,8 +681,8 @@ async def test_term_hits_and_max_terms_bound_the_keyword_searches(
 
 def test_narrow_filter_leaves_out_the_confidence_floor() -> None:
     filters = Filters(session_id="s1", kinds=("fact",))
-    assert narrow_filter("t1", filters) == f"tenant:=`t1` && {CURRENT} && kind:=[`fact`] && session_id:=`s1`"
-    assert narrow_filter("t1", Filters(), ["rag"]) == f"tenant:=`t1` && {CURRENT} && tier:=[`rag`]"
+    assert narrow_filter("t1", filters) == f"{CURRENT_T1} && kind:=[`fact`] && session_id:=`s1`"
+    assert narrow_filter("t1", Filters(), ["rag"]) == f"{CURRENT_T1} && tier:=[`rag`]"
 
 
 def test_the_lifecycle_filter_is_current_or_as_of() -> None:
@@ -683,7 +690,7 @@ def test_the_lifecycle_filter_is_current_or_as_of() -> None:
     created by its second, superseded (epoch microseconds) after it."""
     as_of = datetime(2024, 1, 1, 0, 0, 1, 500, tzinfo=UTC)
     assert narrow_filter("t1", Filters(as_of=as_of)) == (
-        "tenant:=`t1` && created_at:<=1704067201 && superseded_at:>1704067201000500"
+        f"tenant_key:={tenant_key('t1')} && created_at:<=1704067201 && superseded_at:>1704067201000500"
     )
 
 
@@ -997,10 +1004,11 @@ async def test_bm25_sends_one_keyword_search_once_the_counts_are_cached(
     assert len(sent.calls[0]) == 5 and len(keyword_searches(sent.calls[0])) == 4
     assert len(sent.calls) == 2 and len(sent.calls[1]) == 2
     (search,) = keyword_searches(sent.calls[1])
-    assert search["filter_by"] == f"tenant:=`a` && {CURRENT} && terms:=[`eel`,`otter`]"
+    key = tenant_key("a")
+    assert search["filter_by"] == f"{CURRENT_A} && tenant_terms:=[`{key}eel`,`{key}otter`]"
     # Another query sharing a term counts only the new one.
     await ids(source, q("otter heron"))
-    assert [s["filter_by"] for s in sent.calls[2]][0].endswith("terms:=[`heron`]")
+    assert [s["filter_by"] for s in sent.calls[2]][0].endswith(f"tenant_terms:=[`{key}heron`]")
     assert len(sent.calls[2]) == 2
 
 
@@ -1017,7 +1025,7 @@ async def test_bm25_leaves_common_terms_out_of_a_full_page(
     sent = SentSearches(client)
     # Cold: the page of every term overflows (8 > 4), so once more for `wren` (df 2).
     assert await ids(source, q("crow wren")) == ["both", "wren"]
-    assert len(sent.calls) == 2 and sent.calls[1][0]["filter_by"].endswith("terms:=[`wren`]")  # type: ignore[union-attr]
+    assert len(sent.calls) == 2 and sent.calls[1][0]["filter_by"].endswith(f"tenant_terms:=[`{tenant_key('a')}wren`]")  # type: ignore[union-attr]
     # Warm: that one search only.
     assert await ids(source, q("crow wren")) == ["both", "wren"]
     assert len(sent.calls) == 3 and len(sent.calls[2]) == 1
@@ -1027,36 +1035,45 @@ async def test_bm25_leaves_common_terms_out_of_a_full_page(
 
 
 @pytest.mark.anyio
-async def test_bm25_does_not_find_documents_written_before_the_terms_field(
+async def test_a_document_written_before_the_tenant_keys_is_found_once_written_again(
     index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, bm25: ConfigHolder
 ) -> None:
+    """Filters name a tenant by its key (migration 25): an older Braid's
+    document, without the keys and the bm25 fields, is found by no keyword
+    mode until the outbox writes it again."""
     rec = record("old", "a badger sett", i=0)
     doc = record_document(rec)
-    del doc["terms"], doc["length"], doc["context_length"]
+    for name in ("tenant_key", "current_key", "tenant_terms", "terms", "length", "context_length"):
+        del doc[name]
     await client.import_documents(await index.ensure(), [doc], vector_field=None, concurrency=1)
-    assert await ids(source, q("badger")) == []
-    with_typesense(bm25, keyword_mode="terms")
-    assert await ids(source, q("badger")) == ["old"]
+    for mode in ("bm25", "terms"):
+        with_typesense(bm25, keyword_mode=mode)
+        assert await ids(source, q("badger")) == []
     # Written again (a sync or a reindex), it has them.
     await index.upsert([rec])
-    with_typesense(bm25, keyword_mode="bm25")
-    assert await ids(source, q("badger")) == ["old"]
+    for mode in ("bm25", "terms"):
+        with_typesense(bm25, keyword_mode=mode)
+        assert await ids(source, q("badger")) == ["old"]
 
 
 @pytest.mark.anyio
 async def test_an_older_collection_gains_the_bm25_fields(client: TypesenseClient) -> None:
     index = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM)
     old = index.schema(f"{index.alias}_old")
-    old["fields"] = [f for f in old["fields"] if f["name"] not in ("terms", "length", "context_length")]
+    added = ("terms", "length", "context_length", "tenant_key", "current_key", "tenant_terms")
+    old["fields"] = [f for f in old["fields"] if f["name"] not in added]
     await client.create_collection(old)
     await client.upsert_alias(index.alias, old["name"])
     try:
         await index.ensure()
         fields = {f["name"]: f for f in (await client.get_collection(old["name"]) or {})["fields"]}
-        assert [(fields[n]["type"], fields[n]["facet"]) for n in ("terms", "length", "context_length")] == [
+        assert [(fields[n]["type"], fields[n]["facet"]) for n in added] == [
             ("string[]", False),
             ("int32", True),
             ("int32", True),
+            ("string", False),
+            ("string", False),
+            ("string[]", False),
         ]
     finally:
         await client.delete_collection(old["name"])

@@ -44,7 +44,7 @@ def test_above_share_keeps_what_scores_a_share_of_the_best() -> None:
 
 
 def _plan(terms: list[str], dfs: dict[str, int], stats: CorpusStats) -> Bm25Plan:
-    return Bm25Plan("tenant:=`a`", tuple(terms), 250, 1.0, "content", stats, dict(dfs))
+    return Bm25Plan("current_key:=k", "k", tuple(terms), 250, 1.0, "content", stats, dict(dfs))
 
 
 def test_the_keyword_floor_leaves_out_weak_matches() -> None:

@@ -172,7 +172,7 @@ def test_bm25_score_is_rank_bm25s_to_the_bit(query: list[str]) -> None:
 def _plan(
     terms: list[str], dfs: dict[str, int], budget: int = 250, stats: CorpusStats | None = None, weight: float = 1.0
 ) -> Bm25Plan:
-    return Bm25Plan("tenant:=`a`", tuple(terms), budget, weight, "content", stats, dict(dfs))
+    return Bm25Plan("current_key:=k", "k", tuple(terms), budget, weight, "content", stats, dict(dfs))
 
 
 def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
@@ -182,7 +182,7 @@ def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
             "bm25",
             {
                 "q": "*",
-                "filter_by": "tenant:=`a` && terms:=[`rare`]",
+                "filter_by": "current_key:=k && tenant_terms:=[`krare`]",
                 "per_page": 250,
                 "sort_by": "length:asc",
                 "include_fields": "content",
@@ -208,7 +208,7 @@ def test_a_cold_plan_counts_and_searches_every_term_then_retries_if_it_overflowe
         "bm25": {"found": 301},
     }
     again = plan.learn(answers)
-    assert again is not None and again[1]["filter_by"] == "tenant:=`a` && terms:=[`rare`]"
+    assert again is not None and again[1]["filter_by"] == "current_key:=k && tenant_terms:=[`krare`]"
     assert plan.stats == CorpusStats(1000, 12.5, None) and plan.dfs == {"common": 300, "rare": 2}
     # A page that held every match is enough.
     plan = _plan(["common", "rare"], {}, budget=10)
@@ -221,10 +221,10 @@ def test_counts_learnt_are_kept_for_the_plans_ttl(ttl: float | None, kept: bool)
     """``sources.typesense.countTtlMs`` reaches the caches: 0 counts again at
     every recall; ``None`` keeps the caches' own time."""
     keywords = Bm25Keywords()
-    plan = keywords.plan("tenant:=`a`", ["rare"], 10, 1.0, "content", ttl)
+    plan = keywords.plan("current_key:=k", "k", ["rare"], 10, 1.0, "content", ttl)
     assert [role for role, _ in plan.searches()] == ["bm25:stats", "bm25:df:rare", "bm25"]
     plan.learn({"bm25:stats": {"found": 5, "facet_counts": []}, "bm25:df:rare": {"found": 2}, "bm25": {"found": 2}})
-    warm = keywords.plan("tenant:=`a`", ["rare"], 10, 1.0, "content", ttl)
+    warm = keywords.plan("current_key:=k", "k", ["rare"], 10, 1.0, "content", ttl)
     if kept:
         assert warm.dfs == {"rare": 2} and warm.stats == CorpusStats(5, None, None)
         assert [role for role, _ in warm.searches()] == ["bm25"]
