@@ -51,6 +51,7 @@ from .keywords import STOPWORDS, text_terms
 __all__ = [
     "NO_EXPIRY",
     "TERM_FIELDS",
+    "KEY_FIELDS",
     "document_field",
     "document_terms",
     "counts_reader",
@@ -143,8 +144,12 @@ def document_id(tenant: str, memory_id: str) -> str:
 
 
 #: Fields derived from the content and context for the ``bm25`` keyword mode
-#: (:func:`document_terms`), not memory fields.
-TERM_FIELDS = ("terms", "term_counts", "length", "context_length")
+#: (:func:`document_terms`, :func:`tenant_terms`), not memory fields.
+TERM_FIELDS = ("terms", "term_counts", "length", "context_length", "tenant_terms")
+
+#: Fields derived from the tenant and the lifecycle that filters read
+#: (:func:`tenant_key`), on both documents of a memory.
+KEY_FIELDS = ("tenant_key", "current_key")
 
 
 def document_terms(content: str, context: str | None) -> tuple[list[str], str, int, int]:

@@ -10,7 +10,7 @@ from indexers.base import RECORD_FIELDS, SHOWN_FIELDS, Hit, MemoryRecord, Shown
 from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput
 from indexers.results import RecallItem
 from indexers.typesense import metadata
-from indexers.typesense.documents import TERM_FIELDS, collection_schema, document_field, vectors_schema
+from indexers.typesense.documents import KEY_FIELDS, TERM_FIELDS, collection_schema, document_field, vectors_schema
 from service.schemas import MemoryIn
 
 
@@ -35,11 +35,12 @@ def test_the_typesense_schemas_have_a_field_for_every_stored_field() -> None:
     stored = {document_field(n) for n in RECORD_FIELDS}
     # The document's own id is tenant-qualified; the memory's id is `memory_id`;
     # metadata is held as the containment filter's tokens (indexers/typesense/metadata.py);
-    # the bm25 keyword mode's terms and length are derived from content and context.
+    # the bm25 keyword mode's terms and length are derived from content and context;
+    # the tenant's keys, which filters read, from the tenant and the lifecycle.
     # A keyword document holds every stored field but the embedding...
-    assert keyword == (stored - {"embedding"}) | {"id", *TERM_FIELDS}
+    assert keyword == (stored - {"embedding"}) | {"id", *TERM_FIELDS, *KEY_FIELDS}
     # ...and a vector document the embedding with what filters and hits read.
-    assert vectors == (stored - {"context", "superseded_by"}) | {"id"}
+    assert vectors == (stored - {"context", "superseded_by"}) | {"id", *KEY_FIELDS}
     assert document_field("metadata") == metadata.FIELD
 
 

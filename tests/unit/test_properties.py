@@ -29,6 +29,7 @@ from fusion import Block, BlockItem, Encoding, format_block, get_encoding, rrf
 from indexers.base import Filters
 from indexers.postgres import filter_clause
 from indexers.typesense import build_filter, narrow_filter
+from indexers.typesense.documents import tenant_key
 from service.schemas import FREE_LABEL_PATTERN, ID_PATTERN, MemoriesIn, RecallIn
 from service.validate import recall_options
 
@@ -380,12 +381,12 @@ def scan(filter_by: str) -> tuple[str, list[str]]:
     return "".join(shape), values
 
 
-def expected_shape(filters: Filters, tiers: Sequence[str] | None) -> str:
+def expected_shape(tenant: str, filters: Filters, tiers: Sequence[str] | None) -> str:
     def many(n: int) -> str:
         return "[" + ",".join(["V"] * n) + "]"
 
-    # A recall without as_of: current documents only (documents.NEVER).
-    parts = ["tenant:=V", "superseded_at:=253402300800000000"]
+    # A recall without as_of: the tenant's current documents, by its key.
+    parts = [f"current_key:={tenant_key(tenant)}"]
     if tiers is not None:
         parts.append(f"tier:={many(len(tiers))}")
     if filters.kinds:
@@ -439,7 +440,7 @@ def label_ok(value: str) -> bool:
 @given(st.data())
 def test_recall_filters_are_refused_or_quoted_whole(data: st.DataObject) -> None:
     """Whatever the HTTP layer accepts becomes a filter_by of a fixed shape:
-    the tenant clause first, every value whole inside its own backticks."""
+    the tenant clause (its key) first, every value whole inside its own backticks."""
     body = recall_body(data.draw)
     tenant = data.draw(tenants)
     tags, kinds, session = body.get("tags", []), body.get("kinds", []), body.get("session_id")
@@ -471,11 +472,11 @@ def test_recall_filters_are_refused_or_quoted_whole(data: st.DataObject) -> None
         (narrow_filter(tenant, filters, tiers), tiers, ""),
         (narrow_filter(tenant, filters), None, ""),
     ):
-        assert filter_by.startswith(f"tenant:=`{tenant}` && ") or filter_by == f"tenant:=`{tenant}`"
+        key = tenant_key(tenant)
+        assert filter_by.startswith(f"current_key:={key} && ") or filter_by == f"current_key:={key}"
         shape, values = scan(filter_by)
-        assert shape == expected_shape(filters, tier_list) + tail
+        assert shape == expected_shape(tenant, filters, tier_list) + tail
         assert values == [
-            tenant,
             *(tier_list or []),
             *(filters.kinds or []),
             *(filters.tags or []),
@@ -500,7 +501,10 @@ def test_a_value_with_a_backtick_raises(tenant: str, value: str, field: str) -> 
     ):
         with pytest.raises(ValueError) as err:
             call()
-        assert str(err.value) == f"filter value {value!r} contains a backtick"
+        if field == "tenant":  # a name Braid refuses has no key
+            assert str(err.value) == f"invalid tenant name {value!r}"
+        else:
+            assert str(err.value) == f"filter value {value!r} contains a backtick"
 
 
 @PROPS
@@ -608,14 +612,12 @@ def test_postgres_tier_literal_must_be_a_safe_name(tier: str) -> None:
 
 def test_known_hostile_values_stay_inside_their_backticks() -> None:
     """The listed values, by name: each sits whole in its own backticks and
-    the tenant clause comes first and is the only tenant clause."""
+    the tenant clause (its key) comes first and is the only tenant clause."""
+    key = tenant_key("tenant-a")
     for value in HOSTILE:
         filters = Filters(tags=(value, "ok"), session_id=value)
         filter_by = build_filter("tenant-a", filters, 0.25, ["session"])
         shape, values = scan(filter_by)
-        assert shape == (
-            "tenant:=V && superseded_at:=253402300800000000 && tier:=[V] && tags:=[V,V] && session_id:=V"
-            " && confidence:>=0.25"
-        )
-        assert values == ["tenant-a", "session", value, "ok", value]
-        assert filter_by.startswith("tenant:=`tenant-a` && ")
+        assert shape == f"current_key:={key} && tier:=[V] && tags:=[V,V] && session_id:=V && confidence:>=0.25"
+        assert values == ["session", value, "ok", value]
+        assert filter_by.startswith(f"current_key:={key} && ") and filter_by.count("_key:=") == 1
