@@ -19,7 +19,7 @@ import numpy as np
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
 
-from ..base import SHOWN_FIELDS, Hit, MemoryRecord, SearchQuery
+from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord, SearchQuery
 from ..lifecycle import Forgetting
 from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
@@ -50,6 +50,30 @@ _HIT_FIELDS = ",".join([*(document_field(name) for name in SHOWN_FIELDS), "tenan
 #: written before it had counts is counted in its content alone until migration 14
 #: has rewritten it).
 _BM25_FIELDS = f"{_HIT_FIELDS},term_counts,length,context_length"
+
+
+#: What a hit needs besides for the request's string filters to be checked on it.
+_FILTER_FIELDS = ",session_id,tags"
+
+
+def _exact(filters: Filters) -> Callable[[Mapping[str, Any]], bool] | None:
+    """The request's kinds, tags and session id as Postgres compares them
+    (Typesense's ``:=`` folds case and drops ``-`` and ``_``: ``s-1`` also
+    matches ``s1``), as a check of a hit's document; ``None``: none to check."""
+    kinds = frozenset(filters.kinds) if filters.kinds else None
+    tags = frozenset(filters.tags) if filters.tags else None
+    session = filters.session_id
+    if kinds is None and tags is None and session is None:
+        return None
+
+    def exact(doc: Mapping[str, Any]) -> bool:
+        return (
+            (kinds is None or doc.get("kind") in kinds)
+            and (session is None or doc.get("session_id") == session)
+            and (tags is None or not tags.isdisjoint(doc.get("tags") or ()))
+        )
+
+    return exact
 
 
 def _keyword_search(q: str, per_page: int, drop_tokens: int = 0) -> dict[str, Any]:
@@ -131,11 +155,15 @@ class TypesenseSource:
         ages = forgetting.ages
         now = time.time()
         tenant = query.tenant
+        exact = _exact(query.filters)
+        extra = "" if exact is None else _FILTER_FIELDS
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             # The filter names the tenant by its key; its name, compared
             # exactly, keeps another tenant's document out whatever happens.
             if doc.get("tenant") != tenant or doc["tier"] not in allowed or doc["confidence"] < floor:
+                return False
+            if exact is not None and not exact(doc):
                 return False
             expires = doc.get("expires_at")
             if not ages:  # only its expires_at can end it
@@ -163,15 +191,17 @@ class TypesenseSource:
                 terms,
                 ts.bm25_candidates,
                 ts.bm25_context_weight,
-                _BM25_FIELDS,
+                _BM25_FIELDS + extra,
                 ts.count_ttl_ms / 1000.0,
             )
         client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
-        searches = _searches(query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors)
+        searches = _searches(
+            query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors, extra_fields=extra
+        )
         if not searches:
             return []
-        common = {"collection": alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS}
+        common = {"collection": alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS + extra}
         answers = await client.multi_search([{**common, **search} for _, search in searches])
         answered = dict(zip((role for role, _ in searches), answers, strict=True))
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
@@ -274,6 +304,7 @@ def _searches(
     count: bool,
     bm25: Bm25Plan | None = None,
     vectors: str | None = None,
+    extra_fields: str = "",
 ) -> list[tuple[str, dict[str, Any]]]:
     """The searches of one multi_search, in the order sent, each with its role.
 
@@ -287,7 +318,9 @@ def _searches(
     (``None``: Typesense holds no vectors, and there is none), unless the
     config leaves it to a source that covers the vectors, or the recall's
     strategy allows keyword matching only (``query.matches``; a semantic one
-    comes with no ``terms``).
+    comes with no ``terms``). ``extra_fields`` is added to the vector
+    search's ``include_fields`` (as to the others': the fields of the
+    request's string filters, checked on the hits).
     """
     searches: list[tuple[str, dict[str, Any]]] = []
     if ts.keyword_mode == "single":
@@ -312,7 +345,7 @@ def _searches(
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,
                     # The model that made each document's embedding, checked on the hits.
-                    "include_fields": f"{_HIT_FIELDS},model",
+                    "include_fields": f"{_HIT_FIELDS},model{extra_fields}",
                 },
             )
         )

@@ -1,11 +1,14 @@
-"""Tenants whose names a Typesense filter cannot tell apart, through the HTTP
-API against the real Postgres and Typesense.
+"""Tenants, and filter values, that a Typesense filter cannot tell apart,
+through the HTTP API against the real Postgres and Typesense.
 
 Typesense's exact filter folds case and drops ``-`` and ``_`` from the value
 and the stored string alike, so ``tenant:=`tenant-a``` matches the documents
 of ``Tenant_A`` too. Braid filters by each tenant's key
 (:func:`indexers.typesense.documents.tenant_key`) and checks every hit's
 tenant, so neither sees the other's memories, even under the same ids.
+The same folding makes a kind, tag or session id filter match other values
+(``s-1`` and ``S_1``); the Typesense source checks them on the hits exactly,
+as Postgres compares them.
 """
 
 from __future__ import annotations
@@ -52,3 +55,18 @@ async def test_tenants_whose_names_typesense_folds_together_see_only_their_own(b
                 assert items, (key, sources, as_of)
                 assert items.items() <= own[key].items(), (key, sources, as_of, items)
                 assert not any(text in out["block"] for text in own[other].values())
+
+
+async def test_a_filter_value_typesense_folds_matches_only_itself(braid: Braid) -> None:
+    ids = await braid.remember(
+        {"content": "Harbour crane inspection notes", "session_id": "s-1", "tags": ["to-do"], "kind": "to-do"},
+        {"content": "Harbour crane inspection photos", "session_id": "S_1", "tags": ["todo"], "kind": "todo"},
+    )
+    await braid.synced()
+    ts, alias = braid.runtime.typesense, braid.alias
+    # The premise: by value, Typesense's filter holds both memories.
+    assert await ts.count(alias, "session_id:=`s-1`") == 2
+    for filters in ({"session_id": "s-1"}, {"tags": ["to-do"]}, {"kinds": ["to-do"]}, {"tags": ["to-do", "x"]}):
+        for sources in (["typesense"], None):
+            out = await braid.recall("harbour crane inspection", top_k=10, sources=sources, **filters)
+            assert [i["id"] for i in out["items"]] == [ids[0]], (filters, sources, out["items"])
