@@ -310,8 +310,14 @@ def test_seeds_after_entity_changes_are_those_of_a_copy_made_afresh(steps: list[
     assert graph.named == fresh.named
     for model, vec in queries:
         got, want = seeds(graph, model, vec), seeds(fresh, model, vec)
-        assert list(got) == list(want)
-        assert list(got.values()) == pytest.approx(list(want.values()), abs=1e-6)
+        assert sorted(got.values()) == pytest.approx(sorted(want.values()), abs=1e-6)
+        # Ties go by id, but a similarity is float32: the same vector in another
+        # row of the matrix can come out one ulp apart (seen: 0.32092884 and
+        # 0.32092881), so the ids may differ only among entities tied at the cut.
+        cut = min(want.values(), default=0.0)
+        for eid in set(got) ^ set(want):
+            assert got.get(eid, want.get(eid)) == pytest.approx(cut, abs=1e-6)
+        assert all(got[eid] == pytest.approx(want[eid], abs=1e-6) for eid in set(got) & set(want))
 
 
 def test_a_new_entity_extends_the_models_matrix_in_place() -> None:
