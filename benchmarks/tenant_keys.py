@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 import psutil
 
-from benchmarks.common import RESULTS
+from benchmarks.common import write_results
 from benchmarks.load.corpus import DIM, _tenant, _unit
 from deploy.embedded import EmbeddedTypesense
 from indexers.base import Filters, MemoryRecord
@@ -208,10 +208,9 @@ def main() -> None:
     report = measure(stages, args.queries)
     stem = "tenant-keys" + (f"-{args.name}" if args.name else "")
     command = "python -m benchmarks.tenant_keys " + " ".join(sys.argv[1:])
-    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(markdown(report, command.strip()))
+    path = write_results(stem, markdown(report, command.strip()), report)
     first, last = report["stages"][0], report["stages"][-1]
-    print(f"tenant-keys: report at {RESULTS / (stem + '.md')}")
+    print(f"tenant-keys: report at {path}")
     print(
         f"tenant-keys: docs={first['documents']},{last['documents']} "
         f"by_name_warm_ms={_mean(first, 'by name, warm'):.2f},{_mean(last, 'by name, warm'):.2f} "

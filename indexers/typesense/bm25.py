@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .documents import counts_reader, quoted_list
+from .documents import counts_reader, keyed_terms, quoted_list
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf, normalised_text, term_count
 
 __all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
@@ -103,7 +103,7 @@ def _mean(facet: Mapping[str, Any]) -> float | None:
 
 
 def _filter(narrow: str, key: str, terms: Sequence[str]) -> str:
-    return f"{narrow} && tenant_terms:={quoted_list(key + t for t in terms)}"
+    return f"{narrow} && tenant_terms:={quoted_list(keyed_terms(key, terms))}"
 
 
 @dataclass

@@ -60,6 +60,7 @@ __all__ = [
     "collection_schema",
     "combined_document",
     "document_id",
+    "keyed_terms",
     "tenant_key",
     "tenant_terms",
     "group_alias",
@@ -197,11 +198,16 @@ def tenant_key(tenant: str) -> str:
     return hashlib.blake2b(tenant.encode(), digest_size=16).hexdigest()
 
 
-def tenant_terms(tenant: str, terms: Iterable[str]) -> list[str]:
-    """``terms`` as ``tenant_terms`` holds them: each behind the tenant's key
-    (fixed width, so no two tenant and term pairs give one token)."""
-    key = tenant_key(tenant)
+def keyed_terms(key: str, terms: Iterable[str]) -> list[str]:
+    """``terms`` each behind ``key`` (a :func:`tenant_key`: fixed width, so no
+    two tenant and term pairs give one token), as ``tenant_terms`` holds them
+    and its filters name them."""
     return [key + term for term in terms]
+
+
+def tenant_terms(tenant: str, terms: Iterable[str]) -> list[str]:
+    """``terms`` as the tenant's documents hold them in ``tenant_terms``."""
+    return keyed_terms(tenant_key(tenant), terms)
 
 
 def group_alias(alias: str, tenant: str, groups: int) -> str:

@@ -187,7 +187,7 @@ class TypesenseSource:
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(
                 filter_by,
-                tenant_key(query.tenant),
+                tenant_key(tenant),
                 terms,
                 ts.bm25_candidates,
                 ts.bm25_context_weight,
