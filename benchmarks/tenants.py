@@ -1,7 +1,8 @@
 """Many small tenants: does a small tenant's recall stay as fast as the tenant count grows?
 
 ``python -m benchmarks.tenants [--tenants 50,1000] [--per 100] [--big 10000]
-[--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--set dotted.key=value ...] [--name NAME]``
+[--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--active 50] [--per-active 8]
+[--set dotted.key=value ...] [--name NAME]``
 
 One service on the embedded stack (shipped config, one agent key per tenant
 in ``auth.keys``, so the keyring grows with the tenants too; ``--groups``
@@ -19,20 +20,26 @@ drained, and Postgres settled (autovacuum waited for, then ``VACUUM
 At each stage: fused recalls of small tenants only (``--clients`` clients for
 ``--seconds`` s, closed loop), each by that tenant's key, a query made from
 one of its own memories (the memory's first 8 words and its vector perturbed
-by noise norm ~0.3, as the load benchmark's queries). Reported: p50/p99, CPU
+by noise norm ~0.3, as the load benchmark's queries). The measured rows ask
+the same number of tenants at every stage (``--active`` sampled, each with
+``--per-active`` distinct queries, round robin), so a tenant is asked as
+often at 10,000 tenants as at 50 and the stages differ only in what is
+stored; a ``spread`` row then asks up to 400 tenants one query each (as
+this benchmark did before: at larger stages each tenant is asked rarely, so
+its per-tenant caches are colder). Reported: p50/p99, CPU
 ms per recall by process, recalls that returned fewer than ``top_k`` items
 (every tenant has ``--per`` memories, but the sources' relevance floors may
 leave fewer) and, per source, answers under ``top_k`` hits; the pgvector
 answers with fewer hits than an exact search over the tenant's vectors with
 the source's floors gives; and, with pgvector's floors off (a config reload),
-each sampled tenant once by pgvector alone, counting answers under
+each spread tenant once by pgvector alone, counting answers under
 min(candidates, ``--per``) hits (what a filtered index that starves small
 tenants would show); Postgres' index count, table sizes
 and the planning time of a tenant-scoped vector query (``EXPLAIN (SUMMARY)``,
 median of 50); the keyring's lookup time at that many keys.
 
 Report: ``benchmarks/results/tenants[-<name>].{md,json,png}``. Last line:
-``tenants: <count>:p50_ms=<x>,short=<n> ... ratio=<last p50 / first p50>``.
+``tenants: <count>:p50_ms=<x>,short=<n> ... ratio=<last p50 / first p50> spread_ratio=<the same, spread rows>``.
 """
 
 from __future__ import annotations
@@ -68,30 +75,42 @@ from service.auth import Keyring
 #: load alone take longer than their memories).
 RELATIONS = 30
 QUERY_NOISE = 0.3
+#: Tenants recalled once each in a stage's spread row (most of them cold).
+SPREAD = 400
 
 
 def _queries(
-    corpus: Corpus, tenants: list[str], rng: random.Random, top_k: int, floors: tuple[float, float, int]
+    corpus: Corpus,
+    tenants: list[str],
+    rng: random.Random,
+    top_k: int,
+    floors: tuple[float, float, int],
+    per_tenant: int = 1,
 ) -> list[tuple[str, bytes, int]]:
-    """One recall per tenant: (tenant, encoded body, pgvector hits an exact
-    search gives) from one of its memories. ``floors``: the pgvector source's
+    """``per_tenant`` recalls per tenant, round robin over ``tenants``: (tenant,
+    encoded body, pgvector hits an exact search gives), each from one of its
+    memories (distinct ones: ``per_tenant`` is at most its memory count). ``floors``: the pgvector source's
     ``minSimilarity``, ``relativeFloor`` and ``candidates``; the exact count is
     of the tenant's memories above both floors (by a margin of 1e-4, so a
     rounding difference does not count as a miss), at most ``candidates``."""
     min_similarity, relative, candidates = floors
     by_name = {t.name: t for t in corpus.tenants}
     nrng = np.random.default_rng(rng.randrange(1 << 30))
+    picks = {name: rng.sample(range(len(by_name[name].memories)), per_tenant) for name in tenants}
     out = []
-    for name in tenants:
-        t = by_name[name]
-        i = rng.randrange(len(t.memories))
-        v = t.vectors[i] + nrng.standard_normal(t.vectors.shape[1]) * QUERY_NOISE / np.sqrt(t.vectors.shape[1])
-        v = v / np.linalg.norm(v)
-        text = " ".join(t.memories[i]["content"].split()[:8])
-        sims = t.vectors @ v.astype(np.float32)
-        floor = max(min_similarity, relative * float(sims.max())) + 1e-4
-        exact = min(candidates, int((sims >= floor).sum()))
-        out.append((name, msgspec.json.encode({"query": text, "embedding": v.tolist(), "top_k": top_k}), exact))
+    for round_ in range(per_tenant):
+        for name in tenants:
+            t = by_name[name]
+            i = picks[name][round_]
+            noise = nrng.standard_normal(t.vectors.shape[1]) * QUERY_NOISE / np.sqrt(t.vectors.shape[1])
+            v = t.vectors[i] + noise
+            v = v / np.linalg.norm(v)
+            text = " ".join(t.memories[i]["content"].split()[:8])
+            sims = t.vectors @ v.astype(np.float32)
+            floor = max(min_similarity, relative * float(sims.max())) + 1e-4
+            exact = min(candidates, int((sims >= floor).sum()))
+            body = msgspec.json.encode({"query": text, "embedding": v.tolist(), "top_k": top_k})
+            out.append((name, body, exact))
     return out
 
 
@@ -241,6 +260,8 @@ async def run(
     groups: int = 1,
     on_stage: Callable[[dict[str, Any]], None] = lambda report: None,
     sets: Sequence[Override] = (),
+    active: int = 50,
+    per_active: int = 8,
 ) -> dict[str, Any]:
     """The stages measured; ``on_stage`` is handed the report after each one
     (so a run stopped during a long load keeps the stages it finished)."""
@@ -263,6 +284,8 @@ async def run(
         "per": per,
         "big": big,
         "groups": groups,
+        "active": active,
+        "per_active": per_active,
         "sets": [list(x) for x in sets],
         "stages": [],
     }
@@ -289,16 +312,25 @@ async def run(
                 settled = await settle(dsn)
                 loaded = count
                 small = [t.name for t in corpus.tenants[1 : 1 + count]]
-                sample = rng.sample(small, min(len(small), 400))
-                queries = _queries(corpus, sample, rng, top_k, floors)
+                # The measured recalls: the same number of active tenants at
+                # every stage, each asked the same number of distinct queries,
+                # so each tenant's recall rate (and what its caches keep) is the
+                # stage's to compare, not the sampling's.
+                chosen = rng.sample(small, min(len(small), active))
+                queries = _queries(corpus, chosen, rng, top_k, floors, per_active)
+                # The spread: up to 400 tenants once each (most of them cold).
+                sample = rng.sample(small, min(len(small), SPREAD))
+                spread_queries = _queries(corpus, sample, rng, top_k, floors)
                 print(f"tenants: {count} tenants loaded in {load_s:.0f} s; recalls", flush=True)
-                # Warm-up: each sampled tenant once (connections, caches), not measured.
+                # Warm-up: each query once (connections, caches), not measured.
                 await _recalls(svc, keys, queries, clients, 0.0, top_k, meter, once=True)
                 recalls = await _recalls(svc, keys, queries, clients, seconds, top_k, meter)
+                await _recalls(svc, keys, spread_queries, clients, 0.0, top_k, meter, once=True)
+                spread = await _recalls(svc, keys, spread_queries, clients, seconds, top_k, meter)
                 # The starvation check: pgvector alone without its floors, so
                 # every answer should hold min(candidates, per) memories.
                 await _reload(svc, cfg_text.replace(_PG_FLOORS, _PG_NO_FLOORS))
-                unfloored = [(name, _only_pgvector(body), min(floors[2], per)) for name, body, _ in queries]
+                unfloored = [(name, _only_pgvector(body), min(floors[2], per)) for name, body, _ in spread_queries]
                 starved = await _recalls(svc, keys, unfloored, clients, 0.0, top_k, meter, once=True)
                 await _reload(svc, cfg_text)
                 vec = corpus.tenants[1].vectors[0]
@@ -312,8 +344,12 @@ async def run(
                     "drain_s": drained["seconds"],
                     "settle_s": settled["seconds"],
                     "recall": recalls,
+                    "active_tenants": len(chosen),
+                    "spread": spread,
+                    "spread_tenants": len(sample),
                     "unfloored": {k: starved[k] for k in ("n", "pgvector_under_exact", "error_count", "errors")},
                     "pgvector_exact_mean": statistics.mean(q[2] for q in queries),
+                    "spread_exact_mean": statistics.mean(q[2] for q in spread_queries),
                     "postgres": facts,
                     "keyring_lookup_us": _keyring_lookup_us({k: keys[k] for k in [BIG_TENANT, *small]}),
                 }
@@ -343,28 +379,44 @@ def markdown(report: dict[str, Any], command: str) -> str:
         + ", one agent key per tenant; before each stage's recalls the outbox drained and Postgres settled"
         " (autovacuum waited for, `VACUUM (ANALYZE)`). Recalls: small"
         " tenants only, each by its own key, a query from one of its memories (first 8 words, vector + noise"
-        " ~0.3), up to 400 tenants sampled per stage, closed loop; `short` = recalls with fewer than top_k"
+        " ~0.3), closed loop. Measured rows: the same number of active tenants at every stage"
+        f" ({report.get('active', 400)} sampled, {report.get('per_active', 1)} distinct queries each, round robin,"
+        " each query once as a warm-up first), so each tenant is asked as often at every stage; `spread`: up to"
+        f" {SPREAD} tenants sampled, one query each, cycled (after its own warm-up pass), so at larger stages"
+        " each tenant is asked rarely and its per-tenant caches (graph copy, bm25 counts) are colder; `short` ="
+        " recalls with fewer than top_k"
         " items (the sources' relevance floors can leave fewer: the tenant's memories are not all near the query);"
         " per source: `ok` answers with fewer than top_k hits; `pgvector under exact`: pgvector answers with"
         " fewer hits than an exact search of the tenant's vectors with the source's floors gives; then, with the"
-        " pgvector floors off (a config reload), each sampled tenant once more by pgvector alone: answers holding"
+        " pgvector floors off (a config reload), each spread tenant once more by pgvector alone: answers holding"
         " fewer than min(candidates, memories per tenant) hits (a filtered index starving small tenants).",
         "",
-        "| tenants | memories | load s (memories/s) | recalls | p50 ms | p99 ms | p50 / first | recalls/s"
-        " | per-source p50 ms | CPU ms a recall (service / Postgres / Typesense) | short | short by source | Postgres indexes"
+        "| tenants | memories | load s (memories/s) | active tenants | recalls | p50 ms | p99 ms | p50 / first | recalls/s"
+        " | per-source p50 ms | CPU ms a recall (service / Postgres / Typesense) | short | short by source"
+        " | spread: tenants, recalls, p50 ms (/ first), CPU ms a recall | Postgres indexes"
         " | pgvector under exact | pgvector without floors under min(candidates, per) | planning ms | key lookup µs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    spread_first = stages[0]["spread"]["p50"] if "spread" in stages[0] else None
     for s in stages:
         r = s["recall"]
         c = r["cpu_ms"]
         by = ", ".join(f"{k} {v}" for k, v in sorted(r["short_by_source"].items())) or "none"
+        sp = s.get("spread")
+        spread = "–"
+        if sp is not None and spread_first:
+            sc = sp["cpu_ms"]
+            spread = (
+                f"{s['spread_tenants']}, {sp['n']}, {sp['p50']:.1f} ({sp['p50'] / spread_first:.2f}),"
+                f" {sc.get('service', 0):.2f} / {sc.get('postgres', 0):.2f} / {sc.get('typesense', 0):.2f}"
+            )
         lines.append(
-            f"| {s['tenants']} | {s['memories']} | {s['load_s']:.0f} ({s['write_per_s']:.0f}/s) | {r['n']}"
+            f"| {s['tenants']} | {s['memories']} | {s['load_s']:.0f} ({s['write_per_s']:.0f}/s)"
+            f" | {s.get('active_tenants', '–')} | {r['n']}"
             f" | {r['p50']:.1f} | {r['p99']:.1f} | {r['p50'] / first:.2f} | {r['per_s']:.0f}"
             f" | {', '.join(f'{k} {v:.1f}' for k, v in r.get('source_ms_p50', {}).items()) or '–'}"
             f" | {c.get('service', 0):.2f} / {c.get('postgres', 0):.2f} / {c.get('typesense', 0):.2f}"
-            f" | {r['short']} | {by} | {s['postgres']['indexes']}"
+            f" | {r['short']} | {by} | {spread} | {s['postgres']['indexes']}"
             f" | {r['pgvector_under_exact']} (exact: {s['pgvector_exact_mean']:.1f} hits)"
             f" | {s['unfloored']['pgvector_under_exact']} of {s['unfloored']['n']}"
             f" | {s['postgres']['planning_ms']:.3f}"
@@ -418,6 +470,8 @@ def main() -> None:
     parser.add_argument(
         "--groups", type=int, default=1, help="typesense.groups (tenants spread over n collection pairs)"
     )
+    parser.add_argument("--active", type=int, default=50, help="tenants recalled in each stage's measured rows")
+    parser.add_argument("--per-active", type=int, default=8, help="distinct queries per active tenant")
     parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_set, metavar="KEY=VALUE")
     parser.add_argument("--name", default="")
     args = parser.parse_args()
@@ -426,6 +480,8 @@ def main() -> None:
         parser.error("--tenants: ascending positive counts, e.g. 50,1000")
     if args.groups < 1:
         parser.error("--groups: 1 or more")
+    if args.active < 1 or not 1 <= args.per_active <= args.per:
+        parser.error("--active: 1 or more; --per-active: 1 to --per")
     command = "python -m benchmarks.tenants " + " ".join(sys.argv[1:])
     name = "tenants" + (f"-{args.name}" if args.name else "")
 
@@ -436,7 +492,18 @@ def main() -> None:
 
     report = asyncio.run(
         run(
-            counts, args.per, args.big, args.clients, args.seconds, args.top_k, args.seed, args.groups, write, args.sets
+            counts,
+            args.per,
+            args.big,
+            args.clients,
+            args.seconds,
+            args.top_k,
+            args.seed,
+            args.groups,
+            write,
+            args.sets,
+            args.active,
+            args.per_active,
         )
     )
     first = report["stages"][0]["recall"]["p50"]
@@ -446,7 +513,8 @@ def main() -> None:
         + f",unfloored_under={s['unfloored']['pgvector_under_exact']}"
         for s in report["stages"]
     )
-    print(f"tenants: {parts} ratio={report['stages'][-1]['recall']['p50'] / first:.2f}")
+    spread = report["stages"][-1]["spread"]["p50"] / report["stages"][0]["spread"]["p50"]
+    print(f"tenants: {parts} ratio={report['stages'][-1]['recall']['p50'] / first:.2f} spread_ratio={spread:.2f}")
 
 
 if __name__ == "__main__":

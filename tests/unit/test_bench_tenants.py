@@ -41,6 +41,21 @@ def test_the_exact_count_is_the_tenants_memories_above_both_floors_at_most_candi
     assert none == 0
 
 
+def test_each_active_tenant_gets_distinct_queries_round_robin() -> None:
+    rng = np.random.default_rng(5)
+    tenants = []
+    for name in ("a", "b", "c"):
+        v = rng.standard_normal((6, 4))
+        tenants.append(_tenant(name, v / np.linalg.norm(v, axis=1, keepdims=True)))
+    corpus = Corpus(7, 6, tenants, [], np.zeros((0, 4)), 1)
+    queries = _queries(corpus, ["a", "b", "c"], random.Random(1), 10, (0.15, 0.3, 50), per_tenant=4)
+    # Round robin: every tenant once before any tenant twice.
+    assert [q[0] for q in queries] == ["a", "b", "c"] * 4
+    for name in ("a", "b", "c"):
+        texts = [msgspec.json.decode(body)["query"] for t, body, _ in queries if t == name]
+        assert len(set(texts)) == 4  # four different memories of the tenant
+
+
 def test_the_starvation_check_asks_pgvector_alone_and_the_shipped_floors_are_where_it_looks() -> None:
     body = msgspec.json.encode({"query": "q", "embedding": [0.1], "top_k": 10})
     assert msgspec.json.decode(_only_pgvector(body)) == {
@@ -76,6 +91,9 @@ def test_the_report_row_and_ratio() -> None:
             },
             "unfloored": {"n": 50, "pgvector_under_exact": 1, "error_count": 0, "errors": []},
             "pgvector_exact_mean": 1.5,
+            "active_tenants": 50,
+            "spread_tenants": min(tenants, 400),
+            "spread": {"n": 300, "p50": 2 * p50 if tenants > 50 else p50, "cpu_ms": {"service": 6.0}},
             "postgres": {"indexes": 32, "planning_ms": 0.02, "table_bytes": {"entities": 2**20}},
             "keyring_lookup_us": 0.6,
         }
@@ -84,7 +102,9 @@ def test_the_report_row_and_ratio() -> None:
     text = markdown(report, "cmd")
     rows = [line for line in text.splitlines() if line.startswith("| 50 |") or line.startswith("| 1000 |")]
     assert len(rows) == 2
-    assert "| 25.0 | 50.0 | 1.25 |" in rows[1]
+    assert "| 50 | 200 | 25.0 | 50.0 | 1.25 |" in rows[1]
+    # The spread row: 400 tenants, its p50 against the first stage's spread p50 (50 / 20).
+    assert "| 400, 300, 50.0 (2.50), 6.00 / 0.00 / 0.00 |" in rows[1]
     assert "| 1 of 50 |" in rows[1] and "pgvector 9" in rows[1] and "graph 4.0" in rows[1]
     assert "`entities` 1 MiB" in text
 
