@@ -78,7 +78,7 @@ bench-replica: install
 # Many small tenants: a small tenant's fused recall as the tenant count grows; TENANTS=<counts>
 # (ascending, default 50,1000), PER=<memories a tenant> (default 100).
 bench-tenants: install
-	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER)) $(if $(GROUPS),--groups $(GROUPS))
+	$(PY) -m benchmarks.tenants $(if $(TENANTS),--tenants $(TENANTS)) $(if $(PER),--per $(PER)) $(if $(GROUPS),--groups $(GROUPS)) $(if $(PROFILE),--profile)
 
 bench-placement: install
 	$(PY) -m benchmarks.placement $(if $(BIG),--big $(BIG))

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.tenants [--tenants 50,1000] [--per 100] [--big 10000]
 [--clients 8] [--seconds 15] [--top-k 10] [--groups N] [--active 50] [--per-active 8]
-[--set dotted.key=value ...] [--name NAME]``
+[--profile] [--set dotted.key=value ...] [--name NAME]``
 
 One service on the embedded stack (shipped config, one agent key per tenant
 in ``auth.keys``, so the keyring grows with the tenants too; ``--groups``
@@ -38,6 +38,10 @@ tenants would show); Postgres' index count, table sizes
 and the planning time of a tenant-scoped vector query (``EXPLAIN (SUMMARY)``,
 median of 50); the keyring's lookup time at that many keys.
 
+With ``--profile``, py-spy samples the service during each stage's measured
+recalls (raw stacks: ``tenants[-<name>]-<count>.txt``) and the report splits
+the service's CPU a recall by stage of the recall.
+
 Report: ``benchmarks/results/tenants[-<name>].{md,json,png}``. Last line:
 ``tenants: <count>:p50_ms=<x>,short=<n> ... ratio=<last p50 / first p50> spread_ratio=<the same, spread rows>``.
 """
@@ -55,6 +59,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,11 +67,12 @@ import msgspec
 import numpy as np
 import psycopg
 
-from benchmarks.common import CpuMeter, Service, cpu_per_call, pct, pyplot, write_results
+from benchmarks.common import RESULTS, CpuMeter, Service, cpu_per_call, pct, pyplot, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
 from benchmarks.load.run import bulk_load, config_text, graph_load, settle, wait_drained
 from benchmarks.quality.tuning import Override, parse_set
+from benchmarks.recall_profile import py_spy, summarise
 from config.loader import parse_config
 from config.sources import PgvectorSourceConfig
 from service.auth import Keyring
@@ -262,9 +268,12 @@ async def run(
     sets: Sequence[Override] = (),
     active: int = 50,
     per_active: int = 8,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """The stages measured; ``on_stage`` is handed the report after each one
-    (so a run stopped during a long load keeps the stages it finished)."""
+    (so a run stopped during a long load keeps the stages it finished).
+    ``profile``: py-spy samples the service during each stage's measured
+    recalls, its raw stacks written to ``<profile>-<tenants>.txt``."""
     corpus = build_corpus(big, small_tenants=max(counts), small_size=per, relations=RELATIONS)
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
@@ -324,7 +333,17 @@ async def run(
                 print(f"tenants: {count} tenants loaded in {load_s:.0f} s; recalls", flush=True)
                 # Warm-up: each query once (connections, caches), not measured.
                 await _recalls(svc, keys, queries, clients, 0.0, top_k, meter, once=True)
+                spy = None
+                if profile is not None:
+                    raw = profile.with_name(f"{profile.name}-{count}.txt")
+                    spy = py_spy(svc.proc.pid, raw, seconds=int(seconds) + 2)
+                    await asyncio.sleep(1.0)  # attached before the measured recalls start
                 recalls = await _recalls(svc, keys, queries, clients, seconds, top_k, meter)
+                if spy is not None:
+                    _, err = await asyncio.to_thread(spy.communicate, timeout=120)
+                    if spy.returncode != 0:
+                        raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-2000:]}")
+                    recalls["profile"] = summarise(raw.read_text())
                 await _recalls(svc, keys, spread_queries, clients, 0.0, top_k, meter, once=True)
                 spread = await _recalls(svc, keys, spread_queries, clients, seconds, top_k, meter)
                 # The starvation check: pgvector alone without its floors, so
@@ -422,6 +441,27 @@ def markdown(report: dict[str, Any], command: str) -> str:
             f" | {s['postgres']['planning_ms']:.3f}"
             f" | {s['keyring_lookup_us']:.1f} |"
         )
+    profiled = [s for s in stages if "profile" in s["recall"]]
+    if profiled:
+        names = sorted(
+            {k for s in profiled for k in s["recall"]["profile"]["stages"]},
+            key=lambda k: -profiled[-1]["recall"]["profile"]["stages"].get(k, 0.0),
+        )
+        lines += [
+            "",
+            "Service CPU of the measured recalls by stage of the recall (py-spy's share of the samples"
+            " x the service's CPU ms a recall; `benchmarks/recall_profile.py`'s stages, the raw stacks"
+            " beside this report):",
+            "",
+            "| stage | " + " | ".join(f"{s['tenants']} tenants" for s in profiled) + " |",
+            "|---|" + "---|" * len(profiled),
+        ]
+        for k in names:
+            cells = [
+                f"{s['recall']['profile']['stages'].get(k, 0.0) * s['recall']['cpu_ms'].get('service', 0.0):.2f}"
+                for s in profiled
+            ]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
     last = stages[-1]
     lines += [
         "",
@@ -472,6 +512,7 @@ def main() -> None:
     )
     parser.add_argument("--active", type=int, default=50, help="tenants recalled in each stage's measured rows")
     parser.add_argument("--per-active", type=int, default=8, help="distinct queries per active tenant")
+    parser.add_argument("--profile", action="store_true", help="py-spy on the service during the measured recalls")
     parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_set, metavar="KEY=VALUE")
     parser.add_argument("--name", default="")
     args = parser.parse_args()
@@ -504,6 +545,7 @@ def main() -> None:
             args.sets,
             args.active,
             args.per_active,
+            RESULTS / name if args.profile else None,
         )
     )
     first = report["stages"][0]["recall"]["p50"]

@@ -129,3 +129,40 @@ def test_the_placement_benchmark_config_has_its_threshold_and_an_admin_key() -> 
         ("big", "agent", "k" * 20),
         ("small-1", "agent", "s" * 20),
     ]
+
+
+def test_the_profile_table_splits_the_service_cpu_by_stage() -> None:
+    from benchmarks.tenants import markdown
+
+    def stage(tenants: int, graph_share: float) -> dict[str, object]:
+        recall = {
+            "n": 10,
+            "p50": 20.0,
+            "p99": 30.0,
+            "per_s": 5.0,
+            "cpu_ms": {"service": 4.0},
+            "short": 0,
+            "short_by_source": {},
+            "pgvector_under_exact": 0,
+            "error_count": 0,
+            "errors": [],
+            "profile": {"stages": {"graph source": graph_share, "other": 1.0 - graph_share}},
+        }
+        return {
+            "tenants": tenants,
+            "memories": 100,
+            "load_s": 1.0,
+            "write_per_s": 100.0,
+            "write_errors": 0,
+            "recall": recall,
+            "unfloored": {"n": 1, "pgvector_under_exact": 0},
+            "pgvector_exact_mean": 1.0,
+            "postgres": {"indexes": 1, "planning_ms": 0.01, "table_bytes": {}},
+            "keyring_lookup_us": 0.5,
+        }
+
+    text = markdown({"corpus": "c", "per": 100, "stages": [stage(50, 0.25), stage(1000, 0.75)]}, "cmd")
+    # Ordered by the last stage's share; each cell is share x service CPU ms.
+    table = text[text.index("| stage | 50 tenants | 1000 tenants |") :].splitlines()
+    assert table[2] == "| graph source | 1.00 | 3.00 |"
+    assert table[3] == "| other | 3.00 | 1.00 |"
