@@ -3,7 +3,7 @@
 Loads the load benchmark's corpus (big tenant of 10,000 memories) through
 the service, copies the big tenant's Typesense documents into a scratch
 collection without the ``embedding`` field, then sends the ``bm25`` mode's
-candidate search (``terms:=[...]`` filter, ``sort_by length:asc``, the
+candidate search (``tenant_terms:=[...]`` filter, the terms behind the tenant's key, ``sort_by length:asc``, the
 fields the source asks for) for 300 queries to each collection, at 100 and
 250 candidates, twice in turn, and prints the Typesense process's CPU per
 search. Typesense reads each hit's stored document whole before it keeps
@@ -24,7 +24,7 @@ import msgspec
 
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.run import loaded_service
-from indexers.typesense.documents import quoted_list
+from indexers.typesense.documents import keyed_terms, quoted_list, tenant_key
 from indexers.typesense.keywords import keyword_terms
 from indexers.typesense.source import _BM25_FIELDS
 
@@ -62,6 +62,7 @@ async def main(size: int) -> None:
             r.raise_for_status()
             print("docs", len(docs), flush=True)
             qs = corpus.queries[:300]
+            key = tenant_key(BIG_TENANT)
             for coll in (alias, "noemb", alias, "noemb"):
                 for n in (100, 250):
 
@@ -73,7 +74,7 @@ async def main(size: int) -> None:
                                     {
                                         "collection": coll,
                                         "q": "*",
-                                        "filter_by": f"tenant:=`{BIG_TENANT}` && terms:={quoted_list(t)}",
+                                        "filter_by": f"tenant_terms:={quoted_list(keyed_terms(key, t))}",
                                         "per_page": n,
                                         "sort_by": "length:asc",
                                         "include_fields": _BM25_FIELDS,

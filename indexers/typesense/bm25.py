@@ -192,7 +192,9 @@ class Bm25Plan:
     def holds_sent(self, doc: Mapping[str, Any]) -> bool:
         """Whether the last candidate search (its ``tenant_terms:=[...]`` filter)
         would have found ``doc``: it holds one of the terms it was sent for."""
-        return self.sent is not None and not set(self.sent).isdisjoint(doc.get("terms", ()))
+        return self.sent is not None and not set(keyed_terms(self.key, self.sent)).isdisjoint(
+            doc.get("tenant_terms", ())
+        )
 
     def scores(self, docs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """The candidates' memory ids and BM25 scores over every query term,

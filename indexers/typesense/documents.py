@@ -146,7 +146,7 @@ def document_id(tenant: str, memory_id: str) -> str:
 
 #: Fields derived from the content and context for the ``bm25`` keyword mode
 #: (:func:`document_terms`, :func:`tenant_terms`), not memory fields.
-TERM_FIELDS = ("terms", "term_counts", "length", "context_length", "tenant_terms")
+TERM_FIELDS = ("term_counts", "length", "context_length", "tenant_terms")
 
 #: Fields derived from the tenant and the lifecycle that filters read
 #: (:func:`tenant_key`), on both documents of a memory.
@@ -270,12 +270,15 @@ def _shared_fields(record: MemoryRecord) -> dict[str, Any]:
 
 def record_document(record: MemoryRecord) -> dict[str, Any]:
     """The keyword document of a memory: the shared fields, its context, its
-    terms (:func:`document_terms`) and ``superseded_by``; never its embedding."""
+    terms behind the tenant's key with their counts and lengths
+    (:func:`document_terms`, :func:`tenant_terms`) and ``superseded_by``;
+    never its embedding. The bare terms are not sent: no filter reads them
+    since filters name the tenant by its key (an older document may still
+    hold them, in an older schema's ``terms``), and indexing them cost
+    Typesense CPU on every import (``benchmarks/results/typesense-import-cost.md``)."""
     doc = _shared_fields(record)
-    doc["terms"], doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
-        record.content, record.context
-    )
-    doc["tenant_terms"] = tenant_terms(record.tenant, doc["terms"])
+    terms, doc["term_counts"], doc["length"], doc["context_length"] = document_terms(record.content, record.context)
+    doc["tenant_terms"] = tenant_terms(record.tenant, terms)
     if record.superseded_by is not None:
         doc["superseded_by"] = record.superseded_by
     if record.context:
@@ -370,12 +373,12 @@ def collection_schema(name: str) -> dict[str, Any]:
             {"name": "context", "type": "string", "optional": True},
             *shared[3:],
             {"name": "superseded_by", "type": "string", "index": False, "optional": True},
-            # The bm25 keyword mode's (document_terms): filtered on by exact term,
+            # The bm25 keyword mode's: the document's terms (document_terms)
+            # behind the tenant's key (tenant_terms), what its filters read,
             # and the lengths' means taken by a facet. Optional only so that an
             # older collection can gain them; every document written has them.
-            {"name": "terms", "type": "string[]", "optional": True},
-            # The same terms behind the tenant's key (tenant_terms): what the
-            # bm25 filters read.
+            # (An older Braid also sent the bare terms, in a `terms` field
+            # that nothing reads now.)
             {"name": "tenant_terms", "type": "string[]", "optional": True},
             # Stored, not indexed: each term's count in the content and the context
             # (document_terms), read by the bm25 ranking instead of the texts.

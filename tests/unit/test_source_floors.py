@@ -72,11 +72,14 @@ def test_the_keyword_floor_leaves_out_weak_matches() -> None:
 
 def test_a_document_joins_the_keyword_candidates_as_their_filter_would_find_it() -> None:
     plan = _plan(["tea", "blend"], {"tea": 1, "blend": 1}, CorpusStats(10, 4.0))
-    assert not plan.holds_sent({"terms": ["tea"]})  # no candidate search sent yet
+    # The plan's tenant key is "k": a document holds its terms behind it.
+    assert not plan.holds_sent({"tenant_terms": ["ktea"]})  # no candidate search sent yet
     plan.searches()
     assert plan.sent == ["tea", "blend"]
-    assert plan.holds_sent({"terms": ["earl", "tea"]})
-    assert not plan.holds_sent({"terms": ["turn", "chat"]})
+    assert plan.holds_sent({"tenant_terms": ["kearl", "ktea"]})
+    assert not plan.holds_sent({"tenant_terms": ["kturn", "kchat"]})
+    # Another tenant's key before the same term is not a match.
+    assert not plan.holds_sent({"tenant_terms": ["xtea"]})
     assert not plan.holds_sent({})
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
-from indexers.typesense.documents import counts_reader, document_terms, record_document
+from indexers.typesense.documents import counts_reader, document_terms, record_document, tenant_key
 from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
 
 TRICKY = [
@@ -119,13 +119,16 @@ def test_record_document_carries_terms_and_length() -> None:
         confidence=1.0,
     )
     doc = record_document(rec)
-    # "the", "before": stopwords, counted in the context's length.
-    assert (doc["terms"], doc["term_counts"], doc["length"], doc["context_length"]) == (
-        ["blue", "password"],
+    key = tenant_key("t")
+    # "the", "before": stopwords, counted in the context's length. The bare
+    # terms are not sent (nothing filters on them), only behind the key.
+    assert (doc["tenant_terms"], doc["term_counts"], doc["length"], doc["context_length"]) == (
+        [key + "blue", key + "password"],
         ";blue:1:0;password:1:1;",
         2,
         3,
     )
+    assert "terms" not in doc
 
 
 def test_idf_is_lucenes_and_never_negative() -> None:
