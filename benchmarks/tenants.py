@@ -368,7 +368,6 @@ async def run(
                     "spread_tenants": len(sample),
                     "unfloored": {k: starved[k] for k in ("n", "pgvector_under_exact", "error_count", "errors")},
                     "pgvector_exact_mean": statistics.mean(q[2] for q in queries),
-                    "spread_exact_mean": statistics.mean(q[2] for q in spread_queries),
                     "postgres": facts,
                     "keyring_lookup_us": _keyring_lookup_us({k: keys[k] for k in [BIG_TENANT, *small]}),
                 }
