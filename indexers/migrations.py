@@ -662,6 +662,26 @@ def _v25(dim: int) -> list[sql.Composable]:
     return [sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories")]
 
 
+#: ``braid_meta``'s key for the last outbox row migration 26 queued.
+TERM_KEY_REWRITE = "term_key_rewrite_through"
+
+
+def _v26(dim: int) -> list[sql.Composable]:
+    """The keyword documents' ``tenant_terms`` behind the tenant's term key
+    (8 hex digits, :func:`indexers.typesense.documents.term_key`) instead of
+    its whole 32-digit key: every existing memory gets an outbox row, so the
+    outbox worker rewrites its documents, and ``braid_meta`` keeps the last
+    of those rows' ids. While one of them is pending, a recall's term
+    filters name both forms of each term (:class:`indexers.sync.TermKeyRewrite`),
+    so an older document is still found."""
+    return [
+        sql.SQL("INSERT INTO outbox (tenant, memory_id, op) SELECT tenant, id, 'upsert' FROM memories"),
+        sql.SQL("INSERT INTO braid_meta (key, value) SELECT {k}, coalesce(max(id), 0)::text FROM outbox").format(
+            k=sql.Literal(TERM_KEY_REWRITE)
+        ),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -689,6 +709,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     23: _v23,
     24: _v24,
     25: _v25,
+    26: _v26,
 }
 
 

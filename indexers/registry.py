@@ -91,6 +91,10 @@ class SourceDeps:
     #: ``indexers.typesense.TypesenseGroups.route``); ``None``: ``typesense``
     #: and its group's alias, from the config.
     typesense_route: Callable[[str], tuple[Any, str]] | None = None
+    #: Whether Typesense may still hold keyword documents with their terms
+    #: behind the tenant's whole key (``indexers.sync.TermKeyRewrite``);
+    #: ``None``: it holds none.
+    term_key_rewrite: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

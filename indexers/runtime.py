@@ -37,7 +37,7 @@ from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexBusy, ReindexJobs
 from .sweep import Sweeper
-from .sync import OutboxSync
+from .sync import OutboxSync, TermKeyRewrite
 from .typesense import TypesenseClient, TypesenseGroups
 from .typesense.placement import Placements
 
@@ -169,9 +169,16 @@ async def _open_runtime(
             # and the outbox fills it in when it is back.
             log.warning("Typesense not reachable at start-up: %s", exc)
 
+        # Whether keyword documents from before migration 26 may remain (the
+        # outbox worker clears it once its rewrite is done).
+        rewrite = TermKeyRewrite()
+        await rewrite.check(pool)
         # Every registered source (or those named), built from the runtime's parts.
         sources = build_sources(
-            SourceDeps(pool=pool, typesense=client, get_config=config, typesense_route=index.route), source_names
+            SourceDeps(
+                pool=pool, typesense=client, get_config=config, typesense_route=index.route, term_key_rewrite=rewrite
+            ),
+            source_names,
         )
         replica = None
         if replica_pool is not None:
@@ -179,7 +186,13 @@ async def _open_runtime(
             specs = registered()
             on_postgres = [n for n in sources if n in specs and specs[n].store == "postgres"]
             rebuilt = build_sources(
-                SourceDeps(pool=replica_pool, typesense=client, get_config=config, typesense_route=index.route),
+                SourceDeps(
+                    pool=replica_pool,
+                    typesense=client,
+                    get_config=config,
+                    typesense_route=index.route,
+                    term_key_rewrite=rewrite,
+                ),
                 on_postgres,
             )
             router = ReplicaRouter(replica_pool, pool)
@@ -208,6 +221,7 @@ async def _open_runtime(
             dsn=backends.postgres_dsn,
             batch_size=cfg.sync.batch_size,
             max_retry_ms=cfg.sync.max_retry_ms,
+            rewrite=rewrite,
         )
         async with anyio.create_task_group() as tg:
 

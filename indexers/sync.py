@@ -25,9 +25,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from .base import BackendError, MemoryRecord, SourceUnavailable
+from .migrations import TERM_KEY_REWRITE
 from .postgres import NOTIFY_CHANNEL, RECORD_COLUMNS, PostgresStore, record_from_row
 
-__all__ = ["OutboxSync", "TypesenseWriter"]
+__all__ = ["OutboxSync", "TermKeyRewrite", "TypesenseWriter"]
 
 log = logging.getLogger("braid.sync")
 
@@ -81,6 +82,43 @@ class TypesenseWriter(Protocol):
     async def delete(self, keys: Sequence[tuple[str, str]], collections: Mapping[str, str] | None = None) -> None: ...
 
 
+#: Whether an outbox row migration 26 queued is still pending (uses ``outbox_pending``).
+_REWRITE_PENDING = f"""
+SELECT EXISTS (
+    SELECT 1 FROM outbox
+    WHERE processed_at IS NULL
+      AND id <= (SELECT value::bigint FROM braid_meta WHERE key = '{TERM_KEY_REWRITE}')
+)
+"""
+
+
+class TermKeyRewrite:
+    """Whether Typesense may still hold keyword documents whose terms are
+    behind the tenant's whole key (written before migration 26 shortened it
+    to :func:`~indexers.typesense.documents.term_key`): until every outbox
+    row that migration queued has been processed. Starts ``True``; the
+    outbox worker clears it (:meth:`check`), and it never turns back on.
+    While it holds, the ``bm25`` filters name each term in both forms."""
+
+    def __init__(self) -> None:
+        self.pending = True
+
+    def __call__(self) -> bool:
+        return self.pending
+
+    async def check(self, pool: AsyncConnectionPool) -> bool:
+        """Read whether the rewrite is still pending (one indexed look-up);
+        returns :attr:`pending`."""
+        if self.pending:
+            async with pool.connection() as conn:
+                cur = await conn.execute(_REWRITE_PENDING)
+                row = await cur.fetchone()
+            self.pending = bool(row and row[0])
+            if not self.pending:
+                log.info("keyword documents all hold their terms behind the term key")
+        return self.pending
+
+
 class OutboxSync:
     def __init__(
         self,
@@ -90,7 +128,11 @@ class OutboxSync:
         dsn: str,
         batch_size: int = 256,
         max_retry_ms: int = 2000,
+        rewrite: TermKeyRewrite | None = None,
     ) -> None:
+        #: Cleared once the outbox holds no pending row of migration 26's
+        #: rewrite (checked after each batch that emptied the outbox).
+        self.rewrite = rewrite or TermKeyRewrite()
         self._store = store
         self._index = index
         self._dsn = dsn
@@ -224,6 +266,11 @@ class OutboxSync:
             # A short batch took every row committed before it began; a write
             # committed since has notified (the wait then returns at once),
             # so no claim is spent finding the outbox empty.
+            if self.rewrite.pending:
+                try:
+                    await self.rewrite.check(self.pool)
+                except psycopg.Error as exc:
+                    log.warning("outbox rewrite check failed: %s", exc)
             now = anyio.current_time()
             if now - purged_at > 60:
                 purged_at = now

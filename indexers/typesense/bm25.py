@@ -2,13 +2,14 @@
 
 Typesense 0.24.1 has no idf, term frequency or length normalisation, and a
 multi-word search cannot find a document that matches only a middle word.
-So every document carries its distinct terms (``terms``, a ``string[]``) and
+So every document carries its distinct terms (``tenant_terms``, a ``string[]``) and
 the lengths of its content and context (``length``, ``context_length``;
 :func:`~.documents.document_terms`), and a recall:
 
 1. filters the documents holding any of the query's chosen terms
    (``filter_by: <narrow> && tenant_terms:=[t1,t2,...]``, each term behind
-   the tenant's key: :func:`~.documents.tenant_terms`; no text search at all);
+   a prefix of the tenant's key: :func:`~.documents.tenant_terms`; no text
+   search at all);
 2. scores those candidates in Braid by BM25 over *every* query term, the
    context counting ``bm25ContextWeight`` of the content (BM25F with two
    fields): tf read from the candidate's stored ``term_counts`` (fetched
@@ -102,8 +103,11 @@ def _mean(facet: Mapping[str, Any]) -> float | None:
     return float(stats["avg"]) if stats.get("total_values") and "avg" in stats else None
 
 
-def _filter(narrow: str, key: str, terms: Sequence[str]) -> str:
-    return f"{narrow} && tenant_terms:={quoted_list(keyed_terms(key, terms))}"
+def _filter(narrow: str, key: str, terms: Sequence[str], legacy_key: str | None = None) -> str:
+    keyed = keyed_terms(key, terms)
+    if legacy_key is not None:
+        keyed += keyed_terms(legacy_key, terms)
+    return f"{narrow} && tenant_terms:={quoted_list(keyed)}"
 
 
 @dataclass
@@ -112,7 +116,7 @@ class Bm25Plan:
     sent, and what the answers taught."""
 
     filter_by: str
-    #: The tenant's key (:func:`~.documents.tenant_key`), before each term filtered on.
+    #: The tenant's term key (:func:`~.documents.term_key`), before each term filtered on.
     key: str
     terms: tuple[str, ...]
     budget: int
@@ -125,6 +129,10 @@ class Bm25Plan:
     #: The terms of the candidate search sent last (``None``: none sent).
     sent: list[str] | None = None
     found: int = 0
+    #: The tenant's whole key (:func:`~.documents.tenant_key`), before each term
+    #: too in the filters: what ``tenant_terms`` of a document written before
+    #: migration 26 holds (``None``: that form is not asked for).
+    legacy_key: str | None = None
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     def _candidates(self, terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -133,7 +141,7 @@ class Bm25Plan:
             CANDIDATES,
             {
                 "q": "*",
-                "filter_by": _filter(self.filter_by, self.key, terms),
+                "filter_by": _filter(self.filter_by, self.key, terms, self.legacy_key),
                 "per_page": self.budget,
                 # Should the page overflow, the shortest documents (BM25's best
                 # for one occurrence) come first.
@@ -152,7 +160,8 @@ class Bm25Plan:
             searches.append((STATS, {"q": "*", "per_page": 0, **facets}))
         missing = [t for t in self.terms if t not in self.dfs]
         searches += [
-            (DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, self.key, [t])}) for t in missing
+            (DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, self.key, [t], self.legacy_key)})
+            for t in missing
         ]
         chosen = select_terms(self.terms, self.dfs, self.budget) if not missing else self.terms
         searches.append(self._candidates(chosen))
@@ -255,12 +264,24 @@ class Bm25Keywords:
         context_weight: float,
         include_fields: str,
         ttl: float | None = None,
+        legacy_key: str | None = None,
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by``, for
-        the tenant of key ``key`` (the filter's); the counts it learns are
-        kept ``ttl`` seconds (``None``: the caches' own)."""
+        the tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
+        kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
+        filters name each term behind it too (:attr:`Bm25Plan.legacy_key`)."""
         dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
         stats = self.stats.get(filter_by)
         return Bm25Plan(
-            filter_by, key, tuple(terms), budget, context_weight, include_fields, stats, dfs, ttl, _cache=self
+            filter_by,
+            key,
+            tuple(terms),
+            budget,
+            context_weight,
+            include_fields,
+            stats,
+            dfs,
+            ttl,
+            legacy_key=legacy_key,
+            _cache=self,
         )

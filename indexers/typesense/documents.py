@@ -27,8 +27,8 @@ and the source checks each hit's ``tenant`` as well. The key also keeps a
 filter's cost with the tenant's own documents rather than the collection's:
 ``current_key`` (the key, on a current memory's documents only) stands for
 "this tenant, not superseded", and ``tenant_terms`` holds the keyword
-document's terms behind the key, so that ``bm25``'s term filters read the
-tenant's posting lists, not every tenant's.
+document's terms behind a prefix of the key (:func:`term_key`), so that
+``bm25``'s term filters read the tenant's posting lists, not every tenant's.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ __all__ = [
     "keyed_terms",
     "tenant_key",
     "tenant_terms",
+    "term_key",
+    "TERM_KEY_DIGITS",
     "group_alias",
     "lifecycle_filter",
     "NEVER",
@@ -198,16 +200,35 @@ def tenant_key(tenant: str) -> str:
     return hashlib.blake2b(tenant.encode(), digest_size=16).hexdigest()
 
 
+#: Hex digits of the tenant's key before each of its terms in ``tenant_terms``
+#: (:func:`term_key`). The prefix only keeps a term's posting list to about
+#: the tenant's own documents: every filter on the terms also names the
+#: tenant by its whole key (``current_key`` or ``tenant_key``), so two tenants
+#: of one collection whose prefixes agree (odds about n^2 / 2^33 for n
+#: tenants) share longer posting lists, never a hit. Each digit is stored in
+#: every term of every keyword document, and Typesense reads a hit's stored
+#: document whole: the whole 32-digit key before each term made a keyword
+#: document of the load corpus a third larger
+#: (``benchmarks/results/typesense-term-key.md``).
+TERM_KEY_DIGITS = 8
+
+
+def term_key(tenant: str) -> str:
+    """The prefix of the tenant's terms in ``tenant_terms``: the first
+    :data:`TERM_KEY_DIGITS` digits of its :func:`tenant_key`."""
+    return tenant_key(tenant)[:TERM_KEY_DIGITS]
+
+
 def keyed_terms(key: str, terms: Iterable[str]) -> list[str]:
-    """``terms`` each behind ``key`` (a :func:`tenant_key`: fixed width, so no
-    two tenant and term pairs give one token), as ``tenant_terms`` holds them
+    """``terms`` each behind ``key`` (a :func:`term_key`: fixed width, so no
+    two key and term pairs give one token), as ``tenant_terms`` holds them
     and its filters name them."""
     return [key + term for term in terms]
 
 
 def tenant_terms(tenant: str, terms: Iterable[str]) -> list[str]:
     """``terms`` as the tenant's documents hold them in ``tenant_terms``."""
-    return keyed_terms(tenant_key(tenant), terms)
+    return keyed_terms(term_key(tenant), terms)
 
 
 def group_alias(alias: str, tenant: str, groups: int) -> str:

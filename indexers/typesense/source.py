@@ -33,6 +33,7 @@ from .documents import (
     hit_from_document,
     narrow_filter,
     tenant_key,
+    term_key,
     vector_literal,
     vectors_alias,
 )
@@ -120,8 +121,13 @@ class TypesenseSource:
         *,
         groups: int = 1,
         route: Callable[[str], tuple[TypesenseClient, str]] | None = None,
+        rewrite: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
+        #: While it returns true, the bm25 filters also name each term behind
+        #: the tenant's whole key, as documents written before migration 26
+        #: hold it (``None``: never).
+        self.rewrite = rewrite
         self.alias = alias
         self.groups = groups
         #: Where a tenant's searches go: a client and an alias (default:
@@ -187,12 +193,13 @@ class TypesenseSource:
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(
                 filter_by,
-                tenant_key(tenant),
+                term_key(tenant),
                 terms,
                 ts.bm25_candidates,
                 ts.bm25_context_weight,
                 _BM25_FIELDS + extra,
                 ts.count_ttl_ms / 1000.0,
+                legacy_key=tenant_key(tenant) if self.rewrite is not None and self.rewrite() else None,
             )
         client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
@@ -361,6 +368,7 @@ register(
             deps.get_config,
             groups=deps.get_config().typesense.groups,
             route=deps.typesense_route,
+            rewrite=deps.term_key_rewrite,
         ),
         defaults=source_defaults()[SOURCE],
         store="typesense",

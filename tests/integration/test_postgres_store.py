@@ -185,6 +185,58 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
         assert await cur.fetchall() == [(0,)]
 
 
+async def test_migration_26_rewrites_every_document_and_the_old_terms_are_asked_for_until_then(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 26 queues every memory (their keyword documents get the
+    short term key) and keeps the last queued row: the rewrite is pending
+    while one of those rows is, and a row written after it does not hold it."""
+    from indexers import migrations
+    from indexers.sync import TermKeyRewrite
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 26})
+        await migrate(conn, dim=DIM)
+        await conn.execute(
+            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+            " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
+            " FROM generate_series(1, 3) n",
+            (str(list(vector(1))),),
+        )
+        await conn.execute("UPDATE outbox SET processed_at = now()")
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+        assert await migrate(conn, dim=DIM) == [26]
+        cur = await conn.execute("SELECT memory_id FROM outbox WHERE processed_at IS NULL ORDER BY id")
+        queued = [m for (m,) in await cur.fetchall()]
+        assert sorted(queued) == ["old1", "old2", "old3"]
+        cur = await conn.execute("SELECT value FROM braid_meta WHERE key = %s", (migrations.TERM_KEY_REWRITE,))
+        (through,) = await cur.fetchone() or (None,)
+        cur = await conn.execute("SELECT max(id) FROM outbox")
+        assert (await cur.fetchone() or (None,))[0] == int(through)
+
+    pool = await open_pool(dsn, dim=DIM, min_size=1, max_size=2)
+    try:
+        rewrite = TermKeyRewrite()
+        assert await rewrite.check(pool) and rewrite()
+        async with pool.connection() as conn:
+            await conn.execute("UPDATE outbox SET processed_at = now() WHERE memory_id IN ('old1', 'old2')")
+            assert await rewrite.check(pool)  # old3 still pending
+            # A row queued after the migration does not hold the rewrite pending.
+            await conn.execute("INSERT INTO outbox (tenant, memory_id, op) VALUES ('t', 'new', 'upsert')")
+            await conn.execute("UPDATE outbox SET processed_at = now() WHERE memory_id = 'old3'")
+        assert not await rewrite.check(pool) and not rewrite()
+    finally:
+        await pool.close()
+
+
+async def test_a_new_database_has_no_term_key_rewrite_pending(store: PostgresStore) -> None:
+    from indexers.sync import TermKeyRewrite
+
+    await store.write_memories("t", [memory("m1", "written after every migration")])
+    rewrite = TermKeyRewrite()
+    assert rewrite() and not await rewrite.check(store.pool)
+
+
 async def test_migration_12_records_the_model_of_vectors_writers_gave(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,7 +33,7 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense.documents import combined_document, record_document, tenant_key
+from indexers.typesense.documents import combined_document, record_document, tenant_key, term_key
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -639,7 +639,7 @@ async def test_an_older_collection_with_embeddings_serves_both_searches_until_a_
         fresh = record("new", "a new badger", i=1)
         await index.upsert([fresh])
         doc = await index.fetch("new", tenant="a")
-        key = tenant_key("a")
+        key = term_key("a")
         assert doc is not None and len(doc["embedding"]) == DIM
         assert doc["tenant_terms"] == [key + "new", key + "badger"] and "terms" not in doc
         assert await ids(source, q("badger")) == ["new", "old"]
@@ -1006,7 +1006,8 @@ async def test_bm25_sends_one_keyword_search_once_the_counts_are_cached(
     assert len(sent.calls[0]) == 5 and len(keyword_searches(sent.calls[0])) == 4
     assert len(sent.calls) == 2 and len(sent.calls[1]) == 2
     (search,) = keyword_searches(sent.calls[1])
-    key = tenant_key("a")
+    key = term_key("a")
+    assert len(key) == 8 and tenant_key("a").startswith(key)
     assert search["filter_by"] == f"{CURRENT_A} && tenant_terms:=[`{key}eel`,`{key}otter`]"
     # Another query sharing a term counts only the new one.
     await ids(source, q("otter heron"))
@@ -1027,7 +1028,7 @@ async def test_bm25_leaves_common_terms_out_of_a_full_page(
     sent = SentSearches(client)
     # Cold: the page of every term overflows (8 > 4), so once more for `wren` (df 2).
     assert await ids(source, q("crow wren")) == ["both", "wren"]
-    assert len(sent.calls) == 2 and sent.calls[1][0]["filter_by"].endswith(f"tenant_terms:=[`{tenant_key('a')}wren`]")  # type: ignore[union-attr]
+    assert len(sent.calls) == 2 and sent.calls[1][0]["filter_by"].endswith(f"tenant_terms:=[`{term_key('a')}wren`]")  # type: ignore[union-attr]
     # Warm: that one search only.
     assert await ids(source, q("crow wren")) == ["both", "wren"]
     assert len(sent.calls) == 3 and len(sent.calls[2]) == 1
@@ -1057,6 +1058,35 @@ async def test_a_document_written_before_the_tenant_keys_is_found_once_written_a
     for mode in ("bm25", "terms"):
         with_typesense(bm25, keyword_mode=mode)
         assert await ids(source, q("badger")) == ["old"]
+
+
+@pytest.mark.anyio
+async def test_a_document_with_its_terms_behind_the_whole_key_is_found_while_the_rewrite_is_pending(
+    index: TypesenseIndex, client: TypesenseClient, bm25: ConfigHolder
+) -> None:
+    """Documents written before migration 26 hold their terms behind the
+    tenant's whole key: while the rewrite is pending the bm25 filters name
+    both forms (the counts too), so such a document is still found, and once
+    it is done only the term key's form is asked for."""
+    pending = [True]
+    source = TypesenseSource(client, index.alias, bm25, rewrite=lambda: pending[0])
+    old = record("old", "a badger sett", i=0)
+    doc = record_document(old)
+    doc["tenant_terms"] = [tenant_key("a") + t for t in ("badger", "sett")]
+    await client.import_documents(await index.ensure(), [doc], vector_field=None, concurrency=1)
+    await index.upsert([record("new", "a badger on the hill", i=1)])
+    sent = SentSearches(client)
+    assert sorted(await ids(source, q("badger"))) == ["new", "old"]
+    (candidates,) = [s for s in keyword_searches(sent.calls[-1]) if s.get("per_page")]
+    assert candidates["filter_by"] == (
+        f"{CURRENT_A} && tenant_terms:=[`{term_key('a')}badger`,`{tenant_key('a')}badger`]"
+    )
+    # The rewrite done: the new form only (an old document would be missed).
+    pending[0] = False
+    assert await ids(source, q("badger")) == ["new"]
+    # Written again, as the outbox does for every memory, it is found again.
+    await index.upsert([old])
+    assert sorted(await ids(source, q("badger"))) == ["new", "old"]
 
 
 @pytest.mark.anyio

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from benchmarks.typesense_import_cost import markdown, with_terms
 from indexers.base import MemoryRecord
-from indexers.typesense.documents import record_document, tenant_key
+from indexers.typesense.documents import record_document, term_key
 
 
 def test_the_older_document_is_the_one_sent_plus_the_bare_terms() -> None:
@@ -23,7 +23,7 @@ def test_the_older_document_is_the_one_sent_plus_the_bare_terms() -> None:
     sent, older = record_document(rec), with_terms(rec)
     assert "terms" not in sent
     assert older == {**sent, "terms": ["blue", "password"]}
-    assert sent["tenant_terms"] == [tenant_key("t") + "blue", tenant_key("t") + "password"]
+    assert sent["tenant_terms"] == [term_key("t") + "blue", term_key("t") + "password"]
 
 
 def test_the_report_gives_the_medians_and_the_saving() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
-from indexers.typesense.documents import counts_reader, document_terms, record_document, tenant_key
+from indexers.typesense.documents import counts_reader, document_terms, record_document, term_key
 from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
 
 TRICKY = [
@@ -119,9 +119,9 @@ def test_record_document_carries_terms_and_length() -> None:
         confidence=1.0,
     )
     doc = record_document(rec)
-    key = tenant_key("t")
+    key = term_key("t")
     # "the", "before": stopwords, counted in the context's length. The bare
-    # terms are not sent (nothing filters on them), only behind the key.
+    # terms are not sent (nothing filters on them), only behind the term key.
     assert (doc["tenant_terms"], doc["term_counts"], doc["length"], doc["context_length"]) == (
         [key + "blue", key + "password"],
         ";blue:1:0;password:1:1;",
@@ -192,6 +192,22 @@ def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
             },
         )
     ]
+
+
+def test_while_the_rewrite_is_pending_every_filter_names_both_forms_of_a_term() -> None:
+    plan = Bm25Plan(
+        "current_key:=k", "k", ("common", "rare"), 10, 1.0, "content", None, {"common": 300}, legacy_key="kkkk"
+    )
+    filters = {role: search.get("filter_by") for role, search in plan.searches()}
+    assert filters == {
+        "bm25:stats": None,
+        "bm25:df:rare": "current_key:=k && tenant_terms:=[`krare`,`kkkkrare`]",
+        "bm25": "current_key:=k && tenant_terms:=[`kcommon`,`krare`,`kkkkcommon`,`kkkkrare`]",
+    }
+    again = plan.learn({"bm25:df:rare": {"found": 2}, "bm25": {"found": 302}})
+    assert again is not None and again[1]["filter_by"] == "current_key:=k && tenant_terms:=[`krare`,`kkkkrare`]"
+    # A pending document (read from Postgres, written in the new form) is matched by the new form only.
+    assert plan.holds_sent({"tenant_terms": ["krare"]}) and not plan.holds_sent({"tenant_terms": ["kkkkrare"]})
 
 
 def test_a_cold_plan_counts_and_searches_every_term_then_retries_if_it_overflowed() -> None:
