@@ -9,9 +9,10 @@ variant, each memory's terms behind its tenant's key:
 * ``key32``: the 32 hex digits of :func:`~indexers.typesense.documents.tenant_key`
   before every term (Braid from 82ec02a);
 * ``key8``: its first 8 hex digits;
-* ``bare``: the bare terms, without ``tenant_key`` or ``current_key``
-  (Braid before 82ec02a; filtered by ``current_key`` anyway here, so only
-  the stored document differs).
+* ``bare``: the bare terms, without ``tenant_key`` (filtered by
+  ``current_key`` as the others, so only the stored document differs);
+* ``old``: as Braid sent them before 82ec02a (066721b): the bare terms in
+  ``terms``, no keys, filtered by ``tenant:=`` and ``superseded_at:=``.
 
 Typesense reads a hit's stored document whole before it keeps the fields
 asked for (``benchmarks/results/typesense-doc-cost.md``), so what the
@@ -27,7 +28,7 @@ alternating order; the figure is the Typesense process' CPU per search
 (median over rounds). Writes ``benchmarks/results/typesense-term-key.{md,json}``
 and prints::
 
-    typesense-term-key: docs=<n> key32=<ms> key8=<ms> key8+32=<ms> bare=<ms> ms CPU/search
+    typesense-term-key: docs=<n> key32=<ms> key8=<ms> key8+32=<ms> bare=<ms> old=<ms> ms CPU/search
 """
 
 from __future__ import annotations
@@ -50,11 +51,18 @@ from benchmarks.load.corpus import build_corpus
 from deploy.embedded import EmbeddedTypesense
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import select_terms
-from indexers.typesense.documents import collection_schema, document_terms, quoted_list, record_document, tenant_key
+from indexers.typesense.documents import (
+    NEVER,
+    collection_schema,
+    document_terms,
+    quoted_list,
+    record_document,
+    tenant_key,
+)
 from indexers.typesense.keywords import keyword_terms
 from indexers.typesense.source import _BM25_FIELDS
 
-VARIANTS = ("key32", "key8", "key8+32", "bare")
+VARIANTS = ("key32", "key8", "key8+32", "bare", "old")
 BUDGET = 150
 MAX_TERMS = 16
 
@@ -84,6 +92,11 @@ def _document(record: MemoryRecord, variant: str) -> dict[str, Any]:
     doc = record_document(record)
     key = doc["tenant_key"]
     terms = document_terms(record.content, record.context)[0]
+    if variant == "old":
+        for name in ("tenant_key", "current_key", "tenant_terms"):
+            del doc[name]
+        doc["terms"] = terms
+        return doc
     doc["tenant_terms"] = [p + t for p in _prefixes(variant, key) for t in terms]
     if variant == "bare":
         del doc["tenant_key"]
@@ -99,7 +112,7 @@ def _server_process(home: Path) -> psutil.Process:
 
 
 def _prefixes(variant: str, key: str) -> list[str]:
-    return {"key32": [key], "key8": [key[:8]], "key8+32": [key[:8], key], "bare": [""]}[variant]
+    return {"key32": [key], "key8": [key[:8]], "key8+32": [key[:8], key], "bare": [""], "old": [""]}[variant]
 
 
 async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
@@ -117,8 +130,11 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
     try:
         server = _server_process(home)
         async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": ts.api_key}, timeout=600) as c:
-            for stored in ("key32", "key8", "bare"):
-                (await c.post("/collections", json={**collection_schema(stored)})).raise_for_status()
+            for stored in ("key32", "key8", "bare", "old"):
+                schema = collection_schema(stored)
+                if stored == "old":  # an older Braid's field for the bare terms
+                    schema["fields"].append({"name": "terms", "type": "string[]", "optional": True})
+                (await c.post("/collections", json=schema)).raise_for_status()
                 docs = [_document(r, stored) for r in records]
                 sizes[stored] = statistics.mean(len(enc.encode(d)) for d in docs)
                 for i in range(0, len(docs), 500):
@@ -154,10 +170,14 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
                 out = []
                 for terms in chosen:
                     keyed = [p + t for p in _prefixes(variant, key) for t in terms]
+                    if variant == "old":
+                        filter_by = f"tenant:=`big` && superseded_at:={NEVER} && terms:={quoted_list(terms)}"
+                    else:
+                        filter_by = f"current_key:={key} && tenant_terms:={quoted_list(keyed)}"
                     search = {
                         "collection": collection,
                         "q": "*",
-                        "filter_by": f"current_key:={key} && tenant_terms:={quoted_list(keyed)}",
+                        "filter_by": filter_by,
                         "per_page": BUDGET,
                         "sort_by": "length:asc",
                         "include_fields": _BM25_FIELDS,
@@ -195,12 +215,13 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any], command: str) -> str:
     med = report["median"]
-    stored = {"key32": "key32", "key8": "key8", "key8+32": "key8", "bare": "bare"}
+    stored = {"key32": "key32", "key8": "key8", "key8+32": "key8", "bare": "bare", "old": "old"}
     labels = {
         "key32": "32 hex digits of the key before each term (82ec02a to now)",
         "key8": "its first 8 hex digits",
         "key8+32": "8-digit documents, both forms of each term in the filter",
-        "bare": "bare terms, no tenant_key (before 82ec02a; same filter on current_key)",
+        "bare": "bare terms in `tenant_terms`, no `tenant_key` (filtered on current_key)",
+        "old": "as 066721b sent them (bare `terms`, no keys), with its filter (`tenant:=` and `superseded_at:=`)",
     }
     rows = [
         f"| {labels[v]} | {report['bytes_per_doc'][stored[v]]:.0f} | {med[v]:.3f} |"
