@@ -68,12 +68,26 @@ def with_terms(record: MemoryRecord) -> dict[str, Any]:
     return doc
 
 
-def _server_process(home: Path) -> psutil.Process:
+def server_process(home: Path) -> psutil.Process:
+    """The embedded Typesense started under ``home``."""
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or ())
         if "typesense-server" in cmdline and str(home) in cmdline:
             return proc
     raise RuntimeError("the embedded Typesense process was not found")
+
+
+async def import_batches(client: httpx.AsyncClient, collection: str, docs: list[dict[str, Any]], batch: int) -> None:
+    """Upsert ``docs`` into ``collection`` ``batch`` at a time; any document refused is an error."""
+    enc = msgspec.json.Encoder()
+    for i in range(0, len(docs), batch):
+        part = docs[i : i + batch]
+        r = await client.post(
+            f"/collections/{collection}/documents/import?action=upsert", content=b"\n".join(enc.encode(d) for d in part)
+        )
+        r.raise_for_status()
+        if r.text.count('"success":true') != len(part):
+            raise RuntimeError(f"import failed: {r.text[:300]}")
 
 
 async def run(rounds: int, batch: int) -> dict[str, Any]:
@@ -83,9 +97,8 @@ async def run(rounds: int, batch: int) -> dict[str, Any]:
     ts = EmbeddedTypesense(home / "typesense")
     url = ts.start()
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    enc = msgspec.json.Encoder()
     try:
-        server = _server_process(home)
+        server = server_process(home)
         schema = collection_schema("x")
         # The field an older Braid's schema declared for them.
         schema["fields"].append({"name": "terms", "type": "string[]", "optional": True})
@@ -96,12 +109,7 @@ async def run(rounds: int, batch: int) -> dict[str, Any]:
                     (await c.post("/collections", json={**schema, "name": name})).raise_for_status()
                     before = sum(server.cpu_times()[:2])
                     part = docs[variant]
-                    for i in range(0, len(part), batch):
-                        body = b"\n".join(enc.encode(d) for d in part[i : i + batch])
-                        r = await c.post(f"/collections/{name}/documents/import?action=upsert", content=body)
-                        r.raise_for_status()
-                        if r.text.count('"success":true') != len(part[i : i + batch]):
-                            raise RuntimeError(f"import failed: {r.text[:300]}")
+                    await import_batches(c, name, part, batch)
                     cpu[variant].append((sum(server.cpu_times()[:2]) - before) / len(part) * 1000)
                     await c.delete(f"/collections/{name}")
                     print(f"round {n + 1}/{rounds}: {variant} {cpu[variant][-1]:.3f} ms/doc", flush=True)

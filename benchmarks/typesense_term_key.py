@@ -44,10 +44,10 @@ from typing import Any
 
 import httpx
 import msgspec
-import psutil
 
 from benchmarks.common import write_results
 from benchmarks.load.corpus import build_corpus
+from benchmarks.typesense_import_cost import import_batches, server_process
 from deploy.embedded import EmbeddedTypesense
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import select_terms
@@ -103,14 +103,6 @@ def _document(record: MemoryRecord, variant: str) -> dict[str, Any]:
     return doc
 
 
-def _server_process(home: Path) -> psutil.Process:
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or ())
-        if "typesense-server" in cmdline and str(home) in cmdline:
-            return proc
-    raise RuntimeError("the embedded Typesense process was not found")
-
-
 def _prefixes(variant: str, key: str) -> list[str]:
     return {"key32": [key], "key8": [key[:8]], "key8+32": [key[:8], key], "bare": [""], "old": [""]}[variant]
 
@@ -128,7 +120,7 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
     sizes: dict[str, float] = {}
     found: dict[str, int] = {}
     try:
-        server = _server_process(home)
+        server = server_process(home)
         async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": ts.api_key}, timeout=600) as c:
             for stored in ("key32", "key8", "bare", "old"):
                 schema = collection_schema(stored)
@@ -137,12 +129,7 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
                 (await c.post("/collections", json=schema)).raise_for_status()
                 docs = [_document(r, stored) for r in records]
                 sizes[stored] = statistics.mean(len(enc.encode(d)) for d in docs)
-                for i in range(0, len(docs), 500):
-                    body = b"\n".join(enc.encode(d) for d in docs[i : i + 500])
-                    r = await c.post(f"/collections/{stored}/documents/import?action=upsert", content=body)
-                    r.raise_for_status()
-                    if r.text.count('"success":true') != len(docs[i : i + 500]):
-                        raise RuntimeError(f"import failed: {r.text[:300]}")
+                await import_batches(c, stored, docs, 500)
                 print(f"imported {len(docs)} documents as {stored} ({sizes[stored]:.0f} bytes each)", flush=True)
 
             async def count(collection: str, prefixes: list[str], terms: list[str]) -> int:

@@ -102,6 +102,9 @@ class TermKeyRewrite:
 
     def __init__(self) -> None:
         self.pending = True
+        #: A check found it pending (so its end is worth a log line; a new
+        #: database never had one).
+        self._seen_pending = False
 
     def __call__(self) -> bool:
         return self.pending
@@ -114,8 +117,10 @@ class TermKeyRewrite:
                 cur = await conn.execute(_REWRITE_PENDING)
                 row = await cur.fetchone()
             self.pending = bool(row and row[0])
-            if not self.pending:
-                log.info("keyword documents all hold their terms behind the term key")
+            if self.pending:
+                self._seen_pending = True
+            elif self._seen_pending:
+                log.info("migration 26 done: keyword documents all hold their terms behind the term key")
         return self.pending
 
 

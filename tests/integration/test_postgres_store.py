@@ -92,6 +92,16 @@ async def mentions(store: PostgresStore, tenant: str, memory_id: str) -> list[st
 # --- migrations --------------------------------------------------------------
 
 
+async def old_memories(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Tenant ``t``'s memories old1..old3, written straight into an older schema."""
+    await conn.execute(
+        "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
+        " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
+        " FROM generate_series(1, 3) n",
+        (str(list(vector(1))),),
+    )
+
+
 async def test_migrations_apply_once(dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         assert await migrate(conn, dim=DIM) == sorted(MIGRATIONS)
@@ -158,12 +168,7 @@ async def test_migration_10_sends_every_existing_memory_to_typesense_again(
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 10})
         await migrate(conn, dim=DIM)
-        await conn.execute(
-            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
-            " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
-            " FROM generate_series(1, 3) n",
-            (str(list(vector(1))),),
-        )
+        await old_memories(conn)
         monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 13})
         # A database at 9 goes through supersession (10), forgetting (11) and
         # embedding versions (12, which finds no `client` vectors here).
@@ -197,12 +202,7 @@ async def test_migration_26_rewrites_every_document_and_the_old_terms_are_asked_
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         monkeypatch.setattr(migrations, "MIGRATIONS", {v: f for v, f in MIGRATIONS.items() if v < 26})
         await migrate(conn, dim=DIM)
-        await conn.execute(
-            "INSERT INTO memories (tenant, id, content, kind, tier, created_at, embedding, model)"
-            " SELECT 't', 'old' || n, 'an old memory', 'note', 'session', now(), %s::vector, 'm'"
-            " FROM generate_series(1, 3) n",
-            (str(list(vector(1))),),
-        )
+        await old_memories(conn)
         await conn.execute("UPDATE outbox SET processed_at = now()")
         monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
         assert await migrate(conn, dim=DIM) == [26]
