@@ -9,7 +9,12 @@ Typesense baselines, the CPU each process spends per recall, and HNSW
 recall per tier (``hnsw.py``). ``report.py`` writes
 ``benchmarks/results/load-<size>.{md,json,png}``; ``growth.py`` puts every
 size measured so far side by side (``load-growth.{md,png}``, log-log).
-Recalls are driven by ``client.py``'s lean keep-alive client.
+Recalls are driven by ``client.py``'s lean keep-alive client. Before the
+raw baselines Postgres is settled (``run.settle``), and after the load's
+drain, before the recall rows and before the direct baselines the run waits
+for an idle stack (``run.quiet``), reporting what the processes spent
+meanwhile, so no metered row is charged for what an earlier phase left
+running.
 """
 
 __all__: list[str] = []

@@ -163,6 +163,29 @@ def _settle_row(settle: dict[str, Any] | None) -> str:
     )
 
 
+def _quiet_row(report: dict[str, Any]) -> str:
+    """What the stack spent on its own after the load's drain, before the
+    recall rows and before the direct baselines, waited out so no row is
+    charged for it (absent from older reports, whose rows could absorb it)."""
+    waits = (
+        ("after the drain", report.get("drain", {}).get("quiet")),
+        ("before the recall rows", report.get("quiet_before_recalls")),
+        ("before the direct baselines", report.get("quiet_before_direct")),
+    )
+    seen = [(label, q) for label, q in waits if q is not None]
+    if not seen:
+        return "| waited for an idle stack before metered phases | no (older run) |"
+    q0 = seen[0][1]
+    cells = "; ".join(
+        f"{label}: {q['seconds']:.0f} s{'' if q['idle'] else ' (still busy)'}, CPU ms {_cpu(q['cpu_ms'])}"
+        for label, q in seen
+    )
+    return (
+        f"| waited for an idle stack (every server process under {q0['idle_share']:.0%} of a core"
+        f" for {q0['idle_for_s']:.0f} s; CPU ms spent waiting, service / Postgres / Typesense / client) | {cells} |"
+    )
+
+
 def _markdown(report: dict[str, Any]) -> str:
     w, raw, d = report["write"], report["raw_typesense"], report["drain"]
     lines = [
@@ -194,6 +217,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
         _placement_row(report.get("placement")),
         _settle_row(report.get("settle")),
+        _quiet_row(report),
         "",
         "## Freshness (single writes at a steady rate; ack → visible)",
         "",

@@ -261,6 +261,48 @@ async def settle(dsn: str, timeout: float = 300) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - start, "autovacuum_workers": seen}
 
 
+#: A server process counts as idle below this share of one core.
+IDLE_SHARE = 0.05
+
+
+async def quiet(
+    meter: CpuMeter,
+    *,
+    window: float = 1.0,
+    windows: int = 3,
+    idle_share: float = IDLE_SHARE,
+    timeout: float = 180,
+) -> dict[str, Any]:
+    """Wait until the stack is idle on its own before a metered phase: until
+    every server process kind (all but ``client``) used under ``idle_share`` of
+    one core in each of ``windows`` consecutive ``window``-second readings, or
+    ``timeout`` s. So what the phases before left running (Typesense's
+    compaction after writes, a late autovacuum) is not counted against the
+    next phase's operations; it is returned instead: seconds waited, whether
+    the stack went idle, and the CPU ms by kind spent meanwhile."""
+    start = time.perf_counter()
+    first = prev = meter()
+    calm = 0
+    while calm < windows and time.perf_counter() - start < timeout:
+        await asyncio.sleep(window)
+        now = meter()
+        busy = any(now[k] - prev.get(k, 0.0) >= idle_share * window for k in now if k != "client")
+        calm = 0 if busy else calm + 1
+        prev = now
+    return {
+        "seconds": time.perf_counter() - start,
+        "idle": calm >= windows,
+        "cpu_ms": {k: (v - first.get(k, 0.0)) * 1e3 for k, v in prev.items()},
+        "idle_share": idle_share,
+        "idle_for_s": window * windows,
+    }
+
+
+def _quiet_text(q: dict[str, Any]) -> str:
+    spent = ", ".join(f"{k} {v:.0f}" for k, v in q["cpu_ms"].items())
+    return f"(after {q['seconds']:.0f} s {'idle' if q['idle'] else 'still busy'}; CPU ms spent waiting: {spent})"
+
+
 async def raw_typesense_import(
     ts: httpx.AsyncClient, corpus: Corpus, batch: int, writers: int, sample: int
 ) -> dict[str, Any]:
@@ -884,6 +926,8 @@ async def run(
             report["write"]["to_typesense_per_s"] = corpus.total / (
                 report["write"]["seconds"] + report["drain"]["seconds"]
             )
+            report["drain"]["quiet"] = await quiet(meter)
+            print(f"load: drained {_quiet_text(report['drain']['quiet'])}", flush=True)
             report["placement"] = await place(client, {"Authorization": f"Bearer {admin}"})
             print("load: settling Postgres (autovacuum, VACUUM ANALYZE)", flush=True)
             report["settle"] = await settle(dsn)
@@ -929,7 +973,8 @@ async def run(
                     vectors,
                 )
             await wait_drained(client)
-            print("load: recall latency", flush=True)
+            report["quiet_before_recalls"] = await quiet(meter)
+            print(f"load: recall latency {_quiet_text(report['quiet_before_recalls'])}", flush=True)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
                 texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
@@ -950,7 +995,8 @@ async def run(
                 report["cache"] = await result_cache(lean, recall_headers, corpus, seconds, meter, cache_on)
             cfg_path.write_text(cfg_text)
             svc.proc.send_signal(signal.SIGHUP)
-            print("load: direct baselines", flush=True)
+            report["quiet_before_direct"] = await quiet(meter)
+            print(f"load: direct baselines {_quiet_text(report['quiet_before_direct'])}", flush=True)
             direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)
             ef_search = cfg.tiers["session"].ef_search
             report["direct"] = {
