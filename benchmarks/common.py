@@ -9,6 +9,8 @@ meter, plotting and writing results.
   ``BRAID_HOME``, and :func:`wait_healthy`, its wait for ``/health``;
 * :class:`CpuMeter`, CPU seconds by process kind (client, service, postgres,
   typesense), with :func:`cpu_used` and :func:`cpu_per_call` between readings;
+* :func:`speed_probe`, the CPU a fixed workload costs this process now (the
+  machine's speed, compared across the phases of one long run);
 * :func:`pyplot` (headless matplotlib, or None) and :func:`write_results`
   (``<name>.md`` and ``<name>.json``).
 
@@ -49,6 +51,7 @@ __all__ = [
     "cpu_used",
     "pct",
     "pyplot",
+    "speed_probe",
     "wait_healthy",
     "write_results",
 ]
@@ -215,6 +218,23 @@ def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[st
 def cpu_per_call(before: Mapping[str, float], after: Mapping[str, float], calls: int) -> dict[str, float]:
     """ms of CPU per call by kind (sorted) between two :class:`CpuMeter` readings."""
     return {k: v * 1000 / max(calls, 1) for k, v in sorted(cpu_used(before, after).items())}
+
+
+def speed_probe(rounds: int = 5) -> float:
+    """CPU ms this process spends on one fixed pure-Python workload, the
+    median of ``rounds``. The work never changes, so on one machine a higher
+    figure means slower cores (a neighbour on the same physical cores, a
+    lower clock): read beside the phases of a long run, it tells whether
+    the machine itself changed between them. Run it on an idle stack."""
+    used = []
+    for _ in range(rounds):
+        start = time.process_time()
+        acc = 0
+        for i in range(200_000):
+            acc += i * i % 7
+        sorted(range(acc % 1000 + 50_000, 0, -1))
+        used.append((time.process_time() - start) * 1e3)
+    return sorted(used)[len(used) // 2]
 
 
 def pyplot() -> ModuleType | None:

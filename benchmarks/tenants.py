@@ -14,8 +14,11 @@ stages: the big tenant of the load corpus (``benchmarks/load/corpus.py``,
 tenants up to each next count. Every memory goes through ``POST
 /v1/memories`` (embeddings supplied, Braid's own extraction on, as shipped)
 and each tenant's relations through ``POST /v1/graph``; the outbox is
-drained, and Postgres settled (autovacuum waited for, then ``VACUUM
-(ANALYZE)``, :func:`benchmarks.load.run.settle`), before a stage is measured.
+drained, Postgres settled (autovacuum waited for, then ``VACUUM
+(ANALYZE)``, :func:`benchmarks.load.run.settle`) and the stack left to go idle
+(:func:`benchmarks.load.run.quiet`) before a stage is measured, and the
+machine's speed is probed (:func:`benchmarks.common.speed_probe`), so stages
+hours apart can be told apart from a machine that changed between them.
 
 At each stage: fused recalls of small tenants only (``--clients`` clients for
 ``--seconds`` s, closed loop), each by that tenant's key, a query made from
@@ -67,10 +70,10 @@ import msgspec
 import numpy as np
 import psycopg
 
-from benchmarks.common import RESULTS, CpuMeter, Service, cpu_per_call, pct, pyplot, write_results
+from benchmarks.common import RESULTS, CpuMeter, Service, cpu_per_call, pct, pyplot, speed_probe, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
-from benchmarks.load.run import bulk_load, config_text, graph_load, settle, wait_drained
+from benchmarks.load.run import bulk_load, config_text, graph_load, quiet, settle, wait_drained
 from benchmarks.quality.tuning import Override, parse_set
 from benchmarks.recall_profile import py_spy, summarise
 from config.loader import parse_config
@@ -319,6 +322,11 @@ async def run(
                 # the load (a stage that loads faster would otherwise share its
                 # recalls with more of it).
                 settled = await settle(dsn)
+                # ... nor with what Typesense (or anything else) still does
+                # after it; and the machine's own speed, which can drift
+                # between stages hours apart.
+                idle = await quiet(meter)
+                probe_ms = speed_probe()
                 loaded = count
                 small = [t.name for t in corpus.tenants[1 : 1 + count]]
                 # The measured recalls: the same number of active tenants at
@@ -362,6 +370,8 @@ async def run(
                     "write_errors": write["error_count"] + len(graph["errors"]),
                     "drain_s": drained["seconds"],
                     "settle_s": settled["seconds"],
+                    "quiet": idle,
+                    "probe_ms": probe_ms,
                     "recall": recalls,
                     "active_tenants": len(chosen),
                     "spread": spread,
@@ -461,6 +471,26 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 for s in profiled
             ]
             lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    waits = [s for s in stages if "quiet" in s]
+    if waits:
+        q0 = waits[0]["quiet"]
+        lines += [
+            "",
+            f"Before each stage's recalls (after Postgres settled): the wait until every server process stayed under"
+            f" {q0['idle_share']:.0%} of a core for {q0['idle_for_s']:.0f} s, with the CPU ms each spent meanwhile"
+            " (service / Postgres / Typesense), and the machine's speed (`speed_probe`: CPU ms of one fixed"
+            " workload; higher is slower):",
+            "",
+            "| tenants | wait s | CPU ms meanwhile | speed probe ms |",
+            "|---|---|---|---|",
+        ]
+        for s in waits:
+            q, c = s["quiet"], s["quiet"]["cpu_ms"]
+            lines.append(
+                f"| {s['tenants']} | {q['seconds']:.0f}{'' if q['idle'] else ' (still busy)'}"
+                f" | {c.get('service', 0):.0f} / {c.get('postgres', 0):.0f} / {c.get('typesense', 0):.0f}"
+                f" | {s['probe_ms']:.1f} |"
+            )
     last = stages[-1]
     lines += [
         "",

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import psutil
 
-from benchmarks.common import CpuMeter, cpu_per_call, cpu_used, pct, write_results
+from benchmarks.common import CpuMeter, cpu_per_call, cpu_used, pct, speed_probe, write_results
 
 
 class Proc:
@@ -75,3 +75,9 @@ def test_write_results_writes_markdown_and_json(tmp_path: Path) -> None:
     assert json.loads((out / "run.json").read_text()) == {"p50": 1.5, "path": "/x"}
     write_results("only", "text\n", results=out)
     assert not (out / "only.json").exists()
+
+
+def test_the_speed_probe_costs_this_process_a_positive_amount_of_cpu_and_about_the_same_each_time() -> None:
+    first, second = speed_probe(rounds=3), speed_probe(rounds=3)
+    assert first > 0 and second > 0
+    assert 0.2 < first / second < 5  # the same work: never an order of magnitude apart

@@ -107,6 +107,14 @@ def test_the_report_row_and_ratio() -> None:
     assert "| 400, 300, 50.0 (2.50), 6.00 / 0.00 / 0.00 |" in rows[1]
     assert "| 1 of 50 |" in rows[1] and "pgvector 9" in rows[1] and "graph 4.0" in rows[1]
     assert "`entities` 1 MiB" in text
+    assert "speed probe" not in text  # a report from before the waits has no such table
+    quiet = {"seconds": 4.2, "idle": True, "cpu_ms": {"typesense": 310.0}, "idle_share": 0.05, "idle_for_s": 3.0}
+    report["stages"][1].update(quiet={**quiet, "idle": False}, probe_ms=41.25)
+    report["stages"][0].update(quiet=quiet, probe_ms=40.0)
+    text = markdown(report, "cmd")
+    assert "under 5% of a core for 3 s" in text
+    assert "| 50 | 4 | 0 / 0 / 310 | 40.0 |" in text
+    assert "| 1000 | 4 (still busy) | 0 / 0 / 310 | 41.2 |" in text
 
 
 def test_the_group_count_is_set_in_the_shipped_config() -> None:
