@@ -24,7 +24,7 @@ import yaml
 from pgvector.psycopg import register_vector_async
 from psycopg import sql
 
-from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, pct
+from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, cpu_used, pct
 from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
 from config.schema import EmbeddingConfig
@@ -292,7 +292,7 @@ async def quiet(
     return {
         "seconds": time.perf_counter() - start,
         "idle": calm >= windows,
-        "cpu_ms": {k: (v - first.get(k, 0.0)) * 1e3 for k, v in prev.items()},
+        "cpu_ms": {k: v * 1e3 for k, v in cpu_used(first, prev).items()},
         "idle_share": idle_share,
         "idle_for_s": window * windows,
     }
