@@ -361,7 +361,19 @@ class Engine:
                 named.setdefault(normalize_name(e.name), e.name)
                 types.setdefault(normalize_name(e.name), e.type)
         new_entities = await self._new_entities(tenant, named, types)
-        written = await self._bounded(self.store.write_memories(tenant, inputs, new_entities, extracted))
+        cfg = self.config.current
+        # A small tenant's rows stay out of the tiers' shared HNSW indexes (indexers.postgres.unshared).
+        exact_below = {tier: cfg.tiers[tier].exact_below for tier in cfg.memory_tiers}
+        written = await self._bounded(
+            self.store.write_memories(
+                tenant,
+                inputs,
+                new_entities,
+                extracted,
+                exact_below=exact_below,
+                entity_exact_below=cfg.tiers[cfg.entity_tier].exact_below,
+            )
+        )
         await self._wrote(tenant)
         cached = self._speakers.get(tenant)
         if cached is not None and not {m.speaker for m in memories if m.speaker} <= set(cached[1]):
@@ -432,7 +444,12 @@ class Engine:
         implicit = [n for n in referenced if normalize_name(n) not in existing]
         for n, v in zip(implicit, await self.names.embed(self.embedder, implicit), strict=True):
             entities.append(EntityInput(name=n, embedding=v, model=model))
-        counts = await self._bounded(self.store.write_graph(tenant, entities, graph.relations))
+        cfg = self.config.current
+        counts = await self._bounded(
+            self.store.write_graph(
+                tenant, entities, graph.relations, entity_exact_below=cfg.tiers[cfg.entity_tier].exact_below
+            )
+        )
         await self._wrote(tenant)
         return counts
 

@@ -234,11 +234,17 @@ def _seeds_cte(seeded: bool) -> str:
     from ``%(min_similarity)s``; the larger weight when both)."""
     near = ""
     if seeded:
-        nearest = nearest_sql("e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding")
+        # A small tenant's entities are left out of the index (`small`) and
+        # compared exactly beside its walk (indexers.postgres.unshared): up
+        # to twice the limit come back, the nearest ones are kept.
+        nearest = nearest_sql(
+            "e.id", "entities e", "e.tenant = %(tenant)s AND e.model = %(model)s", "e.embedding", aside="e.small"
+        )
         near = f"""
             UNION ALL
-            SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
-            WHERE 1.0 - n.distance >= %(min_similarity)s"""
+            (SELECT n.id, 1.0 - n.distance FROM ({nearest}) n
+             WHERE 1.0 - n.distance >= %(min_similarity)s
+             ORDER BY n.distance, n.id LIMIT %(limit)s)"""
     return f"""seeds AS MATERIALIZED (
             SELECT id, max(weight) AS weight FROM (
                 SELECT e.id, 1.0::float8 AS weight FROM entities e

@@ -682,6 +682,19 @@ def _v26(dim: int) -> list[sql.Composable]:
     ]
 
 
+def _v27(dim: int) -> list[sql.Composable]:
+    """``entities.small``: an entity of a tenant holding at most the entity
+    tier's ``exactBelow`` entities (:mod:`indexers.postgres.unshared`), whose
+    searches compare every entity exactly, so the entities' HNSW index (built
+    from now on ``WHERE NOT small``) leaves it out; ``entities_small`` finds
+    a tenant's flagged ones. An existing index keeps every entity until the
+    entity tier's next reindex."""
+    return [
+        sql.SQL("ALTER TABLE entities ADD COLUMN small boolean NOT NULL DEFAULT false"),
+        sql.SQL("CREATE INDEX entities_small ON entities (tenant) WHERE small"),
+    ]
+
+
 #: version -> builder of its statements, given the embedding dimension.
 MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     1: _v1,
@@ -710,6 +723,7 @@ MIGRATIONS: dict[int, Callable[[int], list[sql.Composable]]] = {
     24: _v24,
     25: _v25,
     26: _v26,
+    27: _v27,
 }
 
 

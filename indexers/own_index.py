@@ -41,6 +41,11 @@ compares the flagged ones exactly beside it (``memories_own``, a btree of
 the flagged rows): slower, the same rows. So no order of flags, indexes
 and readers loses a row. The job flags a tenant's rows once its index is
 valid and recorded, and clears them before it drops the index.
+
+A small tenant's rows (at most the tier's ``exactBelow``) are flagged too,
+with no index of their own: its searches never walk one
+(:mod:`indexers.postgres.unshared`). The job keeps their flags, and flags
+the rows of small tenants written before writes did.
 """
 
 from __future__ import annotations
@@ -177,12 +182,13 @@ async def place_indexes(
     ones ``dropped``. A build cut short leaves no row: the next job builds
     that index again."""
     threshold = cfg.postgres.own_index_above
+    tiers = await _indexed_tiers(pool, cfg)
     if threshold is None:
+        await _flag_small(pool, cfg, tiers)
         await report(
             {"pgvector": {"threshold": None, "indexes": [], "done": 0, "total": 0, "over_cap": [], "dropped": []}}
         )
         return
-    tiers = await _indexed_tiers(pool, cfg)
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT tenant, tier, count(*), quote_literal(tenant) FROM memories WHERE tier = ANY(%s)"
@@ -234,7 +240,7 @@ async def place_indexes(
             await _flag(conn, tenant, tier, own=True)
             await report({"pgvector": {"done": i + 1}})
         for tenant, tier in gone:
-            await _drop(conn, tenant, tier)
+            await _drop(conn, tenant, tier, cfg)
         # A row written while the table changed keeps the flag its write
         # read: set right here (a search finds it either way).
         for tenant, tier in chosen:
@@ -242,8 +248,9 @@ async def place_indexes(
                 await _flag(conn, tenant, tier, own=True)
         cur = await conn.execute("SELECT DISTINCT tenant, tier FROM memories WHERE own")
         for tenant, tier in await cur.fetchall():
-            if (tenant, tier) not in chosen:
+            if (tenant, tier) not in chosen and not await _small(conn, tenant, tier, cfg):
                 await _flag(conn, tenant, tier, own=False)
+    await _flag_small(pool, cfg, tiers)
     await report({"pgvector": {"dropped": [{"tenant": tenant, "tier": tier} for tenant, tier in gone]}})
 
 
@@ -271,14 +278,42 @@ async def _flag(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, *, o
             return changed
 
 
-async def _drop(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str) -> None:
+async def _flag_small(pool: AsyncConnectionPool, cfg: BraidConfig, tiers: list[str]) -> None:
+    """Flag the rows of every tenant holding at most ``exactBelow`` rows in
+    one of ``tiers`` (those written before writes flagged them,
+    :mod:`indexers.postgres.unshared`): they leave the shared index."""
+    async with pool.connection() as conn:
+        for tier in tiers:
+            cur = await conn.execute(
+                "SELECT tenant FROM memories WHERE tier = %s GROUP BY tenant HAVING count(*) <= %s AND bool_or(NOT own)",
+                (tier, cfg.tiers[tier].exact_below),
+            )
+            for (tenant,) in await cur.fetchall():
+                await _flag(conn, tenant, tier, own=True)
+
+
+async def _small(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, cfg: BraidConfig) -> bool:
+    """Whether ``tenant`` holds at most ``exactBelow`` rows in ``tier``: its
+    rows stay out of the shared index (:mod:`indexers.postgres.unshared`)."""
+    bound = cfg.tiers[tier].exact_below if tier in cfg.tiers else -1
+    cur = await conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM memories WHERE tenant = %s AND tier = %s LIMIT %s) AS c",
+        (tenant, tier, bound + 1),
+    )
+    row = await cur.fetchone()
+    return row is not None and int(row[0]) <= bound
+
+
+async def _drop(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, cfg: BraidConfig | None) -> None:
     """The row first (writes stop flagging the tenant's rows; searches stop
-    naming the index within :data:`REFRESH_S`), then the flags, then the index."""
+    naming the index within :data:`REFRESH_S`), then the flags (kept, given
+    ``cfg``, on a tenant small enough to be compared exactly: :func:`_small`),
+    then the index."""
     cur = await conn.execute(
         "DELETE FROM pgvector_own_indexes WHERE tenant = %s AND tier = %s RETURNING name", (tenant, tier)
     )
     for (name,) in await cur.fetchall():
-        await _flag(conn, tenant, tier, own=False)
+        await _flag(conn, tenant, tier, own=cfg is not None and await _small(conn, tenant, tier, cfg))
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 
@@ -288,5 +323,5 @@ async def drop_own_indexes(pool: AsyncConnectionPool, tier: str) -> list[str]:
         cur = await conn.execute("SELECT tenant FROM pgvector_own_indexes WHERE tier = %s ORDER BY tenant", (tier,))
         tenants = [tenant for (tenant,) in await cur.fetchall()]
         for tenant in tenants:
-            await _drop(conn, tenant, tier)
+            await _drop(conn, tenant, tier, None)  # a folded tier's fold index holds every row
     return tenants

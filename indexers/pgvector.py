@@ -123,13 +123,18 @@ def index_name(tier: str, cfg: BraidConfig) -> str:
 
 def index_ddl(tier: str, cfg: BraidConfig, name: str, *, concurrently: bool) -> str:
     """The cosine HNSW index of ``tier`` (``embedding``, the tier's m /
-    ef_construction), named ``name``: of a memory tier, its rows whose tenant
-    has no index of its own there (``NOT own``, :mod:`indexers.own_index`)."""
+    ef_construction), named ``name``: of a memory tier, its rows not flagged
+    ``own`` (a tenant with an index of its own there, :mod:`indexers.own_index`,
+    or a small one); of the entity tier, the entities not flagged ``small``
+    (:mod:`indexers.postgres.unshared`)."""
     t: TierConfig = cfg.tiers[tier]
     if tier == cfg.entity_tier:
         conc = "CONCURRENTLY " if concurrently else ""
         with_ = f"WITH (m = {int(t.m)}, ef_construction = {int(t.ef_construction)})"
-        return f"CREATE INDEX {conc}IF NOT EXISTS {name} ON entities USING hnsw (embedding vector_cosine_ops) {with_}"
+        return (
+            f"CREATE INDEX {conc}IF NOT EXISTS {name} ON entities USING hnsw (embedding vector_cosine_ops) {with_}"
+            " WHERE NOT small"
+        )
     return tier_hnsw_ddl(tier, t, name, "embedding vector_cosine_ops", "NOT own", concurrently=concurrently)
 
 

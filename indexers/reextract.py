@@ -82,7 +82,9 @@ async def reextract(
                 EntityInput(name=n, embedding=v, model=embedder.model, type=t)
                 for (n, t), v in zip(new, vectors, strict=True)
             ]
-            await store.apply_extraction(tenant, [r[1] for r in part], found, entities)
+            await store.apply_extraction(
+                tenant, [r[1] for r in part], found, entities, entity_exact_below=cfg.tiers[cfg.entity_tier].exact_below
+            )
             progress["entities"] += len(entities)
             progress["relations"] += sum(len(x.relations) for x in found)
         after = (rows[-1][0], rows[-1][1])

@@ -120,10 +120,12 @@ def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[st
     tenant with an index of its own there, ``own`` is the tenant quoted: the
     service names it in the text)."""
     if tier == cfg.entity_tier:
-        # indexers/graph.py: the entity seeds by vector.
+        # indexers/graph.py: the entity seeds by vector, walking the index
+        # that holds the entities not flagged small (indexers/postgres/unshared.py).
         return (
             "SELECT id, embedding FROM entities WHERE tenant = %(tenant)s",
-            "SELECT id FROM entities WHERE tenant = %(tenant)s ORDER BY embedding <=> %(vec)s LIMIT %(limit)s",
+            "SELECT id FROM entities WHERE tenant = %(tenant)s AND NOT small"
+            " ORDER BY embedding <=> %(vec)s LIMIT %(limit)s",
             {},
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.

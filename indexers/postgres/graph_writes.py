@@ -16,6 +16,7 @@ from .models import EntityInput, RelationInput
 from .names import normalize_name
 from .pool import tenant_transaction
 from .sql import vector_param
+from .unshared import flag_entities
 
 __all__ = ["GraphWrites", "upsert_entities"]
 
@@ -26,9 +27,14 @@ async def upsert_entities(
     entities: Sequence[EntityInput],
     *,
     overwrite: bool,
+    exact_below: int | None = None,
 ) -> None:
     """Insert ``entities`` in the caller's transaction; an existing one (by
-    normalised name) is updated with ``overwrite``, else left as it is."""
+    normalised name) is updated with ``overwrite``, else left as it is.
+    ``exact_below``: the entity tier's ``exactBelow``, under which a small
+    tenant's new entities stay out of the entities' index
+    (:func:`.unshared.flag_entities`); None: every entity goes in."""
+    small = await flag_entities(conn, tenant, len(entities), exact_below)
     conflict = (
         """DO UPDATE SET
                type = coalesce(EXCLUDED.type, entities.type),
@@ -41,8 +47,8 @@ async def upsert_entities(
     async with conn.cursor() as cur:
         await cur.executemany(
             f"""
-            INSERT INTO entities (tenant, name, name_norm, type, summary, embedding, model)
-            VALUES (%s, %s, %s, %s, %s, %s, %s)
+            INSERT INTO entities (tenant, name, name_norm, type, summary, embedding, model, small)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (tenant, name_norm) {conflict}
             """,
             [
@@ -54,6 +60,7 @@ async def upsert_entities(
                     e.summary,
                     vector_param(e.embedding),
                     e.model,
+                    small,
                 )
                 # In name order (stable: a repeated name's last row still
                 # wins), so writers creating the same entities cannot
@@ -74,8 +81,10 @@ class GraphWrites:
         tenant: str,
         entities: Sequence[EntityInput],
         relations: Sequence[RelationInput],
+        entity_exact_below: int | None = None,
     ) -> dict[str, int]:
-        """Upsert entities, then relations between entities by name, in one transaction.
+        """Upsert entities, then relations between entities by name, in one transaction
+        (``entity_exact_below``: :func:`upsert_entities`' ``exact_below``).
 
         A relation extracted from memories with the same identity becomes the
         client's: no longer derived, weighted as the client says.
@@ -85,7 +94,7 @@ class GraphWrites:
         """
         async with tenant_transaction(self.pool, tenant) as conn:
             if entities:
-                await upsert_entities(conn, tenant, entities, overwrite=True)
+                await upsert_entities(conn, tenant, entities, overwrite=True, exact_below=entity_exact_below)
             if relations:
                 async with conn.cursor() as cur:
                     await cur.executemany(

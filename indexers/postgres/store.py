@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import anyio
@@ -43,6 +43,7 @@ from .sql import (
     record_from_row,
     vector_param,
 )
+from .unshared import flag_rows, move_rows
 
 __all__ = ["PostgresStore"]
 
@@ -130,6 +131,8 @@ class PostgresStore(GraphWrites):
         memories: Sequence[MemoryInput],
         new_entities: Sequence[EntityInput] = (),
         extracted: Sequence[Extraction] | None = None,
+        exact_below: Mapping[str, int] | None = None,
+        entity_exact_below: int | None = None,
     ) -> Written:
         """Upsert memories, their mentions and outbox rows in one transaction.
 
@@ -141,6 +144,13 @@ class PostgresStore(GraphWrites):
         ``mem_key`` retires its key's current memory, or is retired at once
         if that one is newer (:func:`.lifecycle.supersede`); every memory
         whose lifecycle changed gets an outbox row too.
+
+        ``exact_below`` (each memory tier's ``exactBelow``): the rows of a
+        tenant that holds at most that many in their tier stay out of the
+        tier's shared HNSW index, and a tenant past it has its earlier rows
+        moved in, a batch a write (:mod:`.unshared`); None: only the rows of
+        a tenant with an index of its own stay out. ``entity_exact_below``:
+        the same for ``new_entities`` and the entity tier (None: they go in).
         """
         if any(m.embedding is None or m.model is None for m in memories):
             raise ValueError("every memory must carry its embedding and model")
@@ -158,9 +168,10 @@ class PostgresStore(GraphWrites):
                     for m in memories
                 ]
             if new_entities:
-                await upsert_entities(conn, tenant, new_entities, overwrite=False)
+                await upsert_entities(conn, tenant, new_entities, overwrite=False, exact_below=entity_exact_below)
             # A decayed tier's folded vector, with its tier's newest epoch (.fold).
             folds = await folds_for_write(conn, memories)
+            flags, move = await flag_rows(conn, tenant, memories, [e for _, e in folds], exact_below)
             async with conn.cursor() as cur:
                 await cur.executemany(
                     """
@@ -168,8 +179,7 @@ class PostgresStore(GraphWrites):
                         importance, confidence, speaker, context, metadata, created_at,
                         embedding, model, folded, fold_epoch, mem_key, superseded_at, superseded_by,
                         expires_at, own)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s,
-                        braid_own_index(%s, %s))
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s)
                     ON CONFLICT (tenant, id) DO UPDATE SET
                         content = EXCLUDED.content, kind = EXCLUDED.kind, tier = EXCLUDED.tier,
                         session_id = EXCLUDED.session_id, tags = EXCLUDED.tags,
@@ -203,12 +213,13 @@ class PostgresStore(GraphWrites):
                             fold_epoch,
                             m.mem_key,
                             m.expires_at,
-                            tenant,
-                            m.tier,
+                            own,
                         )
-                        for mid, m, (folded, fold_epoch) in zip(ids, memories, folds, strict=True)
+                        for mid, m, (folded, fold_epoch), own in zip(ids, memories, folds, flags, strict=True)
                     ],
                 )
+                if move:
+                    await move_rows(conn, tenant, move)
                 speakers = sorted({m.speaker for m in memories if m.speaker})
                 if speakers:
                     await cur.execute(
@@ -244,16 +255,17 @@ class PostgresStore(GraphWrites):
         ids: Sequence[str],
         extracted: Sequence[Extraction],
         new_entities: Sequence[EntityInput] = (),
+        entity_exact_below: int | None = None,
     ) -> None:
         """Re-extraction of stored memories (``POST /admin/reindex {"target":
         "graph"}``), one transaction: the extracted entities are created
         (``new_entities``, embedded by the caller) and linked, links made
         before (named by a client, found in the text) stay, and each memory
         supports exactly the relations extracted now. A memory deleted
-        meanwhile is skipped."""
+        meanwhile is skipped. ``entity_exact_below``: as :meth:`write_memories`'."""
         async with tenant_transaction(self.pool, tenant) as conn:
             if new_entities:
-                await upsert_entities(conn, tenant, new_entities, overwrite=False)
+                await upsert_entities(conn, tenant, new_entities, overwrite=False, exact_below=entity_exact_below)
             links = [(mid, normalize_name(e.name)) for mid, x in zip(ids, extracted, strict=True) for e in x.entities]
             await link_mentions(conn, tenant, links)
             support = [

@@ -203,7 +203,8 @@ async def test_ensure_indexes_creates_one_hnsw_index_per_tier_with_its_params(
         assert defs["memories_hnsw_rag"][1].endswith("WHERE ((tier = 'rag'::text) AND (NOT own))")
         table, entity_def = defs["entities_hnsw"]
         assert table == "entities"
-        assert "WHERE" not in entity_def
+        # The entities not flagged small (indexers/postgres/unshared.py).
+        assert entity_def.endswith("WHERE (NOT small)")
 
         # Idempotent: nothing to create the second time, nothing changed.
         assert await ensure_indexes(pool, cfg) == []
