@@ -70,7 +70,17 @@ import msgspec
 import numpy as np
 import psycopg
 
-from benchmarks.common import RESULTS, CpuMeter, Service, cpu_per_call, pct, pyplot, speed_probe, write_results
+from benchmarks.common import (
+    RESULTS,
+    CpuMeter,
+    Service,
+    cpu_per_call,
+    cpu_used,
+    pct,
+    pyplot,
+    speed_probe,
+    write_results,
+)
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, Corpus, build_corpus, describe
 from benchmarks.load.run import bulk_load, config_text, graph_load, quiet, settle, wait_drained
@@ -314,9 +324,12 @@ async def run(
                 sub = replace(corpus, tenants=stage)
                 print(f"tenants: loading {len(stage)} tenants ({sub.total} memories) up to {count}", flush=True)
                 t0 = time.perf_counter()
+                cpu0 = meter()
                 graph = await graph_load(client, sub, headers)
+                cpu1 = meter()
                 write = await bulk_load(client, sub, headers, 200, 3, max_body)
                 drained = await wait_drained(client)
+                cpu2 = meter()
                 load_s = time.perf_counter() - t0
                 # Recalls measured on a Postgres with no maintenance left from
                 # the load (a stage that loads faster would otherwise share its
@@ -365,7 +378,12 @@ async def run(
                 stage_report = {
                     "tenants": count,
                     "memories": big + count * per,
+                    "loaded": sub.total,
                     "load_s": load_s,
+                    # CPU of the graph load (s by process), and a memory's
+                    # through the write path and the outbox (ms by process).
+                    "graph_cpu_s": cpu_used(cpu0, cpu1),
+                    "load_cpu_ms": cpu_per_call(cpu1, cpu2, sub.total),
                     "write_per_s": write["per_s"],
                     "write_errors": write["error_count"] + len(graph["errors"]),
                     "drain_s": drained["seconds"],
@@ -471,6 +489,24 @@ def markdown(report: dict[str, Any], command: str) -> str:
                 for s in profiled
             ]
             lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    metered = [s for s in stages if "load_cpu_ms" in s]
+    if metered:
+        lines += [
+            "",
+            "What each stage's load cost, by process (service / Postgres / Typesense): the CPU s of its graph"
+            " load (`POST /v1/graph`, each tenant's relations), and the CPU ms a memory of its memory load"
+            " (`POST /v1/memories`, until the outbox drained):",
+            "",
+            "| tenants | memories loaded | graph load CPU s | CPU ms a memory |",
+            "|---|---|---|---|",
+        ]
+        for s in metered:
+            g, m = s["graph_cpu_s"], s["load_cpu_ms"]
+            lines.append(
+                f"| {s['tenants']} | {s['loaded']} | {g.get('service', 0):.0f} / {g.get('postgres', 0):.0f}"
+                f" / {g.get('typesense', 0):.0f} | {m.get('service', 0):.2f} / {m.get('postgres', 0):.2f}"
+                f" / {m.get('typesense', 0):.2f} |"
+            )
     waits = [s for s in stages if "quiet" in s]
     if waits:
         q0 = waits[0]["quiet"]

@@ -115,6 +115,17 @@ def test_the_report_row_and_ratio() -> None:
     assert "under 5% of a core for 3 s" in text
     assert "| 50 | 4 | 0 / 0 / 310 | 40.0 |" in text
     assert "| 1000 | 4 (still busy) | 0 / 0 / 310 | 41.2 |" in text
+    # The load's CPU: a table only for reports that metered it.
+    assert "CPU ms a memory |" not in text
+    report["stages"][1].update(
+        loaded=95000,
+        graph_cpu_s={"service": 40.0, "postgres": 600.4, "typesense": 0.0},
+        load_cpu_ms={"service": 3.125, "postgres": 0.5, "typesense": 2.0, "client": 0.1},
+    )
+    text = markdown(report, "cmd")
+    assert "| 1000 | 95000 | 40 / 600 / 0 | 3.12 / 0.50 / 2.00 |" in text
+    table = text.split("CPU ms a memory |")[1].split("\n\n")[0]
+    assert table.count("\n| ") == 1  # the stage that was not metered has no row
 
 
 def test_the_group_count_is_set_in_the_shipped_config() -> None:
