@@ -16,7 +16,7 @@ from .models import EntityInput, RelationInput
 from .names import normalize_name
 from .pool import tenant_transaction
 from .sql import vector_param
-from .unshared import flag_entities
+from .unshared import flag_entities, move_entities
 
 __all__ = ["GraphWrites", "upsert_entities"]
 
@@ -34,7 +34,7 @@ async def upsert_entities(
     ``exact_below``: the entity tier's ``exactBelow``, under which a small
     tenant's new entities stay out of the entities' index
     (:func:`.unshared.flag_entities`); None: every entity goes in."""
-    small = await flag_entities(conn, tenant, len(entities), exact_below)
+    small, move = await flag_entities(conn, tenant, len(entities), exact_below)
     conflict = (
         """DO UPDATE SET
                type = coalesce(EXCLUDED.type, entities.type),
@@ -68,6 +68,8 @@ async def upsert_entities(
                 for e in sorted(entities, key=lambda e: normalize_name(e.name))
             ],
         )
+    if move:
+        await move_entities(conn, tenant)
 
 
 class GraphWrites:

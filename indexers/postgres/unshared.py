@@ -46,7 +46,7 @@ import psycopg
 
 from .models import MemoryInput
 
-__all__ = ["MOVE_BATCH", "flag_entities", "flag_rows", "move_rows"]
+__all__ = ["MOVE_BATCH", "flag_entities", "flag_rows", "move_entities", "move_rows"]
 
 #: Flagged rows of a tenant past ``exactBelow`` that one write moves into
 #: the tier's shared index at most (each an HNSW insert: ~3 ms of Postgres
@@ -115,7 +115,8 @@ async def flag_rows(
 async def move_rows(conn: psycopg.AsyncConnection[Any], tenant: str, tiers: Sequence[str]) -> int:
     """Clear the flag of up to :data:`MOVE_BATCH` flagged rows of ``tenant``
     in each of ``tiers`` (none of them the tenant's own index's), which puts
-    them in the tier's shared index; the rows moved."""
+    them in the tier's shared index; the rows moved. Run it after the
+    write's own rows: it waits on no one (rows held elsewhere are skipped)."""
     moved = 0
     for tier in tiers:
         cur = await conn.execute(_MOVE_SQL, {"tenant": tenant, "tier": tier, "batch": MOVE_BATCH})
@@ -135,16 +136,25 @@ _ENTITY_MOVE_SQL = """
 """
 
 
-async def flag_entities(conn: psycopg.AsyncConnection[Any], tenant: str, new: int, exact_below: int | None) -> bool:
+async def flag_entities(
+    conn: psycopg.AsyncConnection[Any], tenant: str, new: int, exact_below: int | None
+) -> tuple[bool, bool]:
     """Whether the ``new`` entities a write inserts for ``tenant`` are
     flagged ``small`` (at most ``exact_below`` entities, counting them; None:
-    never). A tenant past it has up to :data:`MOVE_BATCH` of its flagged
-    entities moved into the index here, in the caller's transaction."""
+    never), and whether the write then moves flagged ones into the index
+    (:func:`move_entities`: the tenant is past ``exact_below``)."""
     if exact_below is None:
-        return False
+        return False, False
     cur = await conn.execute(_ENTITY_COUNT_SQL, (tenant, exact_below + 1))
     row = await cur.fetchone()
-    if row is not None and int(row[0]) + new <= exact_below:
-        return True
-    await conn.execute(_ENTITY_MOVE_SQL, {"tenant": tenant, "batch": MOVE_BATCH})
-    return False
+    small = row is not None and int(row[0]) + new <= exact_below
+    return small, not small
+
+
+async def move_entities(conn: psycopg.AsyncConnection[Any], tenant: str) -> int:
+    """Clear the flag of up to :data:`MOVE_BATCH` of ``tenant``'s flagged
+    entities, in the caller's transaction after its upserts: rows another
+    transaction holds are skipped, so the move waits on no one, and the
+    upserts (in name order) are not interleaved with it. The entities moved."""
+    cur = await conn.execute(_ENTITY_MOVE_SQL, {"tenant": tenant, "batch": MOVE_BATCH})
+    return cur.rowcount
