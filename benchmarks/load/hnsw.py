@@ -114,6 +114,25 @@ def plan_uses_index(plan: Any, name: str) -> bool:
     return False
 
 
+def _beside_walk(column: str, table: str, where: str, aside: str | None) -> str:
+    """The ``%(limit)s`` rows of ``table`` matching ``where`` nearest to
+    ``%(vec)s``: an index walk, and with ``aside`` (the flag of the rows the
+    index leaves out) those rows compared exactly beside it."""
+    alias = table.split()[-1]
+    distance = f"{alias}.embedding <=> %(vec)s"
+    walk = f"(SELECT {column}, {distance} AS distance FROM {table} WHERE {where}"
+    branches = f"{walk} ORDER BY {distance} LIMIT %(limit)s)"
+    if aside is not None:
+        branches = (
+            f"{walk} AND NOT {aside} ORDER BY {distance} LIMIT %(limit)s)"
+            f" UNION ALL {walk} AND {aside} ORDER BY ({distance}) + 0 LIMIT %(limit)s)"
+        )
+    return f"""
+        WITH nearest AS MATERIALIZED ({branches})
+        SELECT id FROM nearest ORDER BY distance, id LIMIT %(limit)s
+    """
+
+
 def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """(all rows, nearest rows, their parameters besides the vector): the
     nearest-rows statement is the one the service runs for this tier (for a
@@ -121,30 +140,21 @@ def _statements(cfg: BraidConfig, tier: str, own: str | None = None) -> tuple[st
     service names it in the text)."""
     if tier == cfg.entity_tier:
         # indexers/graph.py: the entity seeds by vector, walking the index
-        # that holds the entities not flagged small (indexers/postgres/unshared.py).
+        # that holds the entities not flagged small, the flagged ones
+        # compared exactly beside the walk (indexers/postgres/unshared.py).
         return (
             "SELECT id, embedding FROM entities WHERE tenant = %(tenant)s",
-            "SELECT id FROM entities WHERE tenant = %(tenant)s AND NOT small"
-            " ORDER BY embedding <=> %(vec)s LIMIT %(limit)s",
+            _beside_walk("e.id", "entities e", "e.tenant = %(tenant)s", "e.small"),
             {},
         )
     # indexers/pgvector.py: PgvectorSource._search_tier with no request filters.
     where = f"m.tenant = {tenant_sql(own)} AND m.confidence >= %(f_min_conf)s AND m.tier = '{tier}'"
     # A tenant without an index of its own walks the shared one, which holds
-    # the rows not flagged own (all of such a tenant's: indexers/own_index.py).
-    walked = where if own is not None else f"{where} AND NOT m.own"
+    # the rows not flagged own; its flagged rows (a small tenant's, or those
+    # not moved in yet: indexers/postgres/unshared.py) are compared beside it.
     return (
         f"SELECT m.id, m.embedding FROM memories m WHERE {where}",
-        f"""
-            WITH nearest AS MATERIALIZED (
-                SELECT m.id, m.embedding <=> %(vec)s AS distance
-                FROM memories m
-                WHERE {walked}
-                ORDER BY m.embedding <=> %(vec)s
-                LIMIT %(limit)s
-            )
-            SELECT id FROM nearest ORDER BY distance
-        """,
+        _beside_walk("m.id", "memories m", where, None if own is not None else "m.own"),
         {"f_min_conf": cfg.min_confidence},
     )
 
