@@ -62,6 +62,7 @@ from config import BraidConfig, TierConfig
 
 from .postgres.fold import read_epochs
 from .postgres.sql import tier_hnsw_ddl
+from .postgres.unshared import is_small
 
 __all__ = [
     "REFRESH_S",
@@ -267,10 +268,12 @@ async def _flag(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, *, o
     changed = 0
     while True:
         cur = await conn.execute(
-            "UPDATE memories SET own = %(own)s WHERE tenant = %(tenant)s AND tier = %(tier)s AND own <> %(own)s"
-            " AND id IN ("
+            # Materialized: ``id IN (SELECT ... LIMIT n)`` may run its
+            # subquery again and change more than ``n`` rows.
+            "WITH picked AS MATERIALIZED ("
             " SELECT id FROM memories WHERE tenant = %(tenant)s AND tier = %(tier)s AND own <> %(own)s"
-            " LIMIT %(batch)s)",
+            " LIMIT %(batch)s)"
+            " UPDATE memories m SET own = %(own)s FROM picked WHERE m.tenant = %(tenant)s AND m.id = picked.id",
             {"own": own, "tenant": tenant, "tier": tier, "batch": FLAG_BATCH},
         )
         changed += cur.rowcount
@@ -295,13 +298,7 @@ async def _flag_small(pool: AsyncConnectionPool, cfg: BraidConfig, tiers: list[s
 async def _small(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, cfg: BraidConfig) -> bool:
     """Whether ``tenant`` holds at most ``exactBelow`` rows in ``tier``: its
     rows stay out of the shared index (:mod:`indexers.postgres.unshared`)."""
-    bound = cfg.tiers[tier].exact_below if tier in cfg.tiers else -1
-    cur = await conn.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM memories WHERE tenant = %s AND tier = %s LIMIT %s) AS c",
-        (tenant, tier, bound + 1),
-    )
-    row = await cur.fetchone()
-    return row is not None and int(row[0]) <= bound
+    return tier in cfg.tiers and await is_small(conn, tenant, tier, cfg.tiers[tier].exact_below)
 
 
 async def _drop(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, cfg: BraidConfig | None) -> None:

@@ -46,20 +46,29 @@ import psycopg
 
 from .models import MemoryInput
 
-__all__ = ["MOVE_BATCH", "flag_entities", "flag_rows", "move_entities", "move_rows"]
+__all__ = ["MOVE_BATCH", "flag_entities", "flag_rows", "is_small", "move_entities", "move_rows"]
 
 #: Flagged rows of a tenant past ``exactBelow`` that one write moves into
 #: the tier's shared index at most (each an HNSW insert: ~3 ms of Postgres
 #: CPU at 100,000 rows, so about 0.8 s a write, well inside the write's 10 s).
 MOVE_BATCH = 256
 
+
+def _bounded_count(rows: str, bound: str) -> str:
+    """A statement counting ``rows`` up to ``bound``: a small tenant's rows
+    are counted from their btree, a large one's cost no more than the bound."""
+    return f"SELECT count(*) FROM ({rows} LIMIT {bound}) AS c"
+
+
+_MEMORY_COUNT_SQL = _bounded_count("SELECT 1 FROM memories WHERE tenant = %s AND tier = %s", "%s")
+_ENTITY_COUNT_SQL = _bounded_count("SELECT 1 FROM entities WHERE tenant = %s", "%s")
+
 #: A tier's own-index flag and the tenant's rows in it, counted up to ``bound``.
-_PLACES_SQL = """
-    SELECT t.tier, braid_own_index(%(tenant)s, t.tier),
-        (SELECT count(*) FROM (SELECT 1 FROM memories m
-            WHERE m.tenant = %(tenant)s AND m.tier = t.tier LIMIT t.bound) AS c)
-    FROM unnest(%(tiers)s::text[], %(bounds)s::int[]) AS t(tier, bound)
-"""
+_PLACES_SQL = (
+    "SELECT t.tier, braid_own_index(%(tenant)s, t.tier), ("
+    + _bounded_count("SELECT 1 FROM memories m WHERE m.tenant = %(tenant)s AND m.tier = t.tier", "t.bound")
+    + ") FROM unnest(%(tiers)s::text[], %(bounds)s::int[]) AS t(tier, bound)"
+)
 
 #: (Materialized: ``id IN (SELECT ... LIMIT n)`` may run its subquery again
 #: and change more than ``n`` rows.)
@@ -112,6 +121,14 @@ async def flag_rows(
     return flags, move
 
 
+async def is_small(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, exact_below: int) -> bool:
+    """Whether ``tenant`` holds at most ``exact_below`` rows in ``tier``, so
+    its rows stay out of the tier's shared index."""
+    cur = await conn.execute(_MEMORY_COUNT_SQL, (tenant, tier, exact_below + 1))
+    row = await cur.fetchone()
+    return row is not None and int(row[0]) <= exact_below
+
+
 async def move_rows(conn: psycopg.AsyncConnection[Any], tenant: str, tiers: Sequence[str]) -> int:
     """Clear the flag of up to :data:`MOVE_BATCH` flagged rows of ``tenant``
     in each of ``tiers`` (none of them the tenant's own index's), which puts
@@ -123,8 +140,6 @@ async def move_rows(conn: psycopg.AsyncConnection[Any], tenant: str, tiers: Sequ
         moved += cur.rowcount
     return moved
 
-
-_ENTITY_COUNT_SQL = "SELECT count(*) FROM (SELECT 1 FROM entities WHERE tenant = %s LIMIT %s) AS c"
 
 _ENTITY_MOVE_SQL = """
     WITH picked AS MATERIALIZED (
