@@ -227,14 +227,34 @@ async def place(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, A
     return {"seconds": seconds, "progress": job["progress"]}
 
 
-async def wait_drained(client: httpx.AsyncClient, timeout: float = 1800) -> dict[str, Any]:
-    start = time.perf_counter()
+async def wait_drained(
+    client: httpx.AsyncClient, timeout: float = 1800, *, stall_s: float | None = None, label: str = ""
+) -> dict[str, Any]:
+    """Wait until the service's outbox has nothing pending: the seconds
+    waited and the rows still pending (0: drained). Without ``stall_s``, at
+    most ``timeout`` seconds. With it, as long as the pending count keeps
+    going down: the wait ends undrained only after ``stall_s`` seconds
+    without a lower count (a backlog of hundreds of thousands of rows takes
+    longer than any fixed timeout), and says how far it got every minute,
+    after ``label``."""
+    start = last_drop = last_said = time.perf_counter()
     pending = None
-    while time.perf_counter() - start < timeout:
+    lowest = None
+    while True:
+        now = time.perf_counter()
+        if stall_s is None and now - start >= timeout:
+            break
+        if stall_s is not None and now - last_drop >= stall_s:
+            break
         r = await client.get("/health")
         pending = r.json()["backends"]["sync"]["pending"]
         if pending == 0:
             break
+        if lowest is None or pending < lowest:
+            lowest, last_drop = pending, now
+        if stall_s is not None and now - last_said >= 60:
+            print(f"{label}outbox: {pending} pending after {now - start:.0f} s", flush=True)
+            last_said = now
         await asyncio.sleep(0.25)
     return {"seconds": time.perf_counter() - start, "pending_left": pending}
 
