@@ -21,8 +21,9 @@ For ``big`` (past ``exactBelow``: the index is walked) and for one small
 tenant (compared exactly), ``--rounds`` rounds of ``--queries`` queries
 (vectors near the corpus'), the ways alternating round by round, each query
 a transaction on one connection with the statement prepared. Reported per
-way and tenant: Postgres CPU ms a statement (every backend), wall ms, and
-the queries whose seeds are the same both ways. The code measured is the
+way and tenant: Postgres CPU ms a statement (every backend), wall ms, the
+queries whose seeds are the same both ways, and of the others those that
+differ only in which of equally near entities was kept at the cut. The code measured is the
 one imported.
 
 The graph source runs this statement only for a walk it does not make in
@@ -31,7 +32,7 @@ recall ``as_of``).
 
 Report: ``benchmarks/results/graph-seeds[-<name>].{md,json}``; last line::
 
-    graph-seeds: big:aside_ms=<x>,walk_ms=<x> small:aside_ms=<x>,walk_ms=<x> same=<n>/<n>
+    graph-seeds: big:aside_ms=<x>,walk_ms=<x> small:aside_ms=<x>,walk_ms=<x> same=<n>/<n> tied=<n>
 """
 
 from __future__ import annotations
@@ -150,7 +151,12 @@ async def measure(big: int, small: int, others: int, queries: int, rounds: int, 
                 return [(int(r[0]), round(float(r[1]), 6)) for r in rows]
 
             for label, tenant in tenants.items():
-                same = sum([await run("aside", tenant, q) == await run("walk only", tenant, q) for q in qs])
+                same = tied = 0
+                for q in qs:
+                    aside, walk = await run("aside", tenant, q), await run("walk only", tenant, q)
+                    same += aside == walk
+                    # Seeds of equal weight at the cut: either may be kept.
+                    tied += aside != walk and sorted(w for _, w in aside) == sorted(w for _, w in walk)
                 used = {way: [0.0, 0.0, 0] for way in WAYS}
                 for r in range(rounds):
                     for way in WAYS if r % 2 == 0 else WAYS[::-1]:
@@ -165,6 +171,7 @@ async def measure(big: int, small: int, others: int, queries: int, rounds: int, 
                     "tenant": tenant,
                     "entities": big if label == "big" else SMALL_SIZE,
                     "same": same,
+                    "tied": tied,
                     "queries": len(qs),
                     "ways": {
                         way: {"postgres_ms": cpu * 1e3 / n, "wall_ms": wall * 1e3 / n, "statements": n}
@@ -201,31 +208,33 @@ def markdown(report: dict[str, Any], command: str) -> str:
         f" {report['exact_below']}, seedLimit {report['seed_limit']}. Each way ran the same queries in alternating"
         " rounds, one transaction a query (the search settings, then the prepared statement). `aside`: as"
         " shipped; `walk only`: the statement before the entity index left flagged entities out. Postgres CPU is"
-        " every backend's; `same`: queries whose seeds (ids and weights) were equal both ways.",
+        " every backend's; `same`: queries whose seeds (ids and weights) were equal both ways; `tied`: of the"
+        " others, those whose seeds' weights were equal (they differ in which of equally near entities was kept).",
         "",
-        "| tenant | entities | way | statements | Postgres CPU ms a statement | wall ms a statement | same |",
-        "|---|---|---|---|---|---|---|",
+        "| tenant | entities | way | statements | Postgres CPU ms a statement | wall ms a statement | same | tied |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, t in report["tenants"].items():
         for way in WAYS:
             w = t["ways"][way]
             lines.append(
                 f"| {label} | {t['entities']} | {way} | {w['statements']} | {w['postgres_ms']:.3f}"
-                f" | {w['wall_ms']:.3f} | {t['same']} of {t['queries']} |"
+                f" | {w['wall_ms']:.3f} | {t['same']} of {t['queries']} | {t['tied']} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def summary(report: dict[str, Any]) -> str:
     parts = []
-    same = queries = 0
+    same = tied = queries = 0
     for label, t in report["tenants"].items():
         parts.append(
             f"{label}:aside_ms={t['ways']['aside']['postgres_ms']:.3f},walk_ms={t['ways']['walk only']['postgres_ms']:.3f}"
         )
         same += t["same"]
+        tied += t["tied"]
         queries += t["queries"]
-    return "graph-seeds: " + " ".join(parts) + f" same={same}/{queries}"
+    return "graph-seeds: " + " ".join(parts) + f" same={same}/{queries} tied={tied}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ def report() -> dict[str, object]:
             "tenant": "big" if entities > 40 else "s0",
             "entities": entities,
             "same": 399,
+            "tied": 1,
             "queries": 400,
             "ways": {
                 "aside": {"postgres_ms": aside, "wall_ms": 2.5, "statements": 1600},
@@ -38,14 +39,14 @@ def test_only_the_shipped_statement_reads_flagged_entities_beside_the_walk() -> 
 
 def test_the_table_has_a_row_a_tenant_and_way() -> None:
     text = markdown(report(), "cmd")
-    assert "| big | 2568 | aside | 1600 | 2.100 | 2.500 | 399 of 400 |" in text
-    assert "| small | 40 | walk only | 1600 | 0.300 | 2.250 | 399 of 400 |" in text
+    assert "| big | 2568 | aside | 1600 | 2.100 | 2.500 | 399 of 400 | 1 |" in text
+    assert "| small | 40 | walk only | 1600 | 0.300 | 2.250 | 399 of 400 | 1 |" in text
     assert "exactBelow is 2000, seedLimit 10" in text
 
 
 def test_the_last_line_gives_both_ways() -> None:
     assert summary(report()) == (
-        "graph-seeds: big:aside_ms=2.100,walk_ms=1.900 small:aside_ms=0.310,walk_ms=0.300 same=798/800"
+        "graph-seeds: big:aside_ms=2.100,walk_ms=1.900 small:aside_ms=0.310,walk_ms=0.300 same=798/800 tied=2"
     )
 
 
