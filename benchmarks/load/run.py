@@ -228,15 +228,15 @@ async def place(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, A
 
 
 async def wait_drained(
-    client: httpx.AsyncClient, timeout: float = 1800, *, stall_s: float | None = None, label: str = ""
+    client: httpx.AsyncClient, timeout: float = 1800, *, stall_s: float | None = 300.0, label: str = "load: "
 ) -> dict[str, Any]:
     """Wait until the service's outbox has nothing pending: the seconds
-    waited and the rows still pending (0: drained). Without ``stall_s``, at
-    most ``timeout`` seconds. With it, as long as the pending count keeps
-    going down: the wait ends undrained only after ``stall_s`` seconds
-    without a lower count (a backlog of hundreds of thousands of rows takes
-    longer than any fixed timeout), and says how far it got every minute,
-    after ``label``."""
+    waited and the rows still pending (0: drained). As long as the pending
+    count keeps going down: the wait ends undrained only after ``stall_s``
+    seconds without a lower count (a backlog of hundreds of thousands of
+    rows takes longer than any fixed timeout: 350,000 were left after
+    1,800 s in ``tenants-s51-10k.md``), and says how far it got every
+    minute, after ``label``. ``stall_s`` None: at most ``timeout`` seconds."""
     start = last_drop = last_said = time.perf_counter()
     pending = None
     lowest = None
