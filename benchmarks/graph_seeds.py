@@ -51,22 +51,17 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 
 from benchmarks.common import own_and_postgres_cpu, write_results
+from benchmarks.unshared_writes import DIM, clustered_vectors
 from config import load_config
 from deploy.embedded import EmbeddedPostgres
 from indexers.graph import _seeds_cte
 from indexers.pgvector import ensure_indexes, nearest_sql, search_settings
 from indexers.postgres import open_pool
 
-DIM = 384
 MODEL = "synthetic"
 SMALL_SIZE = 40
 OTHER_SIZE = 5000
 WAYS = ("aside", "walk only")
-
-
-def _vectors(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
-    v = centres[rng.integers(0, len(centres), n)] + rng.standard_normal((n, DIM)) / np.sqrt(DIM)
-    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
 def _walk_only_seeds() -> str:
@@ -98,11 +93,14 @@ async def _fill(dsn: str, rng: np.random.Generator, centres: np.ndarray, big: in
         await register_vector_async(conn)
         async with conn.cursor() as cur:
             async with cur.copy("COPY entities (tenant, name, name_norm, embedding, model, small) FROM STDIN") as copy:
-                rows = [("big", v, False) for v in _vectors(rng, centres, big)]
+                rows = [("big", v, False) for v in clustered_vectors(rng, centres, big)]
                 rows += [
-                    (f"s{k // SMALL_SIZE}", v, True) for k, v in enumerate(_vectors(rng, centres, small * SMALL_SIZE))
+                    (f"s{k // SMALL_SIZE}", v, True)
+                    for k, v in enumerate(clustered_vectors(rng, centres, small * SMALL_SIZE))
                 ]
-                rows += [(f"o{k // OTHER_SIZE}", v, False) for k, v in enumerate(_vectors(rng, centres, others))]
+                rows += [
+                    (f"o{k // OTHER_SIZE}", v, False) for k, v in enumerate(clustered_vectors(rng, centres, others))
+                ]
                 for k, (tenant, v, flagged) in enumerate(rows):
                     await copy.write_row((tenant, f"Entity {k}", f"entity {k}", v, MODEL, flagged))
 
@@ -126,7 +124,7 @@ async def measure(big: int, small: int, others: int, queries: int, rounds: int, 
         sql = statements()
         settings_sql = "SELECT " + ", ".join(f"set_config('{k}', %s, true)" for k in search_settings(0))
         settings = list(search_settings(tier.ef_search).values())
-        qs = _vectors(rng, centres, queries)
+        qs = clustered_vectors(rng, centres, queries)
         tenants = {"big": "big", "small": "s0"}
         out: dict[str, Any] = {}
         async with await psycopg.AsyncConnection.connect(dsn) as conn:

@@ -58,7 +58,8 @@ MODEL = "synthetic"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _vectors(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
+def clustered_vectors(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
+    """``n`` unit vectors around ``centres`` (noise norm ~1.0), as the load corpus'."""
     v = centres[rng.integers(0, len(centres), n)] + rng.standard_normal((n, DIM)) / np.sqrt(DIM)
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
@@ -70,7 +71,7 @@ def _tier(i: int) -> str:
 async def _fill(dsn: str, rng: np.random.Generator, centres: np.ndarray, start: int, stop: int) -> None:
     """Rows ``start..stop`` of the large tenant, memories and entities,
     copied in (no index to insert into yet)."""
-    vectors = _vectors(rng, centres, stop - start)
+    vectors = clustered_vectors(rng, centres, stop - start)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await register_vector_async(conn)
         async with conn.cursor() as cur:
@@ -119,7 +120,7 @@ async def measure(sizes: list[int], tenants: int, per: int, seed: int = 11) -> d
                 for t in range(tenants):
                     way = "unshared" if t % 2 == 0 else "shared"
                     name = f"s{size}-t{t}"
-                    vectors = _vectors(rng, centres, per)
+                    vectors = clustered_vectors(rng, centres, per)
                     batch = [
                         MemoryInput(
                             content=f"memory {i} of {name}",

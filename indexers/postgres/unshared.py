@@ -121,12 +121,16 @@ async def flag_rows(
     return flags, move
 
 
+async def _count(conn: psycopg.AsyncConnection[Any], statement: str, params: tuple[Any, ...]) -> int:
+    cur = await conn.execute(statement, params)
+    row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
 async def is_small(conn: psycopg.AsyncConnection[Any], tenant: str, tier: str, exact_below: int) -> bool:
     """Whether ``tenant`` holds at most ``exact_below`` rows in ``tier``, so
     its rows stay out of the tier's shared index."""
-    cur = await conn.execute(_MEMORY_COUNT_SQL, (tenant, tier, exact_below + 1))
-    row = await cur.fetchone()
-    return row is not None and int(row[0]) <= exact_below
+    return await _count(conn, _MEMORY_COUNT_SQL, (tenant, tier, exact_below + 1)) <= exact_below
 
 
 async def move_rows(conn: psycopg.AsyncConnection[Any], tenant: str, tiers: Sequence[str]) -> int:
@@ -160,9 +164,7 @@ async def flag_entities(
     (:func:`move_entities`: the tenant is past ``exact_below``)."""
     if exact_below is None:
         return False, False
-    cur = await conn.execute(_ENTITY_COUNT_SQL, (tenant, exact_below + 1))
-    row = await cur.fetchone()
-    small = row is not None and int(row[0]) + new <= exact_below
+    small = await _count(conn, _ENTITY_COUNT_SQL, (tenant, exact_below + 1)) + new <= exact_below
     return small, not small
 
 
