@@ -27,10 +27,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 import httpx
@@ -83,8 +84,46 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, log_ta
     raise RuntimeError(f"service not healthy after {timeout:.0f} s:\n{log_tail()}")
 
 
+#: A :class:`Service`'s watchdog: it waits for the end of its stdin, a pipe
+#: only the benchmark holds open, so the end comes when the benchmark dies,
+#: however it dies (``kill -9`` included); it then sends the service SIGINT,
+#: on which the service stops its embedded Postgres and Typesense.
+#: :meth:`Service.stop` ends the watchdog first.
+_WATCHDOG = """\
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.stdin.buffer.read()
+try:
+    os.kill(int(sys.argv[1]), signal.SIGINT)
+except ProcessLookupError:
+    pass
+"""
+
+
+def _term_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # asyncio.run's own: cancels the main task
+    else:
+        raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM to the benchmark from now on acts as Ctrl-C does, so the
+    ``finally`` that stops a :class:`Service` runs and removes its home (by
+    default the process would end there and leave the stack running). Only
+    from the main thread, and only over the default disposition."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _term_as_interrupt)
+
+
 class Service:
     """``python -m service`` on the embedded stack, in a fresh ``BRAID_HOME`` on a free port.
+
+    The stack does not outlive the benchmark. SIGTERM to the benchmark acts as
+    Ctrl-C (the caller's ``finally`` calls :meth:`stop`) once a service was
+    started from its main thread; a watchdog process sends the service SIGINT
+    when the benchmark dies any other way (the home is then left behind).
 
     ``config_text`` (YAML) becomes the service's ``BRAID_CONFIG``; without it
     the shipped config and the generated default keys are used. ``root`` is the
@@ -110,6 +149,13 @@ class Service:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service"], cwd=root, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
+        # The watchdog reads a pipe whose only writer is this process.
+        read, self._watch = os.pipe()
+        try:
+            self._watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(self.proc.pid)], stdin=read)
+        finally:
+            os.close(read)
+        _stop_on_sigterm()
         try:
             wait_healthy(self.url, self.proc, 180, self.log_tail)
         except BaseException:
@@ -155,6 +201,11 @@ class Service:
         return found
 
     def stop(self) -> None:
+        if self._watch >= 0:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            os.close(self._watch)
+            self._watch = -1
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(60)
         self.log.close()

@@ -1,0 +1,105 @@
+"""benchmarks.common.Service does not outlive the benchmark that started it.
+
+A benchmark process starts the real stack (the service, its embedded Postgres
+and Typesense), then is stopped from outside as a user stops a long run:
+SIGTERM stops the whole stack and removes its home; ``kill -9`` (no handler
+can run) still stops every process of the stack, through the watchdog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.common import ROOT
+
+_BENCHMARK = """\
+import asyncio, json, sys
+from benchmarks.common import Service
+
+async def main():
+    svc = Service(prefix="braid-watchdog-")
+    try:
+        pids = {
+            "service": svc.proc.pid,
+            "postgres": svc.postmaster_pid(),
+            "typesense": int((svc.home / "typesense" / "typesense.pid").read_text()),
+        }
+        print(json.dumps({"home": str(svc.home), "pids": pids}), flush=True)
+        await asyncio.sleep(600)
+    finally:
+        svc.stop()
+
+asyncio.run(main())
+"""
+
+
+def _start() -> tuple[subprocess.Popen[str], Path, dict[str, int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BENCHMARK], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, f"the benchmark exited with {proc.wait()} before its stack was up"
+    started = json.loads(line)
+    return proc, Path(started["home"]), started["pids"]
+
+
+def _gone(pids: dict[str, int], timeout: float) -> dict[str, int]:
+    """The processes among ``pids`` still running after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {}
+        for kind, pid in pids.items():
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    left[kind] = pid
+            except psutil.NoSuchProcess:
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _kill_left(pids: dict[str, int]) -> None:
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_sigterm_stops_the_stack_and_removes_its_home() -> None:
+    proc, home, pids = _start()
+    try:
+        assert home.is_dir() and _gone(pids, 0) == pids
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) is not None
+        left = _gone(pids, 60)
+        assert left == {}, f"still running after the benchmark's SIGTERM: {left}"
+        assert not home.exists(), "the stack's home was left behind"
+    finally:
+        proc.kill()
+        _kill_left(pids)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_killed_benchmark_leaves_no_process_of_its_stack_running() -> None:
+    proc, home, pids = _start()
+    try:
+        assert _gone(pids, 0) == pids
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        left = _gone(pids, 90)
+        assert left == {}, f"still running after the benchmark was killed: {left}"
+    finally:
+        _kill_left(pids)
+        shutil.rmtree(home, ignore_errors=True)
