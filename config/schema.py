@@ -412,6 +412,8 @@ class SyncConfig(_Base, frozen=True):
     #: Memories the outbox worker applies per batch, each with all its pending rows.
     batch_size: Annotated[int, Meta(ge=1, le=10_000)] = 256
     max_retry_ms: Annotated[int, Meta(ge=10, le=600_000)] = 2000
+    #: Batches the process applies at once (each claims its own rows).
+    workers: Annotated[int, Meta(ge=1, le=16)] = 1
 
 
 class ServerConfig(_Base, frozen=True):

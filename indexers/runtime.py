@@ -221,6 +221,7 @@ async def _open_runtime(
             dsn=backends.postgres_dsn,
             batch_size=cfg.sync.batch_size,
             max_retry_ms=cfg.sync.max_retry_ms,
+            workers=cfg.sync.workers,
             rewrite=rewrite,
         )
         async with anyio.create_task_group() as tg:

@@ -133,6 +133,7 @@ class OutboxSync:
         dsn: str,
         batch_size: int = 256,
         max_retry_ms: int = 2000,
+        workers: int = 1,
         rewrite: TermKeyRewrite | None = None,
     ) -> None:
         #: Cleared once the outbox holds no pending row of migration 26's
@@ -143,7 +144,9 @@ class OutboxSync:
         self._dsn = dsn
         self._batch_size = batch_size
         self._max_retry = max_retry_ms / 1000.0
-        self._wake = anyio.Event()
+        self._workers = max(1, workers)
+        #: One wake-up event per worker loop, each replaced by its loop after a wait.
+        self._wakes = [anyio.Event() for _ in range(self._workers)]
         #: Set by :meth:`stop`: the loop ends after the batch in hand.
         self._stopping = anyio.Event()
         #: Set when :meth:`run`'s loop has ended.
@@ -156,7 +159,8 @@ class OutboxSync:
         return self._store.pool
 
     def wake(self) -> None:
-        self._wake.set()
+        for event in self._wakes:
+            event.set()
 
     async def pending(self) -> int:
         """How many outbox rows wait (:meth:`backlog`'s count)."""
@@ -227,11 +231,16 @@ class OutboxSync:
             await conn.execute(f"DELETE FROM outbox WHERE processed_at < now() - interval '{RETENTION}'")
 
     async def run(self) -> None:
-        """Run until cancelled, or until :meth:`stop`."""
+        """Run until cancelled, or until :meth:`stop`: ``workers`` loops, each
+        applying one batch at a time (their claims never overlap, as those of
+        several processes do not, :data:`_CLAIM`), so a batch waiting on
+        Typesense does not hold back the rows committed after it."""
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._listen)
-                await self._loop()
+                async with anyio.create_task_group() as loops:
+                    for worker in range(self._workers):
+                        loops.start_soon(self._loop, worker)
                 tg.cancel_scope.cancel()
         finally:
             self._stopped.set()
@@ -243,12 +252,12 @@ class OutboxSync:
         (a cancelled batch too: its rows stay pending, and imports are
         upserts)."""
         self._stopping.set()
-        self._wake.set()
+        self.wake()
         with anyio.move_on_after(timeout):
             await self._stopped.wait()
         return self._stopped.is_set()
 
-    async def _loop(self) -> None:
+    async def _loop(self, worker: int = 0) -> None:
         delay = 0.05
         purged_at = 0.0
         while not self._stopping.is_set():
@@ -270,22 +279,23 @@ class OutboxSync:
                 continue
             # A short batch took every row committed before it began; a write
             # committed since has notified (the wait then returns at once),
-            # so no claim is spent finding the outbox empty.
-            if self.rewrite.pending:
+            # so no claim is spent finding the outbox empty. The first
+            # worker alone does the checks and the purge.
+            if worker == 0 and self.rewrite.pending:
                 try:
                     await self.rewrite.check(self.pool)
                 except psycopg.Error as exc:
                     log.warning("outbox rewrite check failed: %s", exc)
             now = anyio.current_time()
-            if now - purged_at > 60:
+            if worker == 0 and now - purged_at > 60:
                 purged_at = now
                 try:
                     await self.purge()
                 except psycopg.Error as exc:
                     log.warning("outbox purge failed: %s", exc)
             with anyio.move_on_after(1.0):
-                await self._wake.wait()
-            self._wake = anyio.Event()
+                await self._wakes[worker].wait()
+            self._wakes[worker] = anyio.Event()
 
     async def _listen(self) -> None:
         """Turn ``NOTIFY braid_outbox`` from any process into a wake-up."""
@@ -294,7 +304,7 @@ class OutboxSync:
                 async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     async for _ in conn.notifies():
-                        self._wake.set()
+                        self.wake()
             except psycopg.Error as exc:
                 log.debug("outbox listener reconnecting: %s", exc)
                 await anyio.sleep(1.0)

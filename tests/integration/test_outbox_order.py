@@ -215,3 +215,46 @@ async def test_a_stop_gives_up_after_its_timeout(parts: tuple[str, PostgresStore
         held.release.set()
         assert await sync.stop(timeout=10) is True
     assert await pending(parts[1]) == []
+
+
+class HeldFor(HeldImports):
+    """Holds only the upserts that carry memory ``held`` (the fault); the others pass."""
+
+    def __init__(self, index: TypesenseGroups, held: str) -> None:
+        super().__init__(index)
+        self.held = held
+
+    async def upsert(self, records: Sequence[MemoryRecord], collections: Mapping[str, str] | None = None) -> None:
+        if any(r.id == self.held for r in records):
+            await super().upsert(records, collections)
+        else:
+            await self.index.upsert(records, collections=collections)
+
+
+async def test_with_two_workers_a_held_batch_holds_back_neither_later_writes_nor_the_order(
+    parts: tuple[str, PostgresStore, TypesenseGroups],
+) -> None:
+    dsn, store, index = parts
+    held = HeldFor(index, "m1")
+    sync = OutboxSync(store, held, dsn=dsn, workers=2)
+    await store.write_memories("t", [memory("m1", "Sam lives in Lisbon")])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sync.run)
+        with anyio.fail_after(10):
+            await held.called.wait()  # one worker holds m1 on its way to Typesense
+        await store.write_memories("t", [memory("m2", "Ana likes tea")])
+        with anyio.fail_after(10):
+            while await index.fetch("m2", tenant="t") is None:  # the other worker
+                await anyio.sleep(0.02)
+        # m1's rewrite waits for the batch holding the older version.
+        await store.write_memories("t", [memory("m1", "Sam lives in Porto")])
+        await anyio.sleep(0.5)
+        assert await pending(store) == ["m1", "m1"]
+        held.release.set()
+        with anyio.fail_after(10):
+            while await pending(store):
+                await anyio.sleep(0.02)
+        assert await sync.stop(timeout=10) is True
+    doc = await index.fetch("m1", tenant="t")
+    assert doc is not None and doc["content"] == "Sam lives in Porto"
+    assert sync.applied == 3
