@@ -144,7 +144,9 @@ class OutboxSync:
         self._dsn = dsn
         self._batch_size = batch_size
         self._max_retry = max_retry_ms / 1000.0
-        self._workers = max(1, workers)
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        self._workers = workers
         #: One wake-up event per worker loop, each replaced by its loop after a wait.
         self._wakes = [anyio.Event() for _ in range(self._workers)]
         #: Set by :meth:`stop`: the loop ends after the batch in hand.
