@@ -146,9 +146,8 @@ class OutboxSync:
         self._max_retry = max_retry_ms / 1000.0
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
-        self._workers = workers
         #: One wake-up event per worker loop, each replaced by its loop after a wait.
-        self._wakes = [anyio.Event() for _ in range(self._workers)]
+        self._wakes = [anyio.Event() for _ in range(workers)]
         #: Set by :meth:`stop`: the loop ends after the batch in hand.
         self._stopping = anyio.Event()
         #: Set when :meth:`run`'s loop has ended.
@@ -241,7 +240,7 @@ class OutboxSync:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._listen)
                 async with anyio.create_task_group() as loops:
-                    for worker in range(self._workers):
+                    for worker in range(len(self._wakes)):
                         loops.start_soon(self._loop, worker)
                 tg.cancel_scope.cancel()
         finally:

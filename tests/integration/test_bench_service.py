@@ -53,7 +53,7 @@ def _start() -> tuple[subprocess.Popen[str], Path, dict[str, int]]:
     return proc, Path(started["home"]), started["pids"]
 
 
-def _gone(pids: dict[str, int], timeout: float) -> dict[str, int]:
+def _still_running(pids: dict[str, int], timeout: float) -> dict[str, int]:
     """The processes among ``pids`` still running after up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -80,10 +80,10 @@ def _kill_left(pids: dict[str, int]) -> None:
 def test_sigterm_stops_the_stack_and_removes_its_home() -> None:
     proc, home, pids = _start()
     try:
-        assert home.is_dir() and _gone(pids, 0) == pids
+        assert home.is_dir() and _still_running(pids, 0) == pids
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) is not None
-        left = _gone(pids, 60)
+        left = _still_running(pids, 60)
         assert left == {}, f"still running after the benchmark's SIGTERM: {left}"
         assert not home.exists(), "the stack's home was left behind"
     finally:
@@ -95,10 +95,10 @@ def test_sigterm_stops_the_stack_and_removes_its_home() -> None:
 def test_a_killed_benchmark_leaves_no_process_of_its_stack_running() -> None:
     proc, home, pids = _start()
     try:
-        assert _gone(pids, 0) == pids
+        assert _still_running(pids, 0) == pids
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        left = _gone(pids, 90)
+        left = _still_running(pids, 90)
         assert left == {}, f"still running after the benchmark was killed: {left}"
     finally:
         _kill_left(pids)
