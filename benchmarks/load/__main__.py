@@ -33,6 +33,12 @@ def main() -> None:
         "--set", action="append", default=[], type=parse_set, help="dotted.key=value over the shipped config"
     )
     parser.add_argument(
+        "--place-at",
+        type=int,
+        default=None,
+        help="run the placement job once the big tenant holds this many memories (default: after the load)",
+    )
+    parser.add_argument(
         "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
     )
     args = parser.parse_args()
@@ -52,6 +58,7 @@ def main() -> None:
             raw_sample=args.raw_sample,
             steady_rates=tuple(int(r) for r in args.steady_rates.split(",")),
             sets=args.set,
+            place_at=args.place_at,
         )
     )
     report.update(

@@ -140,14 +140,17 @@ def _cpu(by_kind: dict[str, float] | None) -> str:
 
 
 def _placement_row(placement: dict[str, Any] | None) -> str:
-    """The ``placement`` job run after the load (absent from older reports)."""
+    """The ``placement`` job, run after the load or during it (``--place-at``;
+    absent from older reports)."""
     if placement is None:
         return "| placement job after the load | not run |"
     own = placement["progress"].get("pgvector", {}).get("indexes", [])
     moved = placement["progress"].get("placement", {}).get("tenants", [])
     built = ", ".join(f"{i['tenant']}/{i['tier']} ({i['memories']})" for i in own) or "none"
+    at = placement.get("at_memories")
+    when = "after the load" if at is None else f"once {at} memories were in (writes paused, outbox drained)"
     return (
-        f"| placement job after the load | {placement['seconds']:.1f} s; own HNSW indexes: {built};"
+        f"| placement job {when} | {placement['seconds']:.1f} s; own HNSW indexes: {built};"
         f" Typesense pairs of their own: {', '.join(moved) or 'none'} |"
     )
 

@@ -31,7 +31,7 @@ from config.schema import EmbeddingConfig
 from indexers.typesense.documents import vectors_alias as paired_vectors_alias
 
 from .client import LeanClient
-from .corpus import BIG_TENANT, Corpus
+from .corpus import BIG_TENANT, Corpus, Tenant
 from .hnsw import measure_hnsw
 from .report import MODEL_SUPPLIED
 
@@ -97,6 +97,42 @@ def _body(memories: list[dict[str, Any]], vectors: np.ndarray) -> bytes:
     return msgspec.json.encode({"memories": [{**m, "embedding": v.tolist()} for m, v in zip(memories, vectors)]})
 
 
+def load_jobs(corpus: Corpus, batch: int) -> list[tuple[Tenant, int]]:
+    """The bulk load's batches in the order they are sent: ``(tenant, first
+    index)``, every tenant's in turn, the big tenant's first."""
+    return [(t, i) for t in corpus.tenants for i in range(0, len(t.memories), batch)]
+
+
+def split_at(jobs: list[tuple[Tenant, int]], memories: int) -> int:
+    """How many of ``jobs`` (the big tenant's first) write the big tenant's
+    first ``memories`` or more: where a load pauses for the placement job."""
+    for n, (t, i) in enumerate(jobs):
+        if t.name != BIG_TENANT or i >= memories:
+            return n
+    return len(jobs)
+
+
+def merge_loads(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One :func:`bulk_load` record of the parts of a load paused between
+    them: counts, seconds and batch latencies added up, the pauses left out."""
+    lat = [ms for p in parts for ms in p["batch_lat"]]
+    seconds = sum(p["seconds"] for p in parts)
+    memories = sum(p["memories"] for p in parts)
+    errors = [e for p in parts for e in p["errors"]]
+    return {
+        **parts[0],
+        "memories": memories,
+        "batches": sum(p["batches"] for p in parts),
+        "body_bytes_max": max(p["body_bytes_max"] for p in parts),
+        "seconds": seconds,
+        "per_s": memories / seconds,
+        "batch_ms": stats(lat),
+        "batch_lat": lat,
+        "errors": errors[:10],
+        "error_count": sum(p["error_count"] for p in parts),
+    }
+
+
 async def bulk_load(
     client: httpx.AsyncClient,
     corpus: Corpus,
@@ -104,10 +140,14 @@ async def bulk_load(
     batch: int,
     writers: int,
     max_body: int,
+    jobs: list[tuple[Tenant, int]] | None = None,
 ) -> dict[str, Any]:
+    """Write ``jobs`` (default: the whole corpus, :func:`load_jobs`) with
+    ``writers`` concurrent writers of ``batch`` memories a request."""
     # Bodies are encoded by the writers as they go (all of them at once would
     # take ~9 GB at 1M memories); the client's CPU for it is in the CPU table.
-    jobs = [(t, i) for t in corpus.tenants for i in range(0, len(t.memories), batch)]
+    if jobs is None:
+        jobs = load_jobs(corpus, batch)
     sizes: list[int] = []
     errors: list[str] = []
     lat: list[float] = []
@@ -136,15 +176,17 @@ async def bulk_load(
     start = time.perf_counter()
     await asyncio.gather(*(writer() for _ in range(writers)))
     elapsed = time.perf_counter() - start
+    memories = sum(min(batch, len(t.memories) - i) for t, i in jobs)
     return {
-        "memories": corpus.total,
+        "memories": memories,
         "batches": len(jobs),
         "batch": batch,
         "writers": writers,
         "body_bytes_max": max(sizes),
         "seconds": elapsed,
-        "per_s": corpus.total / elapsed,
+        "per_s": memories / elapsed,
         "batch_ms": stats(lat),
+        "batch_lat": lat,
         "errors": errors[:10],
         "error_count": len(errors),
     }
@@ -912,7 +954,13 @@ async def run(
     raw_sample: int,
     steady_rates: tuple[int, ...] = (50,),
     sets: Sequence[Override] = (),
+    place_at: int | None = None,
 ) -> dict[str, Any]:
+    """The whole load benchmark (the module docstring). The placement job
+    runs after the load, or with ``place_at`` once the big tenant's first
+    ``place_at`` memories are in (the writes paused and the outbox drained),
+    as an operator would run it when a tenant passes the thresholds; the
+    rest is written after it, and the write figures leave the pause out."""
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     admin = secrets.token_urlsafe(24)
     cfg_text = config_text(keys, sets, admin)
@@ -937,18 +985,38 @@ async def run(
             report["graph_load"] = await graph_load(client, corpus, headers)
             print("load: memories", flush=True)
             meter = CpuMeter(svc.processes)
-            cpu_before = meter()
-            report["write"] = await bulk_load(client, corpus, headers, batch, writers, cfg.server.max_body_bytes)
-            report["write"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
+            jobs = load_jobs(corpus, batch)
+            cut = split_at(jobs, place_at) if place_at is not None else len(jobs)
+            parts: list[dict[str, Any]] = []
+            spent: dict[str, float] = {}  # CPU seconds of the writes, pauses left out
+            for part in (jobs[:cut], jobs[cut:]):
+                if not part:
+                    continue
+                if parts:
+                    print(f"load: {parts[0]['memories']} memories in; draining, then the placement job", flush=True)
+                    await wait_drained(client)
+                    report["placement"] = await place(client, {"Authorization": f"Bearer {admin}"})
+                    report["placement"]["at_memories"] = parts[0]["memories"]
+                cpu_before = meter()
+                parts.append(await bulk_load(client, corpus, headers, batch, writers, cfg.server.max_body_bytes, part))
+                cpu_after = meter()
+                for k, v in cpu_used(cpu_before, cpu_after).items():
+                    spent[k] = spent.get(k, 0.0) + v
+            report["write"] = merge_loads(parts)
+            del report["write"]["batch_lat"]
+            report["write"]["cpu_ms_per_memory"] = cpu_per_call({}, spent, corpus.total)
             print(f"load: {report['write']['per_s']:.0f} memories/s; draining the outbox", flush=True)
             report["drain"] = await wait_drained(client)
-            report["drain"]["cpu_ms_per_memory"] = cpu_per_call(cpu_before, meter(), corpus.total)
+            for k, v in cpu_used(cpu_after, meter()).items():
+                spent[k] = spent.get(k, 0.0) + v
+            report["drain"]["cpu_ms_per_memory"] = cpu_per_call({}, spent, corpus.total)
             report["write"]["to_typesense_per_s"] = corpus.total / (
                 report["write"]["seconds"] + report["drain"]["seconds"]
             )
             report["drain"]["quiet"] = await quiet(meter)
             print(f"load: drained {_quiet_text(report['drain']['quiet'])}", flush=True)
-            report["placement"] = await place(client, {"Authorization": f"Bearer {admin}"})
+            if "placement" not in report:
+                report["placement"] = await place(client, {"Authorization": f"Bearer {admin}"})
             print("load: settling Postgres (autovacuum, VACUUM ANALYZE)", flush=True)
             report["settle"] = await settle(dsn)
             print("load: raw Typesense import", flush=True)
