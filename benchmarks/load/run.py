@@ -960,7 +960,9 @@ async def run(
     runs after the load, or with ``place_at`` once the big tenant's first
     ``place_at`` memories are in (the writes paused and the outbox drained),
     as an operator would run it when a tenant passes the thresholds; the
-    rest is written after it, and the write figures leave the pause out."""
+    rest is written after it. The write figures (seconds, batch latencies,
+    CPU a memory, load + drain included) leave the pause out: the job and
+    the drain of the first part's outbox before it."""
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     admin = secrets.token_urlsafe(24)
     cfg_text = config_text(keys, sets, admin)
