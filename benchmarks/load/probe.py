@@ -1,0 +1,169 @@
+"""Recall latency and HNSW recall on a load run's live stack, its writes paused.
+
+A 1M load (``python -m benchmarks.load --size 1000000``) writes for hours on
+2 shared cores. When a session cannot wait for its end, this measures what
+the stack holds so far: the load is paused (``kill -STOP <its pid>``), this
+runs against the service, Postgres and Typesense it started (found from its
+home, ``/tmp/braid-load-*``), and the load is then stopped or resumed.
+
+    python -m benchmarks.load.probe /tmp/braid-load-XXXX --size 1000000
+
+writes ``benchmarks/results/load-probe-<memories in the big tenant>.{md,json}``:
+the recall rows with the corpus' vectors supplied (fused and each source, at
+each client count), the direct Typesense and pgvector baselines, and each
+tier's HNSW recall@10 against exact search (``hnsw.measure_hnsw``), measured
+as ``python -m benchmarks.load`` measures them, on the rows written so far.
+The corpus is rebuilt from ``--size`` and ``--seed`` (the load's), for its
+queries. The figures are of a partial load: not a ``load-<n>`` report, and
+``growth`` does not read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import yaml
+
+from benchmarks.common import RESULTS, CpuMeter, Service
+from config.loader import parse_config
+
+from .client import LeanClient
+from .corpus import BIG_TENANT, build_corpus
+from .hnsw import measure_hnsw
+from .report import _direct_table, _f, _hnsw_table
+from .run import SOURCES, _encode, _quiet_text, direct_pgvector, direct_typesense, quiet, search_aliases, timed
+
+__all__ = ["attach", "probe"]
+
+
+def attach(home: Path) -> Service:
+    """A :class:`~benchmarks.common.Service` for the stack a load run started
+    in ``home``, without starting or owning it (never ``stop()`` it)."""
+    svc = Service.__new__(Service)
+    svc.home = home
+    svc.ts_key = (home / "typesense" / "api-key").read_text().strip()
+    postmaster = psutil.Process(svc.postmaster_pid())
+    typesense = int((home / "typesense" / "typesense.pid").read_text())
+    # The service is the Typesense process' parent (it supervises it).
+    svc.proc = psutil.Process(typesense).parent()  # type: ignore[assignment]
+    assert svc.proc is not None and postmaster.is_running()
+    log = (home / "service.log").read_text(errors="replace")
+    svc.url = log.split("Braid listening on ", 1)[1].split()[0]
+    return svc
+
+
+async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seconds: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    svc = attach(home)
+    cfg_text = (home / "braid.yaml").read_text()
+    cfg = parse_config(cfg_text)
+    key = next(k["key"] for k in yaml.safe_load(cfg_text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT)
+    dsn = svc.postgres_dsn()
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE tier = 'session') FROM memories WHERE tenant = %s",
+            (BIG_TENANT,),
+        ).fetchone()
+        assert row is not None
+        held, session = int(row[0]), int(row[1])
+    print(f"probe: {held} memories in {BIG_TENANT} ({session} session); building the corpus", flush=True)
+    corpus = build_corpus(size, seed=seed)
+    meter = CpuMeter(svc.processes)
+    report: dict[str, Any] = {"memories": held, "session_rows": session, "size": size, "seed": seed}
+    report["quiet_before_recalls"] = await quiet(meter)
+    print(f"probe: recall rows {_quiet_text(report['quiet_before_recalls'])}", flush=True)
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
+    rows = []
+    async with LeanClient(svc.url, max_connections=64) as lean:
+        await timed(lean, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
+        for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
+            bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
+            for c in clients:
+                res = await timed(lean, headers, bodies, c, seconds, meter)
+                rows.append({"config": label, "clients": c, "embedding": "supplied", **res})
+                print(f"probe: {label} at {c}: p50 {res['p50']:.1f} ms", flush=True)
+    report["recall"] = rows
+    ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
+    import httpx
+
+    async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
+        keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
+    report["quiet_before_direct"] = await quiet(meter)
+    ef_search = cfg.tiers["session"].ef_search
+    report["direct"] = {
+        "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, meter),
+        "typesense": await direct_typesense(
+            ts_url,
+            svc.ts_key,
+            corpus,
+            cfg.source("typesense").candidates,
+            clients,
+            seconds,
+            meter,
+            vectors,
+            keywords=keyword,
+        ),
+        "ef_search": ef_search,
+        "keyword_collection": keyword,
+        "vector_collection": vectors,
+    }
+    print("probe: hnsw", flush=True)
+    report["hnsw"] = await measure_hnsw(dsn, cfg, BIG_TENANT, corpus.query_vectors)
+    report["seconds"] = time.perf_counter() - started
+    return report
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    lines = [
+        f"# Load probe: {report['memories']} memories in the big tenant, writes paused",
+        "",
+        f"Command: `{command}` on the live stack of `python -m benchmarks.load --size {report['size']}`"
+        f" (seed {report['seed']}), paused with `kill -STOP` at {report['memories']} of its"
+        f" {report['size']} big-tenant memories ({report['session_rows']} in tier session).  ",
+        "A partial load: the recall rows and baselines are measured as `benchmarks.load` measures them,"
+        " on the rows written so far. 2 shared cores (client, service, Postgres, Typesense).",
+        "",
+        "## Recall latency (big tenant, closed loop, corpus vectors supplied)",
+        "",
+        "| config | clients | n | p50 ms | p99 ms | recalls/s | per-source p50 ms | degraded |"
+        " CPU ms per recall (service / Postgres / Typesense / client) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["recall"]:
+        src = ", ".join(f"{k} {_f(v)}" for k, v in r["sources_p50"].items())
+        cpu = " / ".join(_f(r["cpu_ms"].get(k), 2) for k in ("service", "postgres", "typesense", "client"))
+        lines.append(
+            f"| {r['config']} | {r['clients']} | {r['n']} | {_f(r['p50'])} | {_f(r['p99'])} | {_f(r['qps'], 0)}"
+            f" | {src} | {r['degraded']} | {cpu} |"
+        )
+    lines += ["", *_direct_table(report["direct"]), "", *_hnsw_table(report["hnsw"]), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.load.probe", description=__doc__)
+    parser.add_argument("home", type=Path, help="the load run's home (/tmp/braid-load-*)")
+    parser.add_argument("--size", type=int, required=True, help="the load run's --size")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--clients", default="1,8")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    clients = tuple(int(c) for c in args.clients.split(","))
+    report = asyncio.run(probe(args.home, args.size, args.seed, clients, args.seconds))
+    command = "python -m benchmarks.load.probe <home> " + f"--size {args.size} --clients {args.clients}"
+    stem = RESULTS / f"load-probe-{report['memories']}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+    stem.with_suffix(".md").write_text(markdown(report, command))
+    print(f"probe: report at {stem}.md", flush=True)
+
+
+if __name__ == "__main__":
+    main()
