@@ -6,7 +6,9 @@ computes the exact top-k of each query in numpy (cosine, float64, over every
 row the service's filter admits), then asks the tier's HNSW index the same
 question with the service's statement and settings (``set_search_params``:
 ``hnsw.ef_search`` per transaction, iterative scan ``relaxed_order``), once at
-the configured ``efSearch`` and once per ``ef_search`` of a grid. It reports
+the ``efSearch`` the service uses for that index (``efSearchAt``'s step for
+the index's ``reltuples``, else the tier's ``efSearch``) and once per
+``ef_search`` of a grid. It reports
 recall@k per ef, the p50 latency per ef and the smallest ef reaching 0.95 /
 0.98 / 0.99, and checks with EXPLAIN that the planner really used the index.
 
@@ -187,6 +189,14 @@ async def _built_with(conn: psycopg.AsyncConnection[Any], name: str) -> dict[str
     return {k: int(v) for k, _, v in (opt.partition("=") for opt in row[0] or [])}
 
 
+async def _index_rows(conn: psycopg.AsyncConnection[Any], name: str) -> int:
+    """``name``'s row count as the pgvector source reads it for ``efSearchAt``
+    (``pg_class.reltuples``; never counted or absent reads as 0)."""
+    cur = await conn.execute("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = %s", (name,))
+    row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
 async def _nearest(conn: psycopg.AsyncConnection[Any], statement: str, params: dict[str, Any], ef: int) -> list[Any]:
     async with conn.transaction():
         await set_search_params(conn, ef)
@@ -234,14 +244,19 @@ async def _measure_tier(
     _, nearest, extra = _statements(cfg, tier, own)
     params: dict[str, Any] = {"tenant": tenant, "limit": k, **extra}
     ids, vectors = await tier_vectors(conn, cfg, tier, tenant)
+    # The efSearch the service searches the index with: efSearchAt's step for its size.
+    index_rows = await _index_rows(conn, name)
+    ef_search = t.ef_search_for(index_rows) if t.holds == "memories" else t.ef_search
     base: dict[str, Any] = {
         "holds": t.holds,
         "index": name,
         "own_index": own is not None,
         "rows": len(ids),
+        "index_rows": index_rows,
         "m": t.m,
         "ef_construction": t.ef_construction,
-        "ef_search": t.ef_search,
+        "ef_search": ef_search,
+        "ef_search_base": t.ef_search,
         "built_with": await _built_with(conn, name),
     }
     if len(ids) < k:
@@ -255,12 +270,12 @@ async def _measure_tier(
     truth = [[ids[i] for i in top] for top in exact_top_k(vectors, queries, k)]
     del vectors
 
-    efs = sorted({int(ef) for ef in ef_grid} | {t.ef_search})
+    efs = sorted({int(ef) for ef in ef_grid} | {ef_search})
     curve: dict[int, float] = {}
     p50: dict[int, float] = {}
     used: dict[int, bool] = {}
     for qi in range(min(_WARMUP, len(queries))):  # pages into shared buffers
-        await _nearest(conn, nearest, {**params, "vec": queries[qi]}, t.ef_search)
+        await _nearest(conn, nearest, {**params, "vec": queries[qi]}, ef_search)
     for ef in efs:
         # pgvector's cost estimate grows with ef_search: the plan may change with it.
         used[ef] = await _uses_index(conn, nearest, {**params, "vec": queries[0]}, ef, name)
@@ -277,10 +292,10 @@ async def _measure_tier(
         p50[ef] = float(np.percentile(times, 50)) * 1000.0
     return {
         **base,
-        "index_used": used[t.ef_search],
+        "index_used": used[ef_search],
         "index_used_by_ef": used,
-        "recall": curve[t.ef_search],
-        "latency_p50_ms": p50[t.ef_search],
+        "recall": curve[ef_search],
+        "latency_p50_ms": p50[ef_search],
         "curve": curve,
         "latency_p50_ms_by_ef": p50,
         "ef_needed": {f"{target:.2f}": ef_needed(curve, target) for target in TARGETS},

@@ -459,7 +459,8 @@ def _hnsw_table(hnsw: dict[str, Any] | None) -> list[str]:
         return [f"Not measured: `{json.dumps(hnsw)}`"]
     lines = [
         f"Tenant `{hnsw['tenant']}`, {hnsw['queries']} queries, recall@{hnsw['k']} against exact search "
-        "(the full curves are in the JSON).",
+        "(the full curves are in the JSON), at the efSearch the service uses for the index (`efSearchAt`'s step "
+        "for its rows; reports before it was read show the tier's `efSearch`).",
         "",
         "| tier | rows | m / efConstruction (built) | efSearch | recall@10 | p50 ms | efSearch for 0.95 / 0.98 / 0.99 | index used |",
         "|---|---|---|---|---|---|---|---|",

@@ -22,6 +22,7 @@ from pgvector.psycopg import register_vector_async
 
 from benchmarks.load.hnsw import exact_top_k, measure_hnsw, tier_vectors
 from config import BraidConfig, load_config
+from config.schema import EfStep
 from deploy.embedded import EmbeddedPostgres
 from indexers.own_index import own_index_name, place_indexes
 from indexers.pgvector import ensure_indexes
@@ -186,6 +187,25 @@ async def test_a_tier_with_fewer_than_k_rows_is_skipped(loaded: tuple[str, Clust
         "rag": "0 rows, fewer than k=10",
     }
     assert out["tiers"]["session"]["rows"] == 5
+
+
+async def test_a_tier_is_measured_at_the_ef_search_its_index_size_gets(
+    loaded: tuple[str, Clusters], cfg: BraidConfig
+) -> None:
+    # The service searches an index of at least a step's rows with that
+    # step's efSearch (efSearchAt): the recall reported is at that one.
+    dsn, clusters = loaded
+    session = msgspec.structs.replace(cfg.tiers["session"], ef_search_at=(EfStep(rows=10_000, ef_search=64),))
+    rag = msgspec.structs.replace(cfg.tiers["rag"], ef_search_at=(EfStep(rows=50_000, ef_search=300),))
+    stepped = msgspec.structs.replace(cfg, tiers={**cfg.tiers, "session": session, "rag": rag})
+    out = await measure_hnsw(dsn, stepped, TENANT, clusters.draw(np.random.default_rng(6), 20), k=10, ef_grid=(10,))
+    s, r = out["tiers"]["session"], out["tiers"]["rag"]
+    assert s["index_rows"] >= SIZES["session"]  # the shared index: the small tenant's rows too
+    assert (s["ef_search"], s["ef_search_base"]) == (64, cfg.tiers["session"].ef_search)
+    assert s["recall"] == s["curve"][64] and s["latency_p50_ms"] == s["latency_p50_ms_by_ef"][64]
+    # 8,000 rows: under its only step, the tier's own efSearch.
+    assert (r["ef_search"], r["ef_search_base"]) == (cfg.tiers["rag"].ef_search,) * 2
+    assert sorted(r["curve"]) == sorted({10, cfg.tiers["rag"].ef_search})
 
 
 async def test_a_tenant_with_its_own_indexes_is_measured_on_them(
