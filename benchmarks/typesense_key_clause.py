@@ -1,0 +1,213 @@
+"""What the tenant clause costs a bm25 candidate search as a tenant's own collection grows.
+
+``python -m benchmarks.typesense_key_clause [--sizes 100000,200000,400000] [--queries Q] [--rounds R]``
+starts an embedded Typesense and writes the load benchmark's big tenant
+(``benchmarks/load/corpus.py``, built for the largest size) as Braid's keyword
+documents (:func:`~indexers.typesense.documents.record_document`) into one
+collection holding that tenant alone: what a tenant's own pair holds once the
+placement job has moved it. At each size, in turn, it sends ``Q`` of the
+corpus' queries as the candidate search of a warm recall (terms chosen
+rarest first within the budget, as :func:`~indexers.typesense.bm25.select_terms`
+does; ``per_page`` 150, ``sort_by length:asc``, the source's fields), in
+these variants:
+
+* ``shipped``: ``current_key:=<key> && tenant_terms:=[...]``, as the source sends it;
+* ``terms``: ``tenant_terms:=[...]`` alone (in an own collection every
+  document is the tenant's; currency would be checked on the hits);
+* ``shipped/0`` and ``terms/0``: the same with ``per_page`` 0 (the filter and
+  the count, no hit read).
+
+Every document of the corpus is current, so both filters find the same
+documents (checked). The variants take turns in each round, in alternating
+order; the figure is the Typesense process' CPU per search (median over
+rounds). Writes ``benchmarks/results/typesense-key-clause.{md,json}`` and prints::
+
+    typesense-key-clause: <size>: shipped=<ms> terms=<ms> shipped/0=<ms> terms/0=<ms> ms CPU/search ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from benchmarks.common import write_results
+from benchmarks.load.corpus import build_corpus
+from benchmarks.typesense_import_cost import import_batches, server_process
+from deploy.embedded import EmbeddedTypesense
+from indexers.base import MemoryRecord
+from indexers.typesense.bm25 import select_terms
+from indexers.typesense.documents import collection_schema, quoted_list, record_document, tenant_key, tenant_terms
+from indexers.typesense.keywords import keyword_terms
+from indexers.typesense.source import _BM25_FIELDS
+
+VARIANTS = ("shipped", "terms", "shipped/0", "terms/0")
+BUDGET = 150
+MAX_TERMS = 16
+COLLECTION = "own"
+
+
+def _record(m: dict[str, Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=m["id"],
+        tenant="big",
+        content=m["content"],
+        kind=m.get("kind", "note"),
+        tier=m["tier"],
+        created_at=datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")).astimezone(UTC),
+        confidence=0.9,
+        speaker=m.get("speaker"),
+        session_id=m.get("session_id"),
+    )
+
+
+def _filter(variant: str, key: str, keyed: list[str]) -> str:
+    terms = f"tenant_terms:={quoted_list(keyed)}"
+    return f"current_key:={key} && {terms}" if variant.startswith("shipped") else terms
+
+
+async def _measure(
+    c: httpx.AsyncClient, server: Any, chosen: list[list[str]], key: str, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    enc = msgspec.json.Encoder()
+    sent: dict[str, list[bytes]] = {}
+    for variant in VARIANTS:
+        sent[variant] = [
+            enc.encode(
+                {
+                    "searches": [
+                        {
+                            "collection": COLLECTION,
+                            "q": "*",
+                            "filter_by": _filter(variant, key, tenant_terms("big", terms)),
+                            "per_page": 0 if variant.endswith("/0") else BUDGET,
+                            "sort_by": "length:asc",
+                            "include_fields": _BM25_FIELDS,
+                        }
+                    ]
+                }
+            )
+            for terms in chosen
+        ]
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    found: dict[str, int] = {}
+    for n in range(rounds + 1):  # round 0 warms the collection up
+        for variant in VARIANTS if n % 2 == 0 else VARIANTS[::-1]:
+            hits = 0
+            before = sum(server.cpu_times()[:2])
+            for body in sent[variant]:
+                r = await c.post("/multi_search", content=body)
+                r.raise_for_status()
+                hits += int(r.json()["results"][0]["found"])
+            spent = (sum(server.cpu_times()[:2]) - before) / len(sent[variant]) * 1000
+            found[variant] = hits
+            if n:
+                cpu[variant].append(spent)
+    return cpu, found
+
+
+async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
+    corpus = build_corpus(max(sizes), small_tenants=0, small_size=0, relations=10)
+    memories = corpus.tenants[0].memories
+    texts = [q["text"] for q in corpus.queries[:queries]]
+    key = tenant_key("big")
+    home = Path(tempfile.mkdtemp(prefix="braid-key-clause-"))
+    ts = EmbeddedTypesense(home / "typesense")
+    url = ts.start()
+    steps: list[dict[str, Any]] = []
+    try:
+        server = server_process(home)
+        async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": ts.api_key}, timeout=600) as c:
+            (await c.post("/collections", json=collection_schema(COLLECTION))).raise_for_status()
+            written = 0
+            for size in sorted(sizes):
+                docs = [record_document(_record(m)) for m in memories[written:size]]
+                await import_batches(c, COLLECTION, docs, 500)
+                written = size
+                print(f"typesense-key-clause: {size} documents in", flush=True)
+
+                async def df(term: str) -> int:
+                    params: dict[str, str | int] = {
+                        "q": "*",
+                        "per_page": 0,
+                        "filter_by": _filter("shipped", key, tenant_terms("big", [term])),
+                    }
+                    r = await c.get(f"/collections/{COLLECTION}/documents/search", params=params)
+                    r.raise_for_status()
+                    return int(r.json()["found"])
+
+                chosen: list[list[str]] = []
+                for text in texts:
+                    terms = keyword_terms(text, MAX_TERMS)
+                    if terms:
+                        chosen.append(select_terms(terms, {t: await df(t) for t in terms}, BUDGET))
+                cpu, found = await _measure(c, server, chosen, key, rounds)
+                if found["shipped"] != found["terms"]:
+                    raise AssertionError(f"the filters found different documents: {found}")
+                median = {v: statistics.median(cpu[v]) for v in VARIANTS}
+                print(
+                    f"typesense-key-clause: {size}: " + " ".join(f"{v}={median[v]:.2f}" for v in VARIANTS),
+                    flush=True,
+                )
+                steps.append(
+                    {"size": size, "queries": len(chosen), "found": found, "cpu_ms_per_search": cpu, "median": median}
+                )
+    finally:
+        ts.stop()
+    return {"rounds": rounds, "steps": steps}
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    rows = [
+        f"| {s['size']} | {s['queries']} | "
+        + " | ".join(f"{s['median'][v]:.2f}" for v in VARIANTS)
+        + f" | {s['found']['shipped'] / max(s['queries'], 1):.0f} |"
+        for s in report["steps"]
+    ]
+    return "\n".join(
+        [
+            "# Typesense CPU of a bm25 candidate search with and without the tenant clause, by collection size",
+            "",
+            f"Command: `{command}`  ",
+            "The load benchmark's big tenant as Braid's keyword documents in one collection holding that tenant"
+            " alone (a tenant's own pair), on an embedded Typesense 0.24.1, grown step by step in one run. At each"
+            " size, the corpus' queries as the candidate search of a warm recall (terms chosen rarest first within"
+            f" {BUDGET}, per_page {BUDGET}, sort_by length:asc, the source's fields). `shipped`:"
+            " `current_key:=<key> && tenant_terms:=[...]`; `terms`: `tenant_terms:=[...]` alone; `/0`: per_page 0"
+            f" (the filter and the count only). The variants take turns in each of {report['rounds']} rounds after"
+            " a warm-up round. CPU: the Typesense process' user + system time per search, median over rounds, on"
+            " the shared 2-core machine (the columns compare; absolute figures drift with the machine).",
+            "",
+            "| documents | queries | " + " | ".join(f"{v} CPU ms" for v in VARIANTS) + " | candidates a search |",
+            "|---|---|" + "---|" * len(VARIANTS) + "---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,200000,400000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if min(sizes) < 1 or args.queries < 1 or args.rounds < 1:
+        parser.error("--sizes, --queries and --rounds: 1 or more")
+    command = "python -m benchmarks.typesense_key_clause " + " ".join(sys.argv[1:])
+    report = asyncio.run(run(sizes, args.queries, args.rounds))
+    path = write_results("typesense-key-clause", markdown(report, command.strip()), report)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
