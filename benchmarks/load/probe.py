@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import psycopg
 import yaml
@@ -92,8 +93,6 @@ async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seco
                 print(f"probe: {label} at {c}: p50 {res['p50']:.1f} ms", flush=True)
     report["recall"] = rows
     ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
-    import httpx
-
     async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
         keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
     report["quiet_before_direct"] = await quiet(meter)
