@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -162,6 +163,7 @@ async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
                 )
     finally:
         ts.stop()
+        shutil.rmtree(home, ignore_errors=True)
     return {"rounds": rounds, "steps": steps}
 
 
