@@ -43,6 +43,7 @@ import msgspec
 from benchmarks.common import write_results
 from benchmarks.load.corpus import build_corpus
 from benchmarks.typesense_import_cost import import_batches, server_process
+from benchmarks.typesense_term_key import alternating_rounds
 from deploy.embedded import EmbeddedTypesense
 from indexers.base import MemoryRecord
 from indexers.typesense.bm25 import select_terms
@@ -98,21 +99,7 @@ async def _measure(
             )
             for terms in chosen
         ]
-    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    found: dict[str, int] = {}
-    for n in range(rounds + 1):  # round 0 warms the collection up
-        for variant in VARIANTS if n % 2 == 0 else VARIANTS[::-1]:
-            hits = 0
-            before = sum(server.cpu_times()[:2])
-            for body in sent[variant]:
-                r = await c.post("/multi_search", content=body)
-                r.raise_for_status()
-                hits += int(r.json()["results"][0]["found"])
-            spent = (sum(server.cpu_times()[:2]) - before) / len(sent[variant]) * 1000
-            found[variant] = hits
-            if n:
-                cpu[variant].append(spent)
-    return cpu, found
+    return await alternating_rounds(c, server, sent, rounds)
 
 
 async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:

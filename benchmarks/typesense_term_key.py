@@ -107,6 +107,32 @@ def _prefixes(variant: str, key: str) -> list[str]:
     return {"key32": [key], "key8": [key[:8]], "key8+32": [key[:8], key], "bare": [""], "old": [""]}[variant]
 
 
+async def alternating_rounds(
+    c: httpx.AsyncClient, server: Any, sent: dict[str, list[bytes]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Each variant's ``multi_search`` bodies (``sent``) in turn, in
+    alternating order, ``rounds`` times after a warm-up round: the Typesense
+    process' (``server``) CPU ms a search per round, and the documents found
+    by each variant's searches in the last round."""
+    variants = list(sent)
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    found: dict[str, int] = {}
+    for n in range(rounds + 1):  # round 0 warms the collections up
+        for variant in variants if n % 2 == 0 else variants[::-1]:
+            hits = 0
+            before = sum(server.cpu_times()[:2])
+            for body in sent[variant]:
+                r = await c.post("/multi_search", content=body)
+                r.raise_for_status()
+                hits += int(r.json()["results"][0]["found"])
+            spent = (sum(server.cpu_times()[:2]) - before) / len(sent[variant]) * 1000
+            found[variant] = hits
+            if n:
+                cpu[variant].append(spent)
+                print(f"round {n}/{rounds}: {variant} {spent:.3f} ms/search", flush=True)
+    return cpu, found
+
+
 async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
     records = _records(size)
     corpus = build_corpus(size, small_tenants=0, small_size=0, relations=10)
@@ -115,10 +141,8 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="braid-term-key-"))
     ts = EmbeddedTypesense(home / "typesense")
     url = ts.start()
-    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     enc = msgspec.json.Encoder()
     sizes: dict[str, float] = {}
-    found: dict[str, int] = {}
     try:
         server = server_process(home)
         async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": ts.api_key}, timeout=600) as c:
@@ -172,20 +196,7 @@ async def run(size: int, queries: int, rounds: int) -> dict[str, Any]:
                     out.append(enc.encode({"searches": [search]}))
                 return out
 
-            sent = {v: bodies(v) for v in VARIANTS}
-            for n in range(rounds + 1):  # round 0 warms every collection up
-                for variant in VARIANTS if n % 2 == 0 else VARIANTS[::-1]:
-                    hits = 0
-                    before = sum(server.cpu_times()[:2])
-                    for body in sent[variant]:
-                        r = await c.post("/multi_search", content=body)
-                        r.raise_for_status()
-                        hits += int(r.json()["results"][0]["found"])
-                    spent = (sum(server.cpu_times()[:2]) - before) / len(sent[variant]) * 1000
-                    found[variant] = hits
-                    if n:
-                        cpu[variant].append(spent)
-                        print(f"round {n}/{rounds}: {variant} {spent:.3f} ms/search", flush=True)
+            cpu, found = await alternating_rounds(c, server, {v: bodies(v) for v in VARIANTS}, rounds)
     finally:
         ts.stop()
     return {

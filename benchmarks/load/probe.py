@@ -39,7 +39,7 @@ from .client import LeanClient
 from .corpus import BIG_TENANT, build_corpus
 from .hnsw import measure_hnsw
 from .report import _direct_table, _f, _hnsw_table
-from .run import SOURCES, _encode, _quiet_text, direct_pgvector, direct_typesense, quiet, search_aliases, timed
+from .run import SOURCES, _encode, _quiet_text, direct_baselines, quiet, search_aliases, timed
 
 __all__ = ["attach", "probe"]
 
@@ -96,24 +96,9 @@ async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seco
     async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
         keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
     report["quiet_before_direct"] = await quiet(meter)
-    ef_search = cfg.tiers["session"].ef_search
-    report["direct"] = {
-        "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, meter),
-        "typesense": await direct_typesense(
-            ts_url,
-            svc.ts_key,
-            corpus,
-            cfg.source("typesense").candidates,
-            clients,
-            seconds,
-            meter,
-            vectors,
-            keywords=keyword,
-        ),
-        "ef_search": ef_search,
-        "keyword_collection": keyword,
-        "vector_collection": vectors,
-    }
+    report["direct"] = await direct_baselines(
+        dsn, ts_url, svc.ts_key, cfg, corpus, clients, seconds, meter, keyword, vectors
+    )
     print("probe: hnsw", flush=True)
     report["hnsw"] = await measure_hnsw(dsn, cfg, BIG_TENANT, corpus.query_vectors)
     report["seconds"] = time.perf_counter() - started

@@ -27,7 +27,7 @@ from psycopg import sql
 from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, cpu_used, pct
 from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
-from config.schema import EmbeddingConfig
+from config.schema import BraidConfig, EmbeddingConfig
 from indexers.typesense.documents import vectors_alias as paired_vectors_alias
 
 from .client import LeanClient
@@ -936,6 +936,33 @@ async def direct_typesense(
         return [await _closed_loop(call, len(bodies), c, seconds, cpu) for c in clients]
 
 
+async def direct_baselines(
+    dsn: str,
+    ts_url: str,
+    ts_key: str,
+    cfg: BraidConfig,
+    corpus: Corpus,
+    clients: tuple[int, ...],
+    seconds: float,
+    cpu: Callable[[], dict[str, float]],
+    keyword: str,
+    vectors: str,
+) -> dict[str, Any]:
+    """Both direct baselines on the big tenant (:func:`direct_pgvector` on
+    the session tier at its ``efSearch``, :func:`direct_typesense` on the
+    ``keyword`` and ``vectors`` collections), as the report's ``direct``."""
+    ef_search = cfg.tiers["session"].ef_search
+    return {
+        "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, cpu),
+        "typesense": await direct_typesense(
+            ts_url, ts_key, corpus, cfg.source("typesense").candidates, clients, seconds, cpu, vectors, keywords=keyword
+        ),
+        "ef_search": ef_search,
+        "keyword_collection": keyword,
+        "vector_collection": vectors,
+    }
+
+
 async def hnsw_hook(dsn: str, cfg_text: str, corpus: Corpus) -> dict[str, Any]:
     """Every tier's HNSW recall curve on the big tenant (``hnsw.measure_hnsw``)."""
     return await measure_hnsw(dsn, parse_config(cfg_text), BIG_TENANT, corpus.query_vectors)
@@ -1088,24 +1115,9 @@ async def run(
             report["quiet_before_direct"] = await quiet(meter)
             print(f"load: direct baselines {_quiet_text(report['quiet_before_direct'])}", flush=True)
             direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)
-            ef_search = cfg.tiers["session"].ef_search
-            report["direct"] = {
-                "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, direct_clients, seconds, meter),
-                "typesense": await direct_typesense(
-                    ts_url,
-                    svc.ts_key,
-                    corpus,
-                    cfg.source("typesense").candidates,
-                    direct_clients,
-                    seconds,
-                    meter,
-                    vectors,
-                    keywords=keyword,
-                ),
-                "ef_search": ef_search,
-                "keyword_collection": keyword,
-                "vector_collection": vectors,
-            }
+            report["direct"] = await direct_baselines(
+                dsn, ts_url, svc.ts_key, cfg, corpus, direct_clients, seconds, meter, keyword, vectors
+            )
             health = (await client.get("/health")).json()
             report["health_end"] = health
             print("load: hnsw", flush=True)
