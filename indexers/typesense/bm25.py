@@ -107,7 +107,8 @@ def _filter(narrow: str, key: str, terms: Sequence[str], legacy_key: str | None 
     keyed = keyed_terms(key, terms)
     if legacy_key is not None:
         keyed += keyed_terms(legacy_key, terms)
-    return f"{narrow} && tenant_terms:={quoted_list(keyed)}"
+    terms_clause = f"tenant_terms:={quoted_list(keyed)}"
+    return f"{narrow} && {terms_clause}" if narrow else terms_clause
 
 
 @dataclass
@@ -133,7 +134,15 @@ class Bm25Plan:
     #: too in the filters: what ``tenant_terms`` of a document written before
     #: migration 26 holds (``None``: that form is not asked for).
     legacy_key: str | None = None
+    #: What the caches file the counts under (``None``: ``filter_by``): a
+    #: filter names no tenant in a collection of one tenant's own.
+    scope: str | None = None
     _cache: Bm25Keywords | None = field(default=None, repr=False)
+
+    @property
+    def cache_key(self) -> str:
+        """The counts' key in the caches: :attr:`scope`, else the filter."""
+        return self.filter_by if self.scope is None else self.scope
 
     def _candidates(self, terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
         self.sent = list(terms)
@@ -176,13 +185,13 @@ class Bm25Plan:
             means = {f["field_name"]: _mean(f) for f in answer.get("facet_counts", [])}
             self.stats = CorpusStats(int(answer.get("found", 0)), means.get("length"), means.get("context_length"))
             if self._cache is not None:
-                self._cache.stats.put(self.filter_by, self.stats, self.ttl)
+                self._cache.stats.put(self.cache_key, self.stats, self.ttl)
         for term in self.terms:
             answer = results.get(DF + term)
             if answer is not None:
                 self.dfs[term] = int(answer.get("found", 0))
                 if self._cache is not None:
-                    self._cache.dfs.put((self.filter_by, term), self.dfs[term], self.ttl)
+                    self._cache.dfs.put((self.cache_key, term), self.dfs[term], self.ttl)
         answer = results.get(CANDIDATES)
         self.found = 0 if answer is None else int(answer.get("found", 0))
         if self.sent is None or self.found <= self.budget:
@@ -265,13 +274,16 @@ class Bm25Keywords:
         include_fields: str,
         ttl: float | None = None,
         legacy_key: str | None = None,
+        scope: str | None = None,
     ) -> Bm25Plan:
-        """A recall's plan, with what the caches know of ``filter_by``, for
-        the tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
+        """A recall's plan, with what the caches know of ``filter_by`` (filed
+        under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
+        tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`)."""
-        dfs = {t: df for t in terms if (df := self.dfs.get((filter_by, t))) is not None}
-        stats = self.stats.get(filter_by)
+        cache_key = filter_by if scope is None else scope
+        dfs = {t: df for t in terms if (df := self.dfs.get((cache_key, t))) is not None}
+        stats = self.stats.get(cache_key)
         return Bm25Plan(
             filter_by,
             key,
@@ -283,5 +295,6 @@ class Bm25Keywords:
             dfs,
             ttl,
             legacy_key=legacy_key,
+            scope=scope,
             _cache=self,
         )

@@ -435,7 +435,7 @@ def build_filter(tenant: str, filters: Filters, min_confidence: float, tiers: Se
     return f"{narrow_filter(tenant, filters, tiers)} && confidence:>={float(min_confidence)!r}"
 
 
-def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = None) -> str:
+def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = None, *, alone: bool = False) -> str:
     """The part of :func:`build_filter` that narrows a tenant's documents: the
     tenant's current ones (``current_key``) or, with ``as_of``, its ones
     current then (``tenant_key`` and the lifecycle clauses), the request's
@@ -444,11 +444,15 @@ def narrow_filter(tenant: str, filters: Filters, tiers: Sequence[str] | None = N
     Typesense 0.24 builds the id list of every filter clause on each search,
     so a clause that matches most of the collection costs as much as a
     selective one; the source leaves out such clauses and checks them on the
-    hits instead.
+    hits instead. ``alone``: the collection holds this tenant's documents
+    only (a pair of its own, :mod:`.placement`), where ``current_key`` is
+    such a clause, so it is left out (without ``as_of``) and the caller
+    checks each hit's ``current_key``. The answer may then be ``""``: no
+    filter.
     """
     key = tenant_key(tenant)
     if filters.as_of is None:
-        parts = [f"current_key:={key}"]
+        parts = [] if alone else [f"current_key:={key}"]
     else:
         parts = [f"tenant_key:={key}", lifecycle_filter(filters.as_of)]
     if tiers is not None:

@@ -38,6 +38,7 @@ from .documents import (
     vectors_alias,
 )
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
+from .placement import own_alias
 
 __all__ = ["MAX_PER_PAGE", "TypesenseSource"]
 
@@ -150,11 +151,19 @@ class TypesenseSource:
         tiers = [t for t in config.memory_tiers if wanted is None or t in wanted]
         if query.limit < 1 or not tiers:
             return []
+        client, alias = self.route(query.tenant)
         # Typesense narrows to the tenant and the request's filters; the tier
         # list (unless the request restricts tiers), the confidence floor and
         # expiry, which match nearly every document, are checked on the hits
-        # (expired documents are few: the sweeper deletes them).
-        filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers)
+        # (expired documents are few: the sweeper deletes them). So is the
+        # tenant's current_key in a pair of its own, where every document is
+        # the tenant's and nearly all are current
+        # (benchmarks/results/typesense-key-clause.md).
+        alone = alias == own_alias(self.alias, query.tenant)
+        filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers, alone=alone)
+        # The counts are cached per filter, and per tenant where none names it.
+        scope = f"{tenant_key(query.tenant)}:{filter_by}" if alone else filter_by
+        current = tenant_key(query.tenant) if alone and query.filters.as_of is None else None
         allowed = frozenset(tiers)
         floor = query.min_confidence
         forgetting = Forgetting.from_config(config)
@@ -162,7 +171,7 @@ class TypesenseSource:
         now = time.time()
         tenant = query.tenant
         exact = _exact(query.filters)
-        extra = "" if exact is None else _FILTER_FIELDS
+        extra = ("" if exact is None else _FILTER_FIELDS) + ("" if current is None else ",current_key")
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             # The filter names the tenant by its key; its name, compared
@@ -171,6 +180,8 @@ class TypesenseSource:
                 return False
             if exact is not None and not exact(doc):
                 return False
+            if current is not None and doc.get("current_key") != current:
+                return False  # superseded: its filter left it in
             expires = doc.get("expires_at")
             if not ages:  # only its expires_at can end it
                 return expires is None or expires >= NO_EXPIRY or now < expires
@@ -188,7 +199,7 @@ class TypesenseSource:
         # A semantic recall (vector only) searches no terms.
         cap = ts.bm25_max_terms if ts.keyword_mode == "bm25" else ts.max_terms
         terms = keyword_terms(query.text, cap) if "keyword" in query.matches else []
-        total = self._totals.get(filter_by) if terms and ts.keyword_mode == "terms" else None
+        total = self._totals.get(scope) if terms and ts.keyword_mode == "terms" else None
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
             bm25 = self._bm25.plan(
@@ -200,15 +211,17 @@ class TypesenseSource:
                 _BM25_FIELDS + extra,
                 ts.count_ttl_ms / 1000.0,
                 legacy_key=tenant_key(tenant) if self.rewrite is not None and self.rewrite() else None,
+                scope=scope,
             )
-        client, alias = self.route(query.tenant)
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(
             query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors, extra_fields=extra
         )
         if not searches:
             return []
-        common = {"collection": alias, "filter_by": filter_by, "include_fields": _HIT_FIELDS + extra}
+        common = {"collection": alias, "include_fields": _HIT_FIELDS + extra}
+        if filter_by:
+            common["filter_by"] = filter_by
         answers = await client.multi_search([{**common, **search} for _, search in searches])
         answered = dict(zip((role for role, _ in searches), answers, strict=True))
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
@@ -247,7 +260,7 @@ class TypesenseSource:
         elif terms:
             if total is None:
                 total = int(results["count"].get("found", 0))
-                self._totals.put(filter_by, total, ts.count_ttl_ms / 1000.0)
+                self._totals.put(scope, total, ts.count_ttl_ms / 1000.0)
             rankings["keyword"] = idf_ranking([results[f"term:{t}"] for t in terms], total)[:candidates]
         if "vector" in results and query.vector is not None:
             rankings["vector"] = _vector_ranking(

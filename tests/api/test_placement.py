@@ -5,6 +5,7 @@ Postgres and Typesense."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,9 +17,9 @@ import pytest
 
 from config import BraidConfig
 from deploy.embedded import EmbeddedPostgres, EmbeddedTypesense
-from indexers.base import SourceUnavailable
+from indexers.base import SearchQuery, SourceUnavailable
 from indexers.own_index import own_index_name
-from indexers.typesense.documents import tenant_key
+from indexers.typesense.documents import NEVER, tenant_key
 from indexers.typesense.placement import own_alias
 
 from . import conftest
@@ -144,6 +145,67 @@ async def test_a_large_tenant_moves_to_its_own_collection_while_it_recalls_and_w
         assert await ts.get_alias(own) != before
         assert await ts.count(own) == total_a + 1
         assert await ts.count(alias) == len(small) + len(folded)
+
+
+async def test_a_tenant_in_a_pair_of_its_own_is_searched_without_its_key_and_gets_no_superseded_memory(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    """In its own pair every document is the tenant's, so its searches leave
+    ``current_key`` out of the filter (it cost two thirds of a search at
+    800k documents) and the source checks it on the hits: a superseded
+    memory, which the filter no longer keeps out, never comes back, and
+    ``as_of`` still finds it."""
+
+    def stamp(**ago: float) -> str:  # recent: the session tier forgets old memories
+        return (datetime.now(UTC) - timedelta(**ago)).isoformat()
+
+    async with placing_braid(postgres, typesense, embedder, 10) as braid:
+        own = own_alias(braid.alias, "tenant-a")
+        await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(12)))
+        port = {"mem_key": "aiko.port", "confidence": 0.9}
+        [old] = await braid.remember({**port, "content": "Aiko's home port is Lisbon", "created_at": stamp(days=2)})
+        [new] = await braid.remember({**port, "content": "Aiko's home port is Porto", "created_at": stamp(hours=1)})
+        await braid.remember(*({"content": f"Bruno's home port is Bergen, pier {n}"} for n in range(3)), key=AGENT_B)
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        assert r.status_code == 202, r.text
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done", job
+        await braid.synced()
+        assert braid.runtime.index.alias_of("tenant-a") == own
+        # The superseded memory's documents are in the pair, for as_of.
+        assert await braid.runtime.typesense.count(own, f"superseded_at:<{NEVER}") == 1
+
+        sent: list[dict[str, Any]] = []
+        client = braid.runtime.typesense
+        inner = client.multi_search
+
+        async def recording(searches: Any) -> Any:
+            sent.extend(searches)
+            return await inner(searches)
+
+        client.multi_search = recording  # type: ignore[method-assign]
+        out = await braid.recall("home port", sources=["typesense"], top_k=5)
+        ids = [i["id"] for i in out["items"]]
+        assert new in ids and old not in ids, out["items"]
+        assert {s["collection"] for s in sent} == {own, f"{own}_vectors"}
+        assert all("current_key" not in s.get("filter_by", "") for s in sent), sent
+        # The source's own answer, before the engine checks it against Postgres.
+        source = braid.runtime.engine.sources["typesense"]
+        hits = await source.search(SearchQuery(tenant="tenant-a", text="home port", vector=None, limit=20))
+        assert new in [h.id for h in hits] and old not in [h.id for h in hits], hits
+
+        sent.clear()
+        out = await braid.recall("home port", sources=["typesense"], top_k=5, as_of=stamp(days=1))
+        ids = [i["id"] for i in out["items"]]
+        assert old in ids and new not in ids, out["items"]
+        assert sent and all(A in s["filter_by"] for s in sent), sent
+
+        # A tenant sharing its group's pair is still narrowed by its key.
+        sent.clear()
+        out = await braid.recall("home port", key=AGENT_B, sources=["typesense"], top_k=5)
+        assert len(out["items"]) == 3
+        b = f"current_key:={tenant_key('tenant-b')}"
+        assert sent and all(b in s["filter_by"] for s in sent), sent
 
 
 async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
