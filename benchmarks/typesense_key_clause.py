@@ -15,7 +15,14 @@ these variants:
 * ``terms``: ``tenant_terms:=[...]`` alone (in an own collection every
   document is the tenant's; currency would be checked on the hits);
 * ``shipped/0`` and ``terms/0``: the same with ``per_page`` 0 (the filter and
-  the count, no hit read).
+  the count, no hit read);
+* ``source/group`` and ``source/own``: a warm recall of Braid's own
+  ``typesense`` source (:class:`~indexers.typesense.source.TypesenseSource`,
+  the default config, its vectors covered by pgvector as in a fused recall)
+  for the same query, routed to the collection through a group's alias (the
+  filter names ``current_key``) and through the tenant's own alias (the
+  source leaves the clause out and checks the hits); both must return the
+  same memories.
 
 Every document of the corpus is current, so both filters find the same
 documents (checked). The variants take turns in each round, in alternating
@@ -33,6 +40,8 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,14 +53,20 @@ from benchmarks.common import write_results
 from benchmarks.load.corpus import build_corpus
 from benchmarks.typesense_import_cost import import_batches, server_process
 from benchmarks.typesense_term_key import alternating_rounds
+from config.loader import load_config
 from deploy.embedded import EmbeddedTypesense
-from indexers.base import MemoryRecord
+from indexers.base import MemoryRecord, SearchQuery
 from indexers.typesense.bm25 import select_terms
+from indexers.typesense.client import TypesenseClient
 from indexers.typesense.documents import collection_schema, quoted_list, record_document, tenant_key, tenant_terms
 from indexers.typesense.keywords import keyword_terms
-from indexers.typesense.source import _BM25_FIELDS
+from indexers.typesense.placement import own_alias
+from indexers.typesense.source import _BM25_FIELDS, TypesenseSource
 
 VARIANTS = ("shipped", "terms", "shipped/0", "terms/0")
+SOURCE_VARIANTS = ("source/group", "source/own")
+#: The group alias the ``source/*`` variants route through (and beside which the tenant's own alias is).
+GROUP = "mem"
 BUDGET = 150
 MAX_TERMS = 16
 COLLECTION = "own"
@@ -102,6 +117,47 @@ async def _measure(
     return await alternating_rounds(c, server, sent, rounds)
 
 
+async def _measure_source(
+    url: str, api_key: str, server: Any, texts: list[str], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Braid's ``typesense`` source, routed through the group alias and the
+    tenant's own, in turn, in alternating order, ``rounds`` times after a
+    warm-up round (which fills its count caches): the Typesense process'
+    CPU ms and the wall ms of a recall per round. Raises if the two routes
+    return different memories for a query."""
+    config = load_config()
+    routes = {"source/group": GROUP, "source/own": own_alias(GROUP, "big")}
+    client = TypesenseClient([url], api_key, timeout=600)
+    cpu: dict[str, list[float]] = {v: [] for v in SOURCE_VARIANTS}
+    wall: dict[str, list[float]] = {v: [] for v in SOURCE_VARIANTS}
+    try:
+        for alias in routes.values():
+            await client.upsert_alias(alias, COLLECTION)
+
+        def route(alias: str) -> Callable[[str], tuple[TypesenseClient, str]]:
+            return lambda _tenant: (client, alias)
+
+        sources = {v: TypesenseSource(client, GROUP, lambda: config, route=route(a)) for v, a in routes.items()}
+        limit = config.source("typesense").candidates
+        asked = [SearchQuery("big", text, None, limit, vectors_covered=True) for text in texts]
+        answers: dict[str, list[list[str]]] = {}
+        for n in range(rounds + 1):  # round 0 warms the caches up
+            for variant in SOURCE_VARIANTS if n % 2 == 0 else SOURCE_VARIANTS[::-1]:
+                before, started = sum(server.cpu_times()[:2]), time.perf_counter()
+                answers[variant] = [[h.id for h in await sources[variant].search(q)] for q in asked]
+                spent = (sum(server.cpu_times()[:2]) - before) / len(asked) * 1000
+                took = (time.perf_counter() - started) / len(asked) * 1000
+                if n:
+                    cpu[variant].append(spent)
+                    wall[variant].append(took)
+                    print(f"round {n}/{rounds}: {variant} {spent:.3f} ms CPU, {took:.3f} ms a recall", flush=True)
+        if answers["source/group"] != answers["source/own"]:
+            raise AssertionError("the source found different memories through the group and its own alias")
+    finally:
+        await client.aclose()
+    return cpu, wall
+
+
 async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
     corpus = build_corpus(max(sizes), small_tenants=0, small_size=0, relations=10)
     memories = corpus.tenants[0].memories
@@ -140,13 +196,24 @@ async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
                 cpu, found = await _measure(c, server, chosen, key, rounds)
                 if found["shipped"] != found["terms"]:
                     raise AssertionError(f"the filters found different documents: {found}")
-                median = {v: statistics.median(cpu[v]) for v in VARIANTS}
+                source_cpu, source_wall = await _measure_source(url, ts.api_key, server, texts, rounds)
+                cpu.update(source_cpu)
+                median = {v: statistics.median(cpu[v]) for v in (*VARIANTS, *SOURCE_VARIANTS)}
+                wall_median = {v: statistics.median(source_wall[v]) for v in SOURCE_VARIANTS}
                 print(
-                    f"typesense-key-clause: {size}: " + " ".join(f"{v}={median[v]:.2f}" for v in VARIANTS),
+                    f"typesense-key-clause: {size}: " + " ".join(f"{v}={m:.2f}" for v, m in median.items()),
                     flush=True,
                 )
                 steps.append(
-                    {"size": size, "queries": len(chosen), "found": found, "cpu_ms_per_search": cpu, "median": median}
+                    {
+                        "size": size,
+                        "queries": len(chosen),
+                        "found": found,
+                        "cpu_ms_per_search": cpu,
+                        "median": median,
+                        "wall_ms_per_recall": source_wall,
+                        "wall_median": wall_median,
+                    }
                 )
     finally:
         ts.stop()
@@ -160,6 +227,13 @@ def markdown(report: dict[str, Any], command: str) -> str:
         + " | ".join(f"{s['median'][v]:.2f}" for v in VARIANTS)
         + f" | {s['found']['shipped'] / max(s['queries'], 1):.0f} |"
         for s in report["steps"]
+    ]
+    source_rows = [
+        f"| {s['size']} | "
+        + " | ".join(f"{s['median'][v]:.2f} | {s['wall_median'][v]:.2f}" for v in SOURCE_VARIANTS)
+        + " |"
+        for s in report["steps"]
+        if "wall_median" in s
     ]
     return "\n".join(
         [
@@ -178,6 +252,15 @@ def markdown(report: dict[str, Any], command: str) -> str:
             "| documents | queries | " + " | ".join(f"{v} CPU ms" for v in VARIANTS) + " | candidates a search |",
             "|---|---|" + "---|" * len(VARIANTS) + "---|",
             *rows,
+            "",
+            "Braid's `typesense` source, a warm recall of each query (its vectors covered, as in a fused recall),"
+            " routed through a group's alias (`source/group`: the filter names `current_key`) and through the"
+            " tenant's own alias (`source/own`: no tenant clause; each hit's `current_key` checked). Both returned"
+            " the same memories for every query (checked). Wall: the recall as the service awaits it, one at a time.",
+            "",
+            "| documents | " + " | ".join(f"{v} Typesense CPU ms | {v} wall ms" for v in SOURCE_VARIANTS) + " |",
+            "|---|" + "---|---|" * len(SOURCE_VARIANTS),
+            *source_rows,
             "",
         ]
     )
