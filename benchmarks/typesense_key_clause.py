@@ -16,13 +16,15 @@ these variants:
   document is the tenant's; currency would be checked on the hits);
 * ``shipped/0`` and ``terms/0``: the same with ``per_page`` 0 (the filter and
   the count, no hit read);
-* ``source/group`` and ``source/own``: a warm recall of Braid's own
-  ``typesense`` source (:class:`~indexers.typesense.source.TypesenseSource`,
-  the default config, its vectors covered by pgvector as in a fused recall)
-  for the same query, routed to the collection through a group's alias (the
-  filter names ``current_key``) and through the tenant's own alias (the
-  source leaves the clause out and checks the hits); both must return the
-  same memories.
+* ``source/<route>/<caches>``: a recall of Braid's own ``typesense`` source
+  (:class:`~indexers.typesense.source.TypesenseSource`, the default config,
+  its vectors covered by pgvector as in a fused recall) for the same query,
+  routed to the collection through a group's alias (``group``: the filter
+  names ``current_key``) and through the tenant's own alias (``own``: the
+  source leaves the clause out and checks the hits), with its count caches
+  warm (``warm``: one candidate search) or cold (``cold``: each term's
+  document count and the corpus statistics asked for too); every variant
+  must return the same memories.
 
 Every document of the corpus is current, so both filters find the same
 documents (checked). The variants take turns in each round, in alternating
@@ -41,7 +43,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ from indexers.typesense.placement import own_alias
 from indexers.typesense.source import _BM25_FIELDS, TypesenseSource
 
 VARIANTS = ("shipped", "terms", "shipped/0", "terms/0")
-SOURCE_VARIANTS = ("source/group", "source/own")
+SOURCE_VARIANTS = ("source/group/warm", "source/own/warm", "source/group/cold", "source/own/cold")
 #: The group alias the ``source/*`` variants route through (and beside which the tenant's own alias is).
 GROUP = "mem"
 BUDGET = 150
@@ -121,12 +122,19 @@ async def _measure_source(
     url: str, api_key: str, server: Any, texts: list[str], rounds: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Braid's ``typesense`` source, routed through the group alias and the
-    tenant's own, in turn, in alternating order, ``rounds`` times after a
-    warm-up round (which fills its count caches): the Typesense process'
-    CPU ms and the wall ms of a recall per round. Raises if the two routes
-    return different memories for a query."""
-    config = load_config()
-    routes = {"source/group": GROUP, "source/own": own_alias(GROUP, "big")}
+    tenant's own, with warm count caches (``countTtlMs`` an hour, filled by
+    a warm-up round) and cold ones (``countTtlMs`` 0: each recall counts its
+    terms' documents again, as a recall of terms not asked for in the last
+    ``countTtlMs`` does), the variants in turn, in alternating order,
+    ``rounds`` times after the warm-up round: the Typesense process' CPU ms
+    and the wall ms of a recall per round. Raises if the two routes return
+    different memories for a query."""
+    base = load_config()
+    configs = {
+        "warm": base.with_source("typesense", count_ttl_ms=3_600_000),
+        "cold": base.with_source("typesense", count_ttl_ms=0),
+    }
+    routes = {"group": GROUP, "own": own_alias(GROUP, "big")}
     client = TypesenseClient([url], api_key, timeout=600)
     cpu: dict[str, list[float]] = {v: [] for v in SOURCE_VARIANTS}
     wall: dict[str, list[float]] = {v: [] for v in SOURCE_VARIANTS}
@@ -134,11 +142,13 @@ async def _measure_source(
         for alias in routes.values():
             await client.upsert_alias(alias, COLLECTION)
 
-        def route(alias: str) -> Callable[[str], tuple[TypesenseClient, str]]:
-            return lambda _tenant: (client, alias)
+        def source(variant: str) -> TypesenseSource:
+            _, route, caches = variant.split("/")
+            config, alias = configs[caches], routes[route]
+            return TypesenseSource(client, GROUP, lambda: config, route=lambda _tenant: (client, alias))
 
-        sources = {v: TypesenseSource(client, GROUP, lambda: config, route=route(a)) for v, a in routes.items()}
-        limit = config.source("typesense").candidates
+        sources = {v: source(v) for v in SOURCE_VARIANTS}
+        limit = base.source("typesense").candidates
         asked = [SearchQuery("big", text, None, limit, vectors_covered=True) for text in texts]
         answers: dict[str, list[list[str]]] = {}
         for n in range(rounds + 1):  # round 0 warms the caches up
@@ -151,7 +161,7 @@ async def _measure_source(
                     cpu[variant].append(spent)
                     wall[variant].append(took)
                     print(f"round {n}/{rounds}: {variant} {spent:.3f} ms CPU, {took:.3f} ms a recall", flush=True)
-        if answers["source/group"] != answers["source/own"]:
+        if len({tuple(map(tuple, a)) for a in answers.values()}) != 1:
             raise AssertionError("the source found different memories through the group and its own alias")
     finally:
         await client.aclose()
@@ -229,11 +239,10 @@ def markdown(report: dict[str, Any], command: str) -> str:
         for s in report["steps"]
     ]
     source_rows = [
-        f"| {s['size']} | "
-        + " | ".join(f"{s['median'][v]:.2f} | {s['wall_median'][v]:.2f}" for v in SOURCE_VARIANTS)
-        + " |"
+        f"| {s['size']} | {v.split('/')[1]} | {v.split('/')[2]} | {s['median'][v]:.2f} | {s['wall_median'][v]:.2f} |"
         for s in report["steps"]
         if "wall_median" in s
+        for v in SOURCE_VARIANTS
     ]
     return "\n".join(
         [
@@ -253,13 +262,16 @@ def markdown(report: dict[str, Any], command: str) -> str:
             "|---|---|" + "---|" * len(VARIANTS) + "---|",
             *rows,
             "",
-            "Braid's `typesense` source, a warm recall of each query (its vectors covered, as in a fused recall),"
-            " routed through a group's alias (`source/group`: the filter names `current_key`) and through the"
-            " tenant's own alias (`source/own`: no tenant clause; each hit's `current_key` checked). Both returned"
-            " the same memories for every query (checked). Wall: the recall as the service awaits it, one at a time.",
+            "Braid's `typesense` source, a recall of each query (its vectors covered, as in a fused recall),"
+            " routed through a group's alias (`group`: the filter names `current_key`) and through the"
+            " tenant's own alias (`own`: no tenant clause; each hit's `current_key` checked), with its count"
+            " caches warm (one candidate search a recall) or cold (`countTtlMs` 0: each term's document count"
+            " and the corpus statistics counted again, as for terms not asked for in the last 10 s). Every"
+            " variant returned the same memories for every query (checked). Wall: the recall as the service"
+            " awaits it, one at a time. Median over rounds.",
             "",
-            "| documents | " + " | ".join(f"{v} Typesense CPU ms | {v} wall ms" for v in SOURCE_VARIANTS) + " |",
-            "|---|" + "---|---|" * len(SOURCE_VARIANTS),
+            "| documents | route | count caches | Typesense CPU ms a recall | wall ms a recall |",
+            "|---|---|---|---|---|",
             *source_rows,
             "",
         ]
