@@ -69,6 +69,11 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: document count and mean lengths, a term's document frequency) is
     #: reused, in ms (0: counted again by every recall).
     count_ttl_ms: Annotated[int, Meta(ge=0, le=86_400_000)] = 10_000
+    #: ``bm25``: a term's document frequency is reused past ``count_ttl_ms``
+    #: (for up to an hour) while the number of documents behind the recall's
+    #: filter, counted again every ``count_ttl_ms``, is within this fraction
+    #: of what it was when the frequency was counted (0: ``count_ttl_ms`` only).
+    count_drift: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.01
     #: Query terms searched one by one for the keyword list (the first ones).
     max_terms: Annotated[int, Meta(ge=1, le=32)] = 8
     #: Hits fetched per term search: Typesense's time grows with it.

@@ -30,6 +30,7 @@ search for every term, and a second search only if that one overflowed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,10 @@ __all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "Corpu
 #: Okapi BM25's parameters (as rank_bm25 and the benchmarks' reference).
 BM25_K1 = 1.5
 BM25_B = 0.75
+
+#: The longest a term's document frequency is reused past the count TTL,
+#: while the documents behind its filter stay within the drift (seconds).
+COUNT_MAX_AGE_S = 3600.0
 
 #: The roles of the mode's searches in a multi_search.
 STATS = "bm25:stats"
@@ -137,6 +142,11 @@ class Bm25Plan:
     #: What the caches file the counts under (``None``: ``filter_by``): a
     #: filter names no tenant in a collection of one tenant's own.
     scope: str | None = None
+    #: A document frequency learnt is reused past ``ttl`` (for up to
+    #: :data:`COUNT_MAX_AGE_S`) while the number of documents behind the
+    #: filter is within this fraction of what it was when the frequency was
+    #: counted (0: ``ttl`` only).
+    drift: float = 0.0
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -191,7 +201,7 @@ class Bm25Plan:
             if answer is not None:
                 self.dfs[term] = int(answer.get("found", 0))
                 if self._cache is not None:
-                    self._cache.dfs.put((self.cache_key, term), self.dfs[term], self.ttl)
+                    self._cache.put_df(self.cache_key, term, self.dfs[term], self.stats, self.ttl, self.drift)
         answer = results.get(CANDIDATES)
         self.found = 0 if answer is None else int(answer.get("found", 0))
         if self.sent is None or self.found <= self.budget:
@@ -262,7 +272,38 @@ class Bm25Keywords:
 
     def __init__(self) -> None:
         self.stats: TtlCache[str, CorpusStats] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
-        self.dfs: TtlCache[tuple[str, str], int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+        #: Per filter and term: the frequency, until when it is fresh (monotonic
+        #: seconds), and the number of documents behind the filter then (``None``: unknown).
+        self.dfs: TtlCache[tuple[str, str], tuple[int, float, int | None]] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+
+    def put_df(
+        self, scope: str, term: str, df: int, stats: CorpusStats | None, ttl: float | None, drift: float
+    ) -> None:
+        """Keep ``term``'s document frequency behind ``scope``: fresh for
+        ``ttl`` seconds (``None``: the caches' own), then, with ``drift``,
+        reused while the filter's document count stays within it
+        (:meth:`df`) for up to :data:`COUNT_MAX_AGE_S`."""
+        fresh = self.dfs.ttl if ttl is None else ttl
+        kept = max(fresh, COUNT_MAX_AGE_S) if drift > 0 and fresh > 0 else fresh
+        value = (df, time.monotonic() + fresh, None if stats is None else stats.total)
+        self.dfs.put((scope, term), value, kept)
+
+    def df(self, scope: str, term: str, stats: CorpusStats | None, drift: float) -> int | None:
+        """``term``'s document frequency behind ``scope`` if it is still
+        fresh, or if ``stats`` (the filter's current counts) show at most
+        ``drift`` of change in the number of documents since it was counted;
+        else ``None``. A count that moved that little moves each idf by about
+        as little, and the candidates are found by the filter, never by the
+        counts."""
+        entry = self.dfs.get((scope, term))
+        if entry is None:
+            return None
+        df, fresh_until, total = entry
+        if time.monotonic() < fresh_until:
+            return df
+        if drift > 0 and stats is not None and total is not None and abs(stats.total - total) <= drift * total:
+            return df
+        return None
 
     def plan(
         self,
@@ -275,15 +316,17 @@ class Bm25Keywords:
         ttl: float | None = None,
         legacy_key: str | None = None,
         scope: str | None = None,
+        drift: float = 0.0,
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
         tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
-        filters name each term behind it too (:attr:`Bm25Plan.legacy_key`)."""
+        filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
+        ``drift``: :attr:`Bm25Plan.drift`."""
         cache_key = filter_by if scope is None else scope
-        dfs = {t: df for t in terms if (df := self.dfs.get((cache_key, t))) is not None}
         stats = self.stats.get(cache_key)
+        dfs = {t: df for t in terms if (df := self.df(cache_key, t, stats, drift)) is not None}
         return Bm25Plan(
             filter_by,
             key,
@@ -296,5 +339,6 @@ class Bm25Keywords:
             ttl,
             legacy_key=legacy_key,
             scope=scope,
+            drift=drift,
             _cache=self,
         )

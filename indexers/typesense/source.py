@@ -212,6 +212,7 @@ class TypesenseSource:
                 ts.count_ttl_ms / 1000.0,
                 legacy_key=tenant_key(tenant) if self.rewrite is not None and self.rewrite() else None,
                 scope=scope,
+                drift=ts.count_drift,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -249,6 +250,38 @@ def test_counts_learnt_are_kept_for_the_plans_ttl(ttl: float | None, kept: bool)
         assert [role for role, _ in warm.searches()] == ["bm25"]
     else:
         assert warm.dfs == {} and warm.stats is None
+
+
+def test_a_document_frequency_is_reused_past_its_ttl_while_the_document_count_stays_within_the_drift() -> None:
+    """``sources.typesense.countDrift``: past ``countTtlMs`` a term's count is
+    reused while the filter's document count, counted again, moved at most
+    that fraction since the term was counted; not with no current count, and
+    never with a drift of 0 or a ``countTtlMs`` of 0."""
+    learnt = {"bm25:stats": {"found": 1000, "facet_counts": []}, "bm25:df:rare": {"found": 2}, "bm25": {"found": 2}}
+
+    def plan(keywords: Bm25Keywords, ttl: float, drift: float) -> Bm25Plan:
+        return keywords.plan("current_key:=k", "k", ["rare"], 10, 1.0, "content", ttl, drift=drift)
+
+    keywords = Bm25Keywords()
+    first = plan(keywords, 0.001, 0.01)
+    first.searches()
+    first.learn(learnt)
+    time.sleep(0.01)  # the count's ttl is over, and so is the document count's
+    assert plan(keywords, 0.001, 0.01).dfs == {}
+    for total, kept in [(1010, True), (990, True), (1011, False), (989, False)]:
+        keywords.stats.put("current_key:=k", CorpusStats(total, None), 60)
+        warm = plan(keywords, 0.001, 0.01)
+        assert (warm.dfs == {"rare": 2}) is kept, total
+        assert [role for role, _ in warm.searches()] == (["bm25"] if kept else ["bm25:df:rare", "bm25"])
+    keywords.stats.put("current_key:=k", CorpusStats(1000, None), 60)
+    assert plan(keywords, 0.001, 0.0).dfs == {}
+    # countTtlMs 0 counts again at every recall, whatever the drift.
+    keywords = Bm25Keywords()
+    first = plan(keywords, 0.0, 0.01)
+    first.searches()
+    first.learn(learnt)
+    keywords.stats.put("current_key:=k", CorpusStats(1000, None), 60)
+    assert plan(keywords, 0.0, 0.01).dfs == {}
 
 
 def test_plan_ranking_is_bm25_over_every_query_term() -> None:
