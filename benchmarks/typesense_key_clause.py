@@ -54,6 +54,7 @@ from benchmarks.common import write_results
 from benchmarks.load.corpus import build_corpus
 from benchmarks.typesense_import_cost import import_batches, server_process
 from benchmarks.typesense_term_key import alternating_rounds
+from config import BraidConfig, TypesenseSourceConfig
 from config.loader import load_config
 from deploy.embedded import EmbeddedTypesense
 from indexers.base import MemoryRecord, SearchQuery
@@ -65,9 +66,12 @@ from indexers.typesense.placement import own_alias
 from indexers.typesense.source import _BM25_FIELDS, TypesenseSource
 
 VARIANTS = ("shipped", "terms", "shipped/0", "terms/0")
+STREAM_VARIANTS = ("stream/ttl", "stream/drift")
 SOURCE_VARIANTS = ("source/group/warm", "source/own/warm", "source/group/cold", "source/own/cold")
 #: The group alias the ``source/*`` variants route through (and beside which the tenant's own alias is).
 GROUP = "mem"
+#: The corpus' queries, all of which the streams cycle through.
+STREAM_QUERIES = 500
 BUDGET = 150
 MAX_TERMS = 16
 COLLECTION = "own"
@@ -118,6 +122,11 @@ async def _measure(
     return await alternating_rounds(c, server, sent, rounds)
 
 
+def _routed_source(client: TypesenseClient, config: BraidConfig, alias: str) -> TypesenseSource:
+    """Braid's ``typesense`` source with ``config``, every tenant's searches routed to ``alias``."""
+    return TypesenseSource(client, GROUP, lambda: config, route=lambda _tenant: (client, alias))
+
+
 async def _measure_source(
     url: str, api_key: str, server: Any, texts: list[str], rounds: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -142,12 +151,9 @@ async def _measure_source(
         for alias in routes.values():
             await client.upsert_alias(alias, COLLECTION)
 
-        def source(variant: str) -> TypesenseSource:
-            _, route, caches = variant.split("/")
-            config, alias = configs[caches], routes[route]
-            return TypesenseSource(client, GROUP, lambda: config, route=lambda _tenant: (client, alias))
-
-        sources = {v: source(v) for v in SOURCE_VARIANTS}
+        sources = {
+            v: _routed_source(client, configs[v.split("/")[2]], routes[v.split("/")[1]]) for v in SOURCE_VARIANTS
+        }
         limit = base.source("typesense").candidates
         asked = [SearchQuery("big", text, None, limit, vectors_covered=True) for text in texts]
         answers: dict[str, list[list[str]]] = {}
@@ -168,8 +174,52 @@ async def _measure_source(
     return cpu, wall
 
 
-async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
-    corpus = build_corpus(max(sizes), small_tenants=0, small_size=0, relations=10)
+async def _measure_stream(
+    url: str, api_key: str, server: Any, texts: list[str], seconds: float, rate: float, first: str
+) -> dict[str, dict[str, float]]:
+    """Braid's ``typesense`` source through the tenant's own alias, with the
+    default config and ``countDrift`` 0 (``stream/ttl``: counts reused for
+    ``countTtlMs`` only) and with its default (``stream/drift``), each from
+    empty caches: ``texts`` in turn, over and over, ``rate`` recalls a second
+    for ``seconds``, ``first`` of the two first. Per variant: recalls, the
+    Typesense process' CPU ms a recall and the median wall ms."""
+    base = load_config()
+    drift = base.source("typesense")
+    assert isinstance(drift, TypesenseSourceConfig)
+    configs = {"stream/drift": base, "stream/ttl": base.with_source("typesense", count_drift=0.0)}
+    client = TypesenseClient([url], api_key, timeout=600)
+    limit = drift.candidates
+    out: dict[str, dict[str, float]] = {}
+    try:
+        await client.upsert_alias(own_alias(GROUP, "big"), COLLECTION)
+        for variant in sorted(configs, key=lambda v: v != first):
+            config = configs[variant]
+            source = _routed_source(client, config, own_alias(GROUP, "big"))
+            walls: list[float] = []
+            before, started = sum(server.cpu_times()[:2]), time.perf_counter()
+            n = 0
+            while (now := time.perf_counter()) - started < seconds:
+                due = started + n / rate
+                if now < due:
+                    await asyncio.sleep(due - now)
+                t0 = time.perf_counter()
+                await source.search(SearchQuery("big", texts[n % len(texts)], None, limit, vectors_covered=True))
+                walls.append((time.perf_counter() - t0) * 1000)
+                n += 1
+            cpu = (sum(server.cpu_times()[:2]) - before) / n * 1000
+            out[variant] = {"recalls": n, "cpu_ms": cpu, "wall_p50_ms": statistics.median(walls)}
+            print(
+                f"{variant}: {n} recalls, {cpu:.3f} ms CPU a recall, p50 {statistics.median(walls):.2f} ms", flush=True
+            )
+    finally:
+        await client.aclose()
+    return out
+
+
+async def run(
+    sizes: list[int], queries: int, rounds: int, stream_seconds: float = 60.0, stream_rate: float = 20.0
+) -> dict[str, Any]:
+    corpus = build_corpus(max(sizes), small_tenants=0, small_size=0, relations=10, queries=STREAM_QUERIES)
     memories = corpus.tenants[0].memories
     texts = [q["text"] for q in corpus.queries[:queries]]
     key = tenant_key("big")
@@ -208,6 +258,13 @@ async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
                     raise AssertionError(f"the filters found different documents: {found}")
                 source_cpu, source_wall = await _measure_source(url, ts.api_key, server, texts, rounds)
                 cpu.update(source_cpu)
+                every = [q["text"] for q in corpus.queries]
+                first = STREAM_VARIANTS[len(steps) % 2]
+                stream = (
+                    await _measure_stream(url, ts.api_key, server, every, stream_seconds, stream_rate, first)
+                    if stream_seconds > 0
+                    else {}
+                )
                 median = {v: statistics.median(cpu[v]) for v in (*VARIANTS, *SOURCE_VARIANTS)}
                 wall_median = {v: statistics.median(source_wall[v]) for v in SOURCE_VARIANTS}
                 print(
@@ -223,12 +280,13 @@ async def run(sizes: list[int], queries: int, rounds: int) -> dict[str, Any]:
                         "median": median,
                         "wall_ms_per_recall": source_wall,
                         "wall_median": wall_median,
+                        "stream": stream,
                     }
                 )
     finally:
         ts.stop()
         shutil.rmtree(home, ignore_errors=True)
-    return {"rounds": rounds, "steps": steps}
+    return {"rounds": rounds, "stream_seconds": stream_seconds, "stream_rate": stream_rate, "steps": steps}
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
@@ -244,6 +302,30 @@ def markdown(report: dict[str, Any], command: str) -> str:
         if "wall_median" in s
         for v in SOURCE_VARIANTS
     ]
+    stream_rows = [
+        f"| {s['size']} | {v} | {s['stream'][v]['recalls']} | {s['stream'][v]['cpu_ms']:.2f}"
+        f" | {s['stream'][v]['wall_p50_ms']:.2f} |"
+        for s in report["steps"]
+        if s.get("stream")
+        for v in STREAM_VARIANTS
+    ]
+    stream_lines = (
+        [
+            f"A stream of the corpus' {STREAM_QUERIES} queries in turn, over and over, at"
+            f" {report['stream_rate']:g} recalls a second for {report['stream_seconds']:g} s a variant, through the"
+            " tenant's own alias with the default config, from empty caches: `stream/ttl` with `countDrift` 0 (each"
+            " term's document frequency counted again once `countTtlMs`, 10 s, is over) and `stream/drift` with its"
+            " default (reused while the document count stays within 1%; nothing is written meanwhile). The two"
+            " take turns going first from one size to the next.",
+            "",
+            "| documents | variant | recalls | Typesense CPU ms a recall | wall p50 ms |",
+            "|---|---|---|---|---|",
+            *stream_rows,
+            "",
+        ]
+        if stream_rows
+        else []
+    )
     return "\n".join(
         [
             "# Typesense CPU of a bm25 candidate search with and without the tenant clause, by collection size",
@@ -274,6 +356,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
             "|---|---|---|---|---|",
             *source_rows,
             "",
+            *stream_lines,
         ]
     )
 
@@ -283,12 +366,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,200000,400000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stream-seconds", type=float, default=60.0, help="each stream variant's time (0: none)")
+    parser.add_argument("--stream-rate", type=float, default=20.0, help="the streams' recalls a second")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if min(sizes) < 1 or args.queries < 1 or args.rounds < 1:
         parser.error("--sizes, --queries and --rounds: 1 or more")
+    if args.stream_seconds < 0 or args.stream_rate <= 0:
+        parser.error("--stream-seconds: 0 or more; --stream-rate: more than 0")
     command = "python -m benchmarks.typesense_key_clause " + " ".join(sys.argv[1:])
-    report = asyncio.run(run(sizes, args.queries, args.rounds))
+    report = asyncio.run(run(sizes, args.queries, args.rounds, args.stream_seconds, args.stream_rate))
     path = write_results("typesense-key-clause", markdown(report, command.strip()), report)
     print(f"wrote {path}")
 

@@ -26,7 +26,8 @@ by its key (:func:`tenant_key`, lowercase hex that Typesense keeps whole),
 and the source checks each hit's ``tenant`` as well. The key also keeps a
 filter's cost with the tenant's own documents rather than the collection's:
 ``current_key`` (the key, on a current memory's documents only) stands for
-"this tenant, not superseded", and ``tenant_terms`` holds the keyword
+"this tenant, not superseded" (in a pair of the tenant's own, where it would
+match nearly every document, it is checked on the hits instead), and ``tenant_terms`` holds the keyword
 document's terms behind a prefix of the key (:func:`term_key`), so that
 ``bm25``'s term filters read the tenant's posting lists, not every tenant's.
 """
@@ -202,10 +203,11 @@ def tenant_key(tenant: str) -> str:
 
 #: Hex digits of the tenant's key before each of its terms in ``tenant_terms``
 #: (:func:`term_key`). The prefix only keeps a term's posting list to about
-#: the tenant's own documents: every filter on the terms also names the
-#: tenant by its whole key (``current_key`` or ``tenant_key``), so two tenants
-#: of one collection whose prefixes agree (odds about n^2 / 2^33 for n
-#: tenants) share longer posting lists, never a hit. Each digit is stored in
+#: the tenant's own documents: every filter on the terms in a shared
+#: collection also names the tenant by its whole key (``current_key`` or
+#: ``tenant_key``; a pair of the tenant's own holds no other tenant), so two
+#: tenants of one collection whose prefixes agree (odds about n^2 / 2^33 for
+#: n tenants) share longer posting lists, never a hit. Each digit is stored in
 #: every term of every keyword document, and Typesense reads a hit's stored
 #: document whole: the whole 32-digit key before each term made a keyword
 #: document of the load corpus a third larger
