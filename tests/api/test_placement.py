@@ -5,9 +5,9 @@ Postgres and Typesense."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
