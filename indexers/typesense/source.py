@@ -40,7 +40,15 @@ from .documents import (
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 from .placement import own_alias
 
-__all__ = ["MAX_PER_PAGE", "TypesenseSource"]
+__all__ = ["KEYED_S", "MAX_PER_PAGE", "SUPERSEDED_SHARE", "TypesenseSource"]
+
+#: In a tenant's own pair, when more than this share of the hits of a
+#: search's full pages were superseded documents (kept for ``as_of``), the
+#: search is sent again naming the tenant's ``current_key``, and so are its
+#: searches for :data:`KEYED_S` seconds: the filter is dearer, but
+#: superseded documents no longer take the candidate slots.
+SUPERSEDED_SHARE = 0.1
+KEYED_S = 600.0
 
 #: Typesense refuses ``per_page`` above this ("Only upto 250 hits ...").
 MAX_PER_PAGE = 250
@@ -137,6 +145,9 @@ class TypesenseSource:
         self._get_config = get_config
         self._totals: TtlCache[str, int] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
         self._bm25 = Bm25Keywords()
+        #: Tenants in pairs of their own whose searches name their
+        #: current_key again (:data:`SUPERSEDED_SHARE`).
+        self._keyed: TtlCache[str, bool] = TtlCache(KEYED_S, COUNT_CACHE_SIZE)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         return await self.search_first(query, functools.partial(_given, query.unindexed))
@@ -158,8 +169,9 @@ class TypesenseSource:
         # (expired documents are few: the sweeper deletes them). So is the
         # tenant's current_key in a pair of its own, where every document is
         # the tenant's and nearly all are current
-        # (benchmarks/results/typesense-key-clause.md).
-        alone = alias == own_alias(self.alias, query.tenant)
+        # (benchmarks/results/typesense-key-clause.md); while superseded
+        # documents fill too many hits, the filter names it again.
+        alone = alias == own_alias(self.alias, query.tenant) and self._keyed.get(query.tenant) is None
         filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers, alone=alone)
         # The counts are cached per filter, and per tenant where none names it.
         scope = f"{tenant_key(query.tenant)}:{filter_by}" if alone else filter_by
@@ -225,10 +237,17 @@ class TypesenseSource:
             common["filter_by"] = filter_by
         answers = await client.multi_search([{**common, **search} for _, search in searches])
         answered = dict(zip((role for role, _ in searches), answers, strict=True))
+        sent = dict(searches)
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
             # A cold cache's candidate search overflowed: once more, for the
             # terms the counts that came back choose.
             answered[again[0]] = (await client.multi_search([{**common, **again[1]}]))[0]
+            sent[again[0]] = again[1]
+        if current is not None and _superseded_share(answered, sent, current) > SUPERSEDED_SHARE:
+            # Superseded documents took too many slots: this search and the
+            # tenant's next ones for KEYED_S name its current_key.
+            self._keyed.put(tenant, True)
+            return await self.search_first(query, unindexed)
 
         # Hits outside the allowed tiers or under the confidence floor go first,
         # and so do the documents of memories rewritten since (their outbox rows
@@ -273,6 +292,23 @@ class TypesenseSource:
 
     async def aclose(self) -> None:
         """Nothing to release: the client is closed by its owner."""
+
+
+def _superseded_share(
+    answered: Mapping[str, Mapping[str, Any]], sent: Mapping[str, Mapping[str, Any]], current: str
+) -> float:
+    """The share of superseded documents (``current_key`` not ``current``)
+    among the hits of the searches that filled their page: only there did
+    they take a slot a current memory could have had."""
+    full = [
+        h["document"]
+        for role, answer in answered.items()
+        if (hits := answer.get("hits", ())) and len(hits) >= int(sent[role].get("per_page", 0) or 0) > 0
+        for h in hits
+    ]
+    if not full:
+        return 0.0
+    return sum(doc.get("current_key") != current for doc in full) / len(full)
 
 
 async def _given(records: tuple[MemoryRecord, ...]) -> tuple[MemoryRecord, ...]:

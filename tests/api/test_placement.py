@@ -40,11 +40,16 @@ def placing(alias: str, above: int) -> BraidConfig:
 
 @asynccontextmanager
 async def placing_braid(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, above: int
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any, above: int, **typesense_source: Any
 ) -> AsyncIterator[Braid]:
-    """A Braid on a fresh database and alias whose placement job moves tenants of ``above`` memories."""
+    """A Braid on a fresh database and alias whose placement job moves
+    tenants of ``above`` memories (``typesense_source``: changes to
+    ``sources.typesense``)."""
     alias = f"mem_{uuid.uuid4().hex[:10]}"
-    app, dsn, _ = make_app(postgres, typesense, embedder, placing(alias, above), alias=alias)
+    cfg = placing(alias, above)
+    if typesense_source:
+        cfg = cfg.with_source("typesense", **typesense_source)
+    app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
     async with serve(app) as client:
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
 
@@ -206,6 +211,52 @@ async def test_a_tenant_in_a_pair_of_its_own_is_searched_without_its_key_and_get
         assert len(out["items"]) == 3
         b = f"current_key:={tenant_key('tenant-b')}"
         assert sent and all(b in s["filter_by"] for s in sent), sent
+
+
+async def test_a_tenant_whose_superseded_documents_fill_its_candidates_is_searched_with_its_key_again(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    """Without the tenant clause, superseded documents (kept for ``as_of``)
+    can take the candidate slots: when they fill more than
+    SUPERSEDED_SHARE of a full page, the search is sent again naming
+    ``current_key``, and so are the tenant's next searches."""
+    async with placing_braid(postgres, typesense, embedder, 10, bm25_candidates=10) as braid:
+        own = own_alias(braid.alias, "tenant-a")
+        # The old values are shorter: the candidate search (length ascending) meets them first.
+        await braid.remember(*({"content": f"Port log {n}: Lisbon", "mem_key": f"log.{n}"} for n in range(20)))
+        new = await braid.remember(
+            *(
+                {"content": f"Port log {n}: the boat moved on to Porto harbour", "mem_key": f"log.{n}"}
+                for n in range(20)
+            )
+        )
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        assert r.status_code == 202, r.text
+        assert (await wait_job(braid, r.json()["job_id"]))["status"] == "done"
+        await braid.synced()
+        assert braid.runtime.index.alias_of("tenant-a") == own
+        assert await braid.runtime.typesense.count(own, f"superseded_at:<{NEVER}") == 20
+
+        sent: list[dict[str, Any]] = []
+        client = braid.runtime.typesense
+        inner = client.multi_search
+
+        async def recording(searches: Any) -> Any:
+            sent.append({"filters": [s.get("filter_by", "") for s in searches]})
+            return await inner(searches)
+
+        client.multi_search = recording  # type: ignore[method-assign]
+        source = braid.runtime.engine.sources["typesense"]
+        query = SearchQuery(tenant="tenant-a", text="port log", vector=None, limit=10)
+        hits = await source.search(query)
+        assert len(hits) == 10 and {h.id for h in hits} <= set(new), hits
+        key = f"current_key:={tenant_key('tenant-a')}"
+        assert not any(key in f for f in sent[0]["filters"]), sent
+        assert all(key in f for f in sent[-1]["filters"]), sent
+        sent.clear()
+        again = await source.search(query)
+        assert [h.id for h in again] == [h.id for h in hits]
+        assert sent and all(key in f for batch in sent for f in batch["filters"]), sent
 
 
 async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
