@@ -308,7 +308,7 @@ def _superseded_share(
     ]
     if not full:
         return 0.0
-    return sum(doc.get("current_key") != current for doc in full) / len(full)
+    return sum(1 for doc in full if doc.get("current_key") != current) / len(full)
 
 
 async def _given(records: tuple[MemoryRecord, ...]) -> tuple[MemoryRecord, ...]:
