@@ -128,6 +128,14 @@ def summary_line(report: dict[str, Any]) -> str:
     )
 
 
+def _direct_filter(direct: dict[str, Any]) -> str:
+    """How the direct Typesense baseline named the big tenant (reports from
+    before ``tenant_filter`` always sent the filter)."""
+    if direct.get("tenant_filter", True):
+        return "tenant filter"
+    return "no tenant filter (the big tenant's own pair: every document is its own, as Braid's search sends none)"
+
+
 def _cpu(by_kind: dict[str, float] | None) -> str:
     """CPU ms by process kind, in a fixed order; n/a for reports from before it was measured."""
     if not by_kind:
@@ -359,7 +367,8 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         "planned for its values, `plan_cache_mode = force_custom_plan`), one connection per "
         "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
         f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` and a vector search in "
-        f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), tenant filter, the source's "
+        f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), "
+        f"{_direct_filter(direct)}, the source's "
         "`candidates` hits each, the embedding not sent back, bodies encoded beforehand. CPU: ms per query by "
         "process (`client` = the process sending them).",
         "",

@@ -896,17 +896,22 @@ async def direct_typesense(
     cpu: Callable[[], dict[str, float]],
     vectors: str = VECTORS_ALIAS,
     keywords: str = KEYWORD_ALIAS,
+    tenant_filter: bool = True,
 ) -> list[dict[str, Any]]:
     """What a user would run by hand against Braid's collections: one ``POST
     /multi_search`` per query holding a keyword search (``q`` = the query
     text over content and context) in the keyword collection and a vector
     search in the vectors collection (``keywords`` and ``vectors``, the
     aliases the big tenant's searches read: :func:`search_aliases`; one
-    collection before Braid had two), ``candidates`` hits each,
-    behind the big tenant's filter, the embedding not sent back; bodies
-    encoded beforehand, answers not parsed."""
+    collection before Braid had two), ``candidates`` hits each, behind the
+    big tenant's filter (``tenant_filter``; left out in a pair that holds
+    only the big tenant's documents, where it would match them all and a
+    user would not send it), the embedding not sent back; bodies encoded
+    beforehand, answers not parsed."""
     bodies = []
-    flt = {"filter_by": f"tenant:=`{BIG_TENANT}`", "exclude_fields": "embedding"}
+    flt: dict[str, str] = {"exclude_fields": "embedding"}
+    if tenant_filter:
+        flt["filter_by"] = f"tenant:=`{BIG_TENANT}`"
     for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
         vector = ",".join(repr(float(x)) for x in v)
         keyword = {
@@ -950,14 +955,26 @@ async def direct_baselines(
 ) -> dict[str, Any]:
     """Both direct baselines on the big tenant (:func:`direct_pgvector` on
     the session tier at its ``efSearch``, :func:`direct_typesense` on the
-    ``keyword`` and ``vectors`` collections), as the report's ``direct``."""
+    ``keyword`` and ``vectors`` collections, with the tenant filter unless
+    they are the big tenant's own pair), as the report's ``direct``."""
     ef_search = cfg.tiers["session"].ef_search
+    own = keyword != KEYWORD_ALIAS
     return {
         "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, cpu),
         "typesense": await direct_typesense(
-            ts_url, ts_key, corpus, cfg.source("typesense").candidates, clients, seconds, cpu, vectors, keywords=keyword
+            ts_url,
+            ts_key,
+            corpus,
+            cfg.source("typesense").candidates,
+            clients,
+            seconds,
+            cpu,
+            vectors,
+            keywords=keyword,
+            tenant_filter=not own,
         ),
         "ef_search": ef_search,
+        "tenant_filter": not own,
         "keyword_collection": keyword,
         "vector_collection": vectors,
     }
