@@ -54,6 +54,19 @@ async def placing_braid(
         yield Braid(client=client, app=app, dsn=dsn, alias=alias)
 
 
+def record_searches(client: Any) -> list[list[dict[str, Any]]]:
+    """Every batch of searches ``client.multi_search`` sends from now on, in order."""
+    batches: list[list[dict[str, Any]]] = []
+    inner = client.multi_search
+
+    async def recording(searches: Any) -> Any:
+        batches.append(list(searches))
+        return await inner(searches)
+
+    client.multi_search = recording
+    return batches
+
+
 async def placements(dsn: str) -> list[tuple[str, str, str]]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT tenant, alias, state FROM typesense_placements ORDER BY tenant")
@@ -180,18 +193,11 @@ async def test_a_tenant_in_a_pair_of_its_own_is_searched_without_its_key_and_get
         # The superseded memory's documents are in the pair, for as_of.
         assert await braid.runtime.typesense.count(own, f"superseded_at:<{NEVER}") == 1
 
-        sent: list[dict[str, Any]] = []
-        client = braid.runtime.typesense
-        inner = client.multi_search
-
-        async def recording(searches: Any) -> Any:
-            sent.extend(searches)
-            return await inner(searches)
-
-        client.multi_search = recording  # type: ignore[method-assign]
+        batches = record_searches(braid.runtime.typesense)
         out = await braid.recall("home port", sources=["typesense"], top_k=5)
         ids = [i["id"] for i in out["items"]]
         assert new in ids and old not in ids, out["items"]
+        sent = [s for batch in batches for s in batch]
         assert {s["collection"] for s in sent} == {own, f"{own}_vectors"}
         assert all("current_key" not in s.get("filter_by", "") for s in sent), sent
         # The source's own answer, before the engine checks it against Postgres.
@@ -199,16 +205,18 @@ async def test_a_tenant_in_a_pair_of_its_own_is_searched_without_its_key_and_get
         hits = await source.search(SearchQuery(tenant="tenant-a", text="home port", vector=None, limit=20))
         assert new in [h.id for h in hits] and old not in [h.id for h in hits], hits
 
-        sent.clear()
+        batches.clear()
         out = await braid.recall("home port", sources=["typesense"], top_k=5, as_of=stamp(days=1))
         ids = [i["id"] for i in out["items"]]
         assert old in ids and new not in ids, out["items"]
+        sent = [s for batch in batches for s in batch]
         assert sent and all(A in s["filter_by"] for s in sent), sent
 
         # A tenant sharing its group's pair is still narrowed by its key.
-        sent.clear()
+        batches.clear()
         out = await braid.recall("home port", key=AGENT_B, sources=["typesense"], top_k=5)
         assert len(out["items"]) == 3
+        sent = [s for batch in batches for s in batch]
         b = f"current_key:={tenant_key('tenant-b')}"
         assert sent and all(b in s["filter_by"] for s in sent), sent
 
@@ -237,26 +245,18 @@ async def test_a_tenant_whose_superseded_documents_fill_its_candidates_is_search
         assert braid.runtime.index.alias_of("tenant-a") == own
         assert await braid.runtime.typesense.count(own, f"superseded_at:<{NEVER}") == 20
 
-        sent: list[dict[str, Any]] = []
-        client = braid.runtime.typesense
-        inner = client.multi_search
-
-        async def recording(searches: Any) -> Any:
-            sent.append({"filters": [s.get("filter_by", "") for s in searches]})
-            return await inner(searches)
-
-        client.multi_search = recording  # type: ignore[method-assign]
+        batches = record_searches(braid.runtime.typesense)
         source = braid.runtime.engine.sources["typesense"]
         query = SearchQuery(tenant="tenant-a", text="port log", vector=None, limit=10)
         hits = await source.search(query)
         assert len(hits) == 10 and {h.id for h in hits} <= set(new), hits
         key = f"current_key:={tenant_key('tenant-a')}"
-        assert not any(key in f for f in sent[0]["filters"]), sent
-        assert all(key in f for f in sent[-1]["filters"]), sent
-        sent.clear()
+        assert not any(key in s.get("filter_by", "") for s in batches[0]), batches
+        assert all(key in s.get("filter_by", "") for s in batches[-1]), batches
+        batches.clear()
         again = await source.search(query)
         assert [h.id for h in again] == [h.id for h in hits]
-        assert sent and all(key in f for batch in sent for f in batch["filters"]), sent
+        assert batches and all(key in s.get("filter_by", "") for batch in batches for s in batch), batches
 
 
 async def test_a_placement_job_with_a_tier_is_refused(braid: Braid) -> None:
