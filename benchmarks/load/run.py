@@ -958,23 +958,15 @@ async def direct_baselines(
     ``keyword`` and ``vectors`` collections, with the tenant filter unless
     they are the big tenant's own pair), as the report's ``direct``."""
     ef_search = cfg.tiers["session"].ef_search
-    own = keyword != KEYWORD_ALIAS
+    candidates = cfg.source("typesense").candidates
+    tenant_filter = keyword == KEYWORD_ALIAS  # else the big tenant's own pair
     return {
         "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, cpu),
         "typesense": await direct_typesense(
-            ts_url,
-            ts_key,
-            corpus,
-            cfg.source("typesense").candidates,
-            clients,
-            seconds,
-            cpu,
-            vectors,
-            keywords=keyword,
-            tenant_filter=not own,
+            ts_url, ts_key, corpus, candidates, clients, seconds, cpu, vectors, keyword, tenant_filter
         ),
         "ef_search": ef_search,
-        "tenant_filter": not own,
+        "tenant_filter": tenant_filter,
         "keyword_collection": keyword,
         "vector_collection": vectors,
     }
