@@ -229,9 +229,9 @@ class GraphConfig(_Base, frozen=True):
     #: mentions than this is walked by Postgres, as are recalls with
     #: ``as_of`` and ``fanout`` 0 (request filters send the memory step
     #: there). 0 turns the cache off.
-    cache_rows: Annotated[int, Meta(ge=0, le=100_000_000)] = 200_000
+    cache_rows: Annotated[int, Meta(ge=0, le=100_000_000)] = 1_500_000
     #: Most relations + mentions kept over all tenants (least recently recalled go first).
-    cache_total_rows: Annotated[int, Meta(ge=0, le=1_000_000_000)] = 1_000_000
+    cache_total_rows: Annotated[int, Meta(ge=0, le=1_000_000_000)] = 2_000_000
 
 
 class LifecycleConfig(_Base, frozen=True):
