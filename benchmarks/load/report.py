@@ -327,6 +327,11 @@ def _markdown(report: dict[str, Any]) -> str:
     ]
     lines += _hnsw_table(report.get("hnsw"))
     lines += ["", f"Health at the end: `{json.dumps(report['health_end'])}`"]
+    if report.get("graph_cache_before_recalls") is not None:  # reports from before it was read lack it
+        lines += [
+            "",
+            f"Graph copies in the service before the recall rows: `{json.dumps(report['graph_cache_before_recalls'])}`",
+        ]
     return "\n".join(lines) + "\n"
 
 
