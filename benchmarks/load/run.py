@@ -752,9 +752,9 @@ async def recall_latency(
     cpu: Callable[[], dict[str, float]],
     text_vectors: Sequence[Sequence[float]] = (),
 ) -> list[dict[str, Any]]:
-    """The recall rows: each source and the fused recall with the corpus'
-    vectors supplied, at each client count; then, at 1 client over the
-    distinct query texts, the fused recall with the vectors the service's
+    """The recall rows (the caller warms the pools first): each source and
+    the fused recall with the corpus' vectors supplied, at each client
+    count; then, at 1 client over the distinct query texts, the fused recall with the vectors the service's
     model makes for them supplied (``text_vectors``, one per distinct text,
     when given), then text only, cold (the service embeds each) and cached
     (each again). The cold and cached rows search with the model's vectors,
@@ -762,7 +762,6 @@ async def recall_latency(
     with the same vectors, tells what embedding adds."""
     rows = []
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
-    await timed(client, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
         bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
         for c in clients:
@@ -1101,14 +1100,17 @@ async def run(
             await wait_drained(client)
             async with LeanClient(svc.url, max_connections=64) as lean:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
-                # Recalls before the wait for an idle stack: a tenant's first
-                # graph read (graph.cacheRows) runs in the background and is
-                # waited out here, not counted in the first row.
-                warm = [
-                    _encode({"query": q["text"], "embedding": v.tolist()})
-                    for q, v in zip(corpus.queries, corpus.query_vectors)
-                ]
-                await timed(lean, recall_headers, warm[:50], 4, 0)
+                # Recalls before the wait for an idle stack: they warm the pools,
+                # and a tenant's first graph read (graph.cacheRows), which runs
+                # in the background, is waited out here, not counted in the first row.
+                warm = zip(corpus.queries[:50], corpus.query_vectors[:50])
+                await timed(
+                    lean,
+                    recall_headers,
+                    [_encode({"query": q["text"], "embedding": v.tolist()}) for q, v in warm],
+                    4,
+                    0,
+                )
                 report["quiet_before_recalls"] = await quiet(meter)
                 report["graph_cache_before_recalls"] = (
                     (await client.get("/health")).json()["backends"]["graph"].get("cache")
