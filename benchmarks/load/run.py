@@ -754,12 +754,13 @@ async def recall_latency(
 ) -> list[dict[str, Any]]:
     """The recall rows (the caller warms the pools first): each source and
     the fused recall with the corpus' vectors supplied, at each client
-    count; then, at 1 client over the distinct query texts, the fused recall with the vectors the service's
-    model makes for them supplied (``text_vectors``, one per distinct text,
-    when given), then text only, cold (the service embeds each) and cached
-    (each again). The cold and cached rows search with the model's vectors,
-    not the corpus' synthetic ones, so only the row beside them, searching
-    with the same vectors, tells what embedding adds."""
+    count; then, at 1 client over the distinct query texts, the fused
+    recall with the vectors the service's model makes for them supplied
+    (``text_vectors``, one per distinct text, when given), then text only,
+    cold (the service embeds each) and cached (each again). The cold and
+    cached rows search with the model's vectors, not the corpus' synthetic
+    ones, so only the row beside them, searching with the same vectors,
+    tells what embedding adds."""
     rows = []
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
