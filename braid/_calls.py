@@ -103,8 +103,9 @@ def recall(query: str, options: Mapping[str, Any]) -> Call[m.Recall]:
     return Call("POST", "/v1/recall", m.Recall, _encode(body))
 
 
-def start_reindex(target: str, tier: str | None) -> Call[m.JobStarted]:
+def start_reindex(target: str, tier: str | None, tenant: str | None = None) -> Call[m.JobStarted]:
     body: dict[str, Any] = {"target": target} | ({} if tier is None else {"tier": tier})
+    body |= {} if tenant is None else {"tenant": tenant}
     return Call("POST", "/admin/reindex", m.JobStarted, _encode(body), idempotent=False)
 
 

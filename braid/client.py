@@ -38,7 +38,7 @@ USER_AGENT = "braid-client/0.1.0"
 DEFAULT_RETRY = Retry()
 
 Strategy = Literal["auto", "semantic", "keyword", "recent"]
-ReindexTarget = Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement"]
+ReindexTarget = Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement", "import"]
 
 
 def _settings(url: str | None, api_key: str | None, timeout: float | httpx.Timeout) -> dict[str, Any]:
@@ -174,10 +174,13 @@ class Client:
 
     # --- admin ----------------------------------------------------------------
 
-    def start_reindex(self, target: ReindexTarget = "all", *, tier: str | None = None) -> m.JobStarted:
-        """Start a reindex job (admin key); :class:`~braid.errors.Conflict` names
+    def start_reindex(
+        self, target: ReindexTarget = "all", *, tier: str | None = None, tenant: str | None = None
+    ) -> m.JobStarted:
+        """Start a reindex job (admin key; ``tenant``: the tenant an ``import``
+        job prepares for a bulk load); :class:`~braid.errors.Conflict` names
         the running one (``job_id``) if one is queued or running."""
-        return self._send(calls.start_reindex(target, tier))
+        return self._send(calls.start_reindex(target, tier, tenant))
 
     def reindex_job(self, job_id: str) -> m.Job:
         """A reindex job's status and progress (admin key)."""
@@ -327,9 +330,11 @@ class AsyncClient:
         options = {k: v for k, v in locals().items() if k not in ("self", "query")}
         return await self._send(calls.recall(query, options))
 
-    async def start_reindex(self, target: ReindexTarget = "all", *, tier: str | None = None) -> m.JobStarted:
+    async def start_reindex(
+        self, target: ReindexTarget = "all", *, tier: str | None = None, tenant: str | None = None
+    ) -> m.JobStarted:
         """See :meth:`Client.start_reindex`."""
-        return await self._send(calls.start_reindex(target, tier))
+        return await self._send(calls.start_reindex(target, tier, tenant))
 
     async def reindex_job(self, job_id: str) -> m.Job:
         """See :meth:`Client.reindex_job`."""

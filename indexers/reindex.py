@@ -31,6 +31,13 @@ them. While a job runs, recalls keep using the old index:
   other, to a Typesense collection pair of its own (:mod:`indexers.placement`).
   Progress: the tenants moved of those found (``done``/``total``), and the
   current move's phase and memories copied (``current``).
+* **import** (with ``tenant``): the tenant made ready for a bulk load: its
+  own HNSW indexes reserved (:func:`indexers.own_index.reserve_own_indexes`:
+  its writes insert into no HNSW index until the next ``placement`` job
+  builds them in one pass each), then the tenant moved to a Typesense
+  collection pair of its own. Progress under ``import``: the ``tenant``, the
+  tiers ``reserved``, the move (``typesense``) and the ``phase``
+  (``importing`` once done: load, then run a ``placement`` job).
 * **pgvector**: each tier's HNSW index is rebuilt CONCURRENTLY with the
   tier's current m / ef_construction and swapped in. A decayed tier whose
   fold needs a new epoch (a new half-life, re-centring, a tier folded for the
@@ -74,9 +81,17 @@ from config import BraidError, ConfigHolder
 from .base import BackendError, MemoryRecord, postgres_errors
 from .embedding import Embedder
 from .extraction import Extractors
-from .own_index import place_indexes
+from .own_index import place_indexes, reserve_own_indexes
 from .pgvector import rebuild_index
-from .placement import PlacementWatcher, clear_group, move_tenant, moved_with_leftovers, replay, tenants_to_move
+from .placement import (
+    PlacementWatcher,
+    clear_group,
+    move_tenant,
+    moved_with_leftovers,
+    read_placements,
+    replay,
+    tenants_to_move,
+)
 from .postgres import PostgresStore, entity_text
 from .postgres.fold import RECENTRE_EXPONENT, read_epochs
 from .postgres.reembed import (
@@ -213,9 +228,10 @@ class ReindexJobs:
                 await index.drop_collection(old)
                 log.info("dropped %s, replaced by the unfinished reindex's %s", old, new)
 
-    async def start(self, target: str, tier: str | None) -> str:
-        """Queue a job; :class:`ReindexBusy` if one is queued or running (a
-        unique index on the active jobs decides, across processes too)."""
+    async def start(self, target: str, tier: str | None, *, tenant: str | None = None) -> str:
+        """Queue a job (``tenant``: an ``import`` job's); :class:`ReindexBusy`
+        if one is queued or running (a unique index on the active jobs
+        decides, across processes too)."""
         job_id = uuid.uuid4().hex
         with postgres_errors("write"):
             # Locked before the row exists: no process can see the job unlocked.
@@ -223,8 +239,8 @@ class ReindexJobs:
             try:
                 await lock.execute(f"SELECT pg_advisory_lock({_JOB_LOCK})", (job_id,))
                 await lock.execute(
-                    "INSERT INTO reindex_jobs (id, target, tier, status) VALUES (%s, %s, %s, 'queued')",
-                    (job_id, target, tier),
+                    "INSERT INTO reindex_jobs (id, target, tier, status, progress) VALUES (%s, %s, %s, 'queued', %s)",
+                    (job_id, target, tier, Jsonb({} if tenant is None else {"import": {"tenant": tenant}})),
                 )
             except psycopg.errors.UniqueViolation:
                 cur = await lock.execute("SELECT id FROM reindex_jobs WHERE status IN ('queued', 'running')")
@@ -234,7 +250,7 @@ class ReindexJobs:
             except BaseException:
                 await self._release(lock, job_id)
                 raise
-        self._spawn(lambda: self._run(job_id, target, tier, lock))
+        self._spawn(lambda: self._run(job_id, target, tier, lock, tenant))
         return job_id
 
     async def _release(self, lock: psycopg.AsyncConnection[Any], job_id: str) -> None:
@@ -307,14 +323,16 @@ class ReindexJobs:
         async with self._store.pool.connection() as conn:
             await conn.execute(f"UPDATE reindex_jobs SET {sets} WHERE id = %(id)s", fields)
 
-    async def _run(self, job_id: str, target: str, tier: str | None, lock: psycopg.AsyncConnection[Any]) -> None:
+    async def _run(
+        self, job_id: str, target: str, tier: str | None, lock: psycopg.AsyncConnection[Any], tenant: str | None
+    ) -> None:
         try:
-            await self._run_locked(job_id, target, tier)
+            await self._run_locked(job_id, target, tier, tenant)
         finally:
             await self._release(lock, job_id)
 
-    async def _run_locked(self, job_id: str, target: str, tier: str | None) -> None:
-        progress: dict[str, Any] = {}
+    async def _run_locked(self, job_id: str, target: str, tier: str | None, tenant: str | None) -> None:
+        progress: dict[str, Any] = {} if tenant is None else {"import": {"tenant": tenant}}
 
         async def report(update: dict[str, Any]) -> None:
             for key, value in update.items():
@@ -333,6 +351,9 @@ class ReindexJobs:
                 await self._graph(report)
             if target == "placement":
                 await self._placement(report)
+            if target == "import":
+                assert tenant is not None
+                await self._import(tenant, report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
@@ -423,6 +444,27 @@ class ReindexJobs:
         }
         if cleared:
             await report({"placement": {"cleared": cleared}})
+
+    async def _import(self, tenant: str, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Make ``tenant`` ready for a bulk load: its own HNSW indexes
+        reserved in every memory tier ranked by similarity (its writes insert
+        into no HNSW index until the next ``placement`` job builds them in one
+        pass each: :func:`~indexers.own_index.reserve_own_indexes`), then the
+        tenant moved to a Typesense collection pair of its own (unless it is
+        there already), so a load never fills a shared group to be copied
+        out of it afterwards."""
+        if self._placements is None:
+            raise RuntimeError("this service has no placement watcher")
+        pool = self._store.pool
+        tiers = await reserve_own_indexes(pool, self._config.current, tenant)
+        await report({"import": {"reserved": tiers, "phase": "moving"}})
+        placed = await read_placements(pool)
+        if tenant in placed and placed[tenant].state == "live":
+            await report({"import": {"typesense": {"phase": "moved", "alias": placed[tenant].alias}}})
+        else:
+            step = functools.partial(_merged, report, "import", "typesense", {})
+            await move_tenant(pool, self._index, self._sync, self._placements, tenant, step)
+        await report({"import": {"phase": "importing"}})
 
     async def _typesense(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         await self.clear_leftovers()

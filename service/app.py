@@ -347,7 +347,7 @@ def _at_least(header: str | None) -> int:
 )
 async def start_reindex(data: JSONBody[ReindexIn], state: State) -> JobStartedOut:
     validate.reindex(data, _runtime(state).engine.config.current)
-    job_id = await _runtime(state).jobs.start(data.target, data.tier)
+    job_id = await _runtime(state).jobs.start(data.target, data.tier, tenant=data.tenant)
     return JobStartedOut(job_id=job_id)
 
 

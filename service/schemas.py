@@ -19,6 +19,7 @@ from litestar.openapi.spec import OpenAPIType, Reference, Schema
 from litestar.typing import FieldDefinition
 from msgspec import Meta
 
+from config import NAME_PATTERN
 from indexers.base import MemoryRecord
 from indexers.bookkeeping import BookkeepingStats
 from indexers.cache import CacheStats
@@ -352,11 +353,17 @@ class ReindexIn(_In, frozen=True):
     #: made, embedded again by the service's ``embedding.model``; ``graph``:
     #: entities and relations extracted again from every memory by the
     #: extractor ``graph.extract`` names (links made before stay);
-    #: ``placement``: every tenant with ``typesense.ownCollectionAbove``
-    #: memories or more moved to a Typesense collection pair of its own.
-    target: Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement"]
+    #: ``placement``: tenants with ``postgres.ownIndexAbove`` memories or
+    #: more in a tier given HNSW indexes of their own, and those with
+    #: ``typesense.ownCollectionAbove`` or more moved to a Typesense
+    #: collection pair of their own; ``import``: ``tenant`` made ready for a
+    #: bulk load (its own Typesense pair now, its own HNSW indexes reserved
+    #: and built in one pass by the next ``placement`` job).
+    target: Literal["typesense", "pgvector", "all", "embeddings", "graph", "placement", "import"]
     #: Only with ``pgvector`` or ``all``: the one tier whose index is rebuilt.
     tier: Label | None = None
+    #: Only with ``import`` (and required there): the tenant to be loaded.
+    tenant: Annotated[str, Meta(pattern=NAME_PATTERN)] | None = None
 
 
 class JobStartedOut(msgspec.Struct):

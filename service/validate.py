@@ -349,6 +349,17 @@ def reindex(body: ReindexIn, cfg: BraidConfig) -> None:
         raise InputError("tier applies to pgvector indexes; a graph job extracts from every memory")
     if body.tier is not None and body.target == "placement":
         raise InputError("tier applies to pgvector indexes; a placement job moves tenants in Typesense")
+    if body.tier is not None and body.target == "import":
+        raise InputError("tier applies to pgvector indexes; an import job prepares every tier of its tenant")
+    if body.target == "import" and body.tenant is None:
+        raise InputError("target import needs `tenant`: the tenant about to be bulk loaded")
+    if body.target != "import" and body.tenant is not None:
+        raise InputError(f"tenant applies to target import only, not {body.target}")
+    if body.target == "import" and cfg.postgres.own_index_above is None:
+        raise InputError(
+            "target import reserves HNSW indexes of the tenant's own, built by the next placement job,"
+            " which builds none while postgres.ownIndexAbove is null; set it"
+        )
     if body.target == "graph" and cfg.graph.extract == "none":
         raise InputError("target graph extracts with graph.extract, which is `none`; set an extractor (`spacy`)")
 

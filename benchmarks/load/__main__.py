@@ -39,6 +39,12 @@ def main() -> None:
         help="run the placement job once the big tenant holds this many memories (default: after the load)",
     )
     parser.add_argument(
+        "--import",
+        dest="bulk_import",
+        action="store_true",
+        help="prepare the big tenant with an `import` admin job before the load (placed after it)",
+    )
+    parser.add_argument(
         "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
     )
     args = parser.parse_args()
@@ -59,6 +65,7 @@ def main() -> None:
             steady_rates=tuple(int(r) for r in args.steady_rates.split(",")),
             sets=args.set,
             place_at=args.place_at,
+            bulk_import=args.bulk_import,
         )
     )
     report.update(

@@ -163,6 +163,19 @@ def _placement_row(placement: dict[str, Any] | None) -> str:
     )
 
 
+def _import_row(prepared: dict[str, Any] | None) -> str | None:
+    """The ``import`` job run for the big tenant before the load (``--import``)."""
+    if prepared is None:
+        return None
+    done = prepared["progress"]["import"]
+    alias = done.get("typesense", {}).get("alias", "none")
+    reserved = ", ".join(f"{done['tenant']}/{tier}" for tier in done["reserved"]) or "none"
+    return (
+        f"| import job before the load (`--import`) | {prepared['seconds']:.1f} s; own HNSW indexes reserved:"
+        f" {reserved}; Typesense pair of its own: {alias} |"
+    )
+
+
 def _settle_row(settle: dict[str, Any] | None) -> str:
     """Postgres left with no maintenance pending before the raw baselines
     (absent from older reports, whose raw phases could absorb autovacuum)."""
@@ -226,6 +239,7 @@ def _markdown(report: dict[str, Any]) -> str:
         f"| CPU ms per row, raw Postgres `COPY` (into a copy of `memories` with its indexes; {report.get('raw_postgres', {}).get('rows', '–')} rows) | {_cpu(report.get('raw_postgres', {}).get('cpu_ms_per_row'))} |",
         f"| write errors | {w['error_count']} {'; '.join(w['errors'][:3])} |",
         f"| graph load | {report['graph_load']['relations']} relations in {report['graph_load']['seconds']:.1f} s, errors {len(report['graph_load']['errors'])} |",
+        *filter(None, [_import_row(report.get("import"))]),
         _placement_row(report.get("placement")),
         _settle_row(report.get("settle")),
         _quiet_row(report),

@@ -247,8 +247,37 @@ async def place(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, A
     """Run the ``placement`` admin job, as an operator would once a tenant
     has grown (own HNSW indexes past ``postgres.ownIndexAbove``, Typesense
     pairs past ``typesense.ownCollectionAbove``); its seconds and progress."""
+    job = await admin_job(client, admin, {"target": "placement"})
+    own = job["progress"].get("pgvector", {})
+    moved = job["progress"].get("placement", {})
+    print(
+        f"load: placement in {job['seconds']:.1f} s: own HNSW indexes {own.get('indexes', [])},"
+        f" Typesense pairs {moved.get('tenants', [])}",
+        flush=True,
+    )
+    return job
+
+
+async def prepare_import(client: httpx.AsyncClient, admin: dict[str, str], tenant: str) -> dict[str, Any]:
+    """Run the ``import`` admin job for ``tenant``, as an operator would
+    before bulk loading it: its own HNSW indexes reserved (built by the
+    placement job after the load) and its own Typesense pair; its seconds
+    and progress."""
+    job = await admin_job(client, admin, {"target": "import", "tenant": tenant})
+    done = job["progress"]["import"]
+    print(
+        f"load: import of {tenant} prepared in {job['seconds']:.1f} s: own HNSW indexes reserved in"
+        f" {done['reserved']}, Typesense pair {done.get('typesense', {}).get('alias')}",
+        flush=True,
+    )
+    return job
+
+
+async def admin_job(client: httpx.AsyncClient, admin: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """Start the admin job ``body`` names and wait for it: its seconds and
+    progress; raises if it did not end ``done``."""
     start = time.perf_counter()
-    r = await client.post("/admin/reindex", json={"target": "placement"}, headers=admin)
+    r = await client.post("/admin/reindex", json=body, headers=admin)
     r.raise_for_status()
     job_id = r.json()["job_id"]
     while True:
@@ -257,16 +286,8 @@ async def place(client: httpx.AsyncClient, admin: dict[str, str]) -> dict[str, A
             break
         await asyncio.sleep(0.25)
     if job["status"] != "done":
-        raise RuntimeError(f"placement job {job['status']}: {job.get('error')}")
-    seconds = time.perf_counter() - start
-    own = job["progress"].get("pgvector", {})
-    moved = job["progress"].get("placement", {})
-    print(
-        f"load: placement in {seconds:.1f} s: own HNSW indexes {own.get('indexes', [])},"
-        f" Typesense pairs {moved.get('tenants', [])}",
-        flush=True,
-    )
-    return {"seconds": seconds, "progress": job["progress"]}
+        raise RuntimeError(f"{body['target']} job {job['status']}: {job.get('error')}")
+    return {"seconds": time.perf_counter() - start, "progress": job["progress"]}
 
 
 async def wait_drained(
@@ -991,6 +1012,7 @@ async def run(
     steady_rates: tuple[int, ...] = (50,),
     sets: Sequence[Override] = (),
     place_at: int | None = None,
+    bulk_import: bool = False,
 ) -> dict[str, Any]:
     """The whole load benchmark (the module docstring). The placement job
     runs after the load, or with ``place_at`` once the big tenant's first
@@ -998,7 +1020,12 @@ async def run(
     as an operator would run it when a tenant passes the thresholds; the
     rest is written after it. The write figures (seconds, batch latencies,
     CPU a memory, load + drain included) leave the pause out: the job and
-    the drain of the first part's outbox before it."""
+    the drain of the first part's outbox before it. With ``bulk_import``
+    the big tenant is prepared by an ``import`` job before the load (as an
+    operator would before loading a tenant known to be large) and placed
+    after it."""
+    if bulk_import and place_at is not None:
+        raise ValueError("bulk_import places the big tenant after the load; place_at cannot apply")
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
     admin = secrets.token_urlsafe(24)
     cfg_text = config_text(keys, sets, admin)
@@ -1021,6 +1048,8 @@ async def run(
         ):
             print("load: graph", flush=True)
             report["graph_load"] = await graph_load(client, corpus, headers)
+            if bulk_import:
+                report["import"] = await prepare_import(client, {"Authorization": f"Bearer {admin}"}, BIG_TENANT)
             print("load: memories", flush=True)
             meter = CpuMeter(svc.processes)
             jobs = load_jobs(corpus, batch)

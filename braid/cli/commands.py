@@ -122,8 +122,11 @@ def sources_table(answer: Recall) -> Table:
 
 @app.command(rich_help_panel="Admin")
 def reindex(
-    target: Annotated[str, typer.Argument(help="typesense, pgvector, all, embeddings, graph or placement.")] = "all",
+    target: Annotated[
+        str, typer.Argument(help="typesense, pgvector, all, embeddings, graph, placement or import.")
+    ] = "all",
     tier: Annotated[str | None, typer.Option(help="With pgvector or all: only this tier.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="With import: the tenant about to be bulk loaded.")] = None,
     job: Annotated[str | None, typer.Option(help="Follow this job instead of starting one.")] = None,
     follow: Annotated[bool, typer.Option(help="Follow the job's progress until it ends.")] = True,
     poll: Annotated[float, typer.Option(help="Seconds between progress reads.", min=0.05)] = 0.5,
@@ -135,12 +138,15 @@ def reindex(
     with reporting(url), connect(url, key) as client:
         if job is None:
             try:
-                job = client.start_reindex(target, tier=tier).job_id  # type: ignore[arg-type]
+                job = client.start_reindex(target, tier=tier, tenant=tenant).job_id  # type: ignore[arg-type]
             except Conflict as exc:
                 fail(
                     f"a reindex is already queued or running: job {exc.job_id}; follow it with `braid reindex --job {exc.job_id}`"
                 )
-            err.print(f"reindex job {job} started ({target}{f', tier {tier}' if tier else ''})")
+            err.print(
+                f"reindex job {job} started ({target}{f', tier {tier}' if tier else ''}"
+                f"{f', tenant {tenant}' if tenant else ''})"
+            )
         if not follow:
             out.print(job)
             return

@@ -402,3 +402,150 @@ async def test_a_placement_job_gives_a_large_tenant_its_own_hnsw_index_which_its
         # The other tenant has none of its own; its recall is untouched.
         out = await braid.recall("fixed bicycle", key=AGENT_B, top_k=10, sources=["pgvector"])
         assert len(out["items"]) == 5
+
+
+async def own_rows(dsn: str, tenant: str) -> tuple[int, int]:
+    """``tenant``'s memories flagged ``own`` and not."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FILTER (WHERE own), count(*) FILTER (WHERE NOT own) FROM memories WHERE tenant = %s",
+            (tenant,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+
+async def test_an_import_job_keeps_a_tenants_load_out_of_every_hnsw_index_until_placement_builds_its_own(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    """``import``: the tenant's own indexes are reserved (recorded, not
+    built) and it moves to a Typesense pair of its own before its load;
+    every row it writes is flagged ``own`` (in no shared graph) and still
+    found, exactly; the next placement job builds the indexes in one pass."""
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = placing(alias, 10**6)  # only the import moves a tenant in Typesense
+    session = msgspec.structs.replace(cfg.tiers["session"], exact_below=10)
+    cfg = msgspec.structs.replace(
+        cfg,
+        tiers={**cfg.tiers, "session": session},
+        postgres=msgspec.structs.replace(cfg.postgres, own_index_above=20),
+    )
+    app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        before = await braid.remember(*({"content": f"Aiko's early log {n}: left harbour {n}"} for n in range(12)))
+        assert (await own_rows(dsn, "tenant-a"))[1] > 0  # past exactBelow: in the shared index
+
+        r = await braid.post("/admin/reindex", {"target": "import", "tenant": "tenant-a"}, key=ADMIN_A)
+        assert r.status_code == 202, r.text
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done", job
+        done = job["progress"]["import"]
+        own = own_alias(alias, "tenant-a")
+        assert done["tenant"] == "tenant-a" and done["phase"] == "importing"
+        assert sorted(done["reserved"]) == sorted(cfg.memory_tiers)
+        assert done["typesense"]["alias"] == own and done["typesense"]["phase"] == "moved"
+        assert await placements(dsn) == [("tenant-a", own, "live")]
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute("SELECT tier, name, to_regclass(name) FROM pgvector_own_indexes ORDER BY tier")
+            assert await cur.fetchall() == sorted((t, own_index_name(t, "tenant-a"), None) for t in cfg.memory_tiers)
+        assert await own_rows(dsn, "tenant-a") == (len(before), 0)
+
+        # The load: every row flagged, none in a shared graph, all found.
+        ids = await braid.remember(*({"content": f"Aiko's logbook entry {n}: sailed to island {n}"} for n in range(20)))
+        [anchor] = await braid.remember({"content": "Aiko keeps the ship's cat, Miso, in the galley"})
+        b = await braid.remember(*({"content": f"Bruno fixed bicycle {n}"} for n in range(15)), key=AGENT_B)
+        assert await own_rows(dsn, "tenant-a") == (len(before) + len(ids) + 1, 0)
+        assert (await own_rows(dsn, "tenant-b"))[1] > 0  # another tenant's rows go on into the shared graph
+        out = await braid.recall("the ship's cat Miso", sources=["pgvector"], top_k=5)
+        assert out["items"][0]["id"] == anchor and not out["degraded"]
+        out = await braid.recall("sailed to island", sources=["pgvector"], top_k=10)
+        assert {i["id"] for i in out["items"]} <= set(ids) | set(before) | {anchor} and len(out["items"]) == 10
+        await braid.synced()
+        assert await braid.runtime.typesense.count(own) == len(before) + len(ids) + 1
+        assert await braid.runtime.typesense.count(alias, A) == 0
+        out = await braid.recall("the ship's cat Miso", sources=["typesense"], top_k=5)
+        assert out["items"][0]["id"] == anchor
+
+        r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "done", job
+        session_rows = len(before) + len(ids) + 1
+        # The session tier's reservation is built; the rag tier's (no rows) is dropped.
+        assert job["progress"]["pgvector"]["indexes"] == [
+            {"tenant": "tenant-a", "tier": "session", "memories": session_rows}
+        ]
+        assert job["progress"]["pgvector"]["dropped"] == [
+            {"tenant": "tenant-a", "tier": t} for t in sorted(cfg.memory_tiers) if t != "session"
+        ]
+        name = own_index_name("session", "tenant-a")
+        with anyio.fail_after(60):
+            while await index_scans(dsn, name) == 0:
+                out = await braid.recall("the ship's cat Miso", sources=["pgvector"], top_k=5)
+                assert out["items"][0]["id"] == anchor and not out["degraded"]
+                await anyio.sleep(0.5)
+        assert await own_rows(dsn, "tenant-a") == (session_rows, 0)
+        out = await braid.recall("fixed bicycle", key=AGENT_B, top_k=20, sources=["pgvector"])
+        assert sorted(i["id"] for i in out["items"]) == sorted(b)
+
+
+async def test_an_import_that_would_pass_the_own_index_cap_reserves_nothing(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = placing(alias, 10**6)
+    cfg = msgspec.structs.replace(
+        cfg, postgres=msgspec.structs.replace(cfg.postgres, own_index_above=20, own_indexes_max=1)
+    )
+    assert len(cfg.memory_tiers) > 1
+    app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        r = await braid.post("/admin/reindex", {"target": "import", "tenant": "tenant-a"}, key=ADMIN_A)
+        job = await wait_job(braid, r.json()["job_id"])
+        assert job["status"] == "failed"
+        assert "would pass postgres.ownIndexesMax (1; 0 recorded)" in job["error"], job
+        assert await placements(dsn) == []
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute("SELECT count(*) FROM pgvector_own_indexes")
+            assert await cur.fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"target": "import"}, "target import needs `tenant`: the tenant about to be bulk loaded"),
+        (
+            {"target": "import", "tenant": "tenant-a", "tier": "session"},
+            "tier applies to pgvector indexes; an import job prepares every tier of its tenant",
+        ),
+        ({"target": "placement", "tenant": "tenant-a"}, "tenant applies to target import only, not placement"),
+    ],
+)
+async def test_an_import_job_without_its_tenant_or_with_a_tier_is_refused(
+    braid: Braid, body: dict[str, Any], detail: str
+) -> None:
+    r = await braid.post("/admin/reindex", body, key=ADMIN_A)
+    assert r.status_code == 400
+    assert r.json()["detail"] == detail
+
+
+async def test_an_import_job_for_a_malformed_tenant_is_refused(braid: Braid) -> None:
+    r = await braid.post("/admin/reindex", {"target": "import", "tenant": "no spaces; please"}, key=ADMIN_A)
+    assert r.status_code == 400
+    assert "tenant" in r.json()["detail"], r.text
+
+
+async def test_an_import_job_is_refused_while_no_own_index_would_ever_be_built(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = placing(alias, 10**6)
+    cfg = msgspec.structs.replace(cfg, postgres=msgspec.structs.replace(cfg.postgres, own_index_above=None))
+    app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
+    async with serve(app) as client:
+        braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
+        r = await braid.post("/admin/reindex", {"target": "import", "tenant": "tenant-a"}, key=ADMIN_A)
+        assert r.status_code == 400
+        assert "postgres.ownIndexAbove is null" in r.json()["detail"], r.text

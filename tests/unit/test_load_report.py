@@ -96,3 +96,13 @@ def test_the_settle_row_says_whether_the_raw_baselines_ran_on_a_quiet_postgres()
     assert "no (older run)" in _settle_row(None)
     row = _settle_row({"seconds": 3.25, "autovacuum_workers": 2})
     assert "3.2 s" in row and "running when it began: 2" in row
+
+
+def test_the_import_row_names_the_reserved_indexes_and_the_pair_and_is_absent_without_import() -> None:
+    from benchmarks.load.report import _import_row
+
+    assert _import_row(None) is None
+    progress = {"import": {"tenant": "big", "reserved": ["session", "rag"], "typesense": {"alias": "mem__own_x"}}}
+    row = _import_row({"seconds": 44.04, "progress": progress})
+    assert row is not None
+    assert "44.0 s" in row and "big/session, big/rag" in row and "mem__own_x" in row
