@@ -72,7 +72,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, TierConfig
 
 from .postgres.fold import read_epochs
-from .postgres.sql import tier_hnsw_ddl
+from .postgres.sql import build_memory, tier_hnsw_ddl
 from .postgres.unshared import is_small
 
 __all__ = [
@@ -155,15 +155,12 @@ async def tier_builds(pool: AsyncConnectionPool, tier: str) -> list[tuple[str, s
         return [(name, quoted) for name, quoted in await cur.fetchall()]
 
 
-async def _build(conn: psycopg.AsyncConnection[Any], ddl: str, name: str) -> None:
-    """Build ``ddl`` (CONCURRENTLY) as ``name``; an invalid ``name`` left by a build cut short goes first."""
+async def _build(conn: psycopg.AsyncConnection[Any], ddl: str, name: str, memory_mb: int) -> None:
+    """Build ``ddl`` (CONCURRENTLY) as ``name`` with ``memory_mb`` of
+    ``maintenance_work_mem``; an invalid ``name`` left by a build cut short goes first."""
     await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-    # HNSW builds are much faster with room for the graph.
-    await conn.execute("SET maintenance_work_mem = '1GB'")
-    try:
+    async with build_memory(conn, memory_mb):
         await conn.execute(ddl)
-    finally:
-        await conn.execute("RESET maintenance_work_mem")
 
 
 async def _indexed_tiers(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[str]:
@@ -246,7 +243,8 @@ async def place_indexes(
         for i, ((tenant, tier), n, quoted) in enumerate(todo):
             name = own_index_name(tier, tenant)
             log.info("building the own index of tenant %s in tier %s (%d memories)", tenant, tier, n)
-            await _build(conn, own_index_ddl(tier, cfg.tiers[tier], quoted, name, concurrently=True), name)
+            ddl = own_index_ddl(tier, cfg.tiers[tier], quoted, name, concurrently=True)
+            await _build(conn, ddl, name, cfg.postgres.index_build_memory_mb)
             await conn.execute(
                 "INSERT INTO pgvector_own_indexes (tenant, tier, name) VALUES (%s, %s, %s)"
                 " ON CONFLICT (tenant, tier) DO UPDATE SET name = EXCLUDED.name, built_at = clock_timestamp()",

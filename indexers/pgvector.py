@@ -73,7 +73,7 @@ from .postgres.fold import (
     read_epochs,
     retire_older,
 )
-from .postgres.sql import tier_hnsw_ddl
+from .postgres.sql import build_memory, tier_hnsw_ddl
 from .registry import register
 
 __all__ = [
@@ -179,11 +179,8 @@ async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[st
             for name, ddl in wanted:
                 if await _index_exists(conn, name):
                     continue
-                await conn.execute("SET maintenance_work_mem = '1GB'")
-                try:
+                async with build_memory(conn, cfg.postgres.index_build_memory_mb):
                     await conn.execute(ddl)
-                finally:
-                    await conn.execute("RESET maintenance_work_mem")
                 created.append(name)
             _log_pending(tier, t, live)
     return created
@@ -259,13 +256,13 @@ async def rebuild_index(
             return
         if live:
             await _swap_in(
-                pool, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note
+                pool, cfg, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note
             )
             async with pool.connection() as conn:
                 retired = await delete_epochs(conn, tier)
             await _drop(pool, [fold_index_name(tier, e) for e in retired])
             return
-    await _swap_in(pool, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note)
+    await _swap_in(pool, cfg, tier, index_name(tier, cfg), lambda n: index_ddl(tier, cfg, n, concurrently=True), note)
     if tier != cfg.entity_tier:
         await _rebuild_own(pool, cfg, tier, note)
 
@@ -275,21 +272,20 @@ async def _rebuild_own(pool: AsyncConnectionPool, cfg: BraidConfig, tier: str, n
     as the tier's (one recorded but missing is built again)."""
     for name, quoted in await tier_builds(pool, tier):
         ddl = functools.partial(own_index_ddl, tier, cfg.tiers[tier], quoted, concurrently=True)
-        await _swap_in(pool, tier, name, ddl, note)
+        await _swap_in(pool, cfg, tier, name, ddl, note)
 
 
-async def _swap_in(pool: AsyncConnectionPool, tier: str, name: str, ddl: Callable[[str], str], note: Progress) -> None:
+async def _swap_in(
+    pool: AsyncConnectionPool, cfg: BraidConfig, tier: str, name: str, ddl: Callable[[str], str], note: Progress
+) -> None:
     """Build ``ddl`` as ``<name>_rebuild`` CONCURRENTLY, then put it in ``name``'s place."""
     tmp = f"{name}_rebuild"
     async with pool.connection() as conn:
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {tmp}")
         note({"tier": tier, "phase": "building", "index": name})
         # HNSW builds are much faster with room for the graph (64 MB: 60% slower at 100k).
-        await conn.execute("SET maintenance_work_mem = '1GB'")
-        try:
+        async with build_memory(conn, cfg.postgres.index_build_memory_mb):
             await conn.execute(ddl(tmp))
-        finally:
-            await conn.execute("RESET maintenance_work_mem")
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         await conn.execute(f"ALTER INDEX {tmp} RENAME TO {name}")
         note({"tier": tier, "phase": "done", "index": name})
@@ -318,6 +314,7 @@ async def _refold(
         e = live[0]
         await _swap_in(
             pool,
+            cfg,
             tier,
             fold_index_name(tier, e.epoch),
             lambda n: fold_index_ddl(tier, e.epoch, t, n, concurrently=True),

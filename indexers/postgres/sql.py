@@ -4,7 +4,8 @@ records, vectors as parameters, and the SQL conditions of a search's filters."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -190,3 +191,16 @@ def filter_clause(
     conds.append(live)
     params.update(live_params)
     return " AND ".join(conds), params
+
+
+@asynccontextmanager
+async def build_memory(conn: Any, mb: int) -> AsyncIterator[None]:
+    """``maintenance_work_mem`` at ``mb`` MB on ``conn`` while an index is
+    built in the block (reset after): an HNSW build holding its whole graph
+    in memory is much faster than one that outgrows it and goes on on disk
+    (``postgres.indexBuildMemoryMb``)."""
+    await conn.execute(f"SET maintenance_work_mem = '{int(mb)}MB'")
+    try:
+        yield
+    finally:
+        await conn.execute("RESET maintenance_work_mem")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
@@ -313,3 +314,48 @@ async def test_a_tier_reindex_rebuilds_own_indexes_and_a_shrunk_tenant_loses_its
     assert (lowered["total"], lowered["dropped"]) == (0, [{"tenant": "whale", "tier": "rag"}])
     assert [(t, tier) for t, tier, _ in await own_indexes(pool)] == [(ODD, "session")]
     assert own_index_name("rag", "whale") not in await hnsw_indexes(pool)
+
+
+async def test_every_hnsw_build_runs_with_the_configured_build_memory_and_resets_it(
+    postgres: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``postgres.indexBuildMemoryMb`` is the ``maintenance_work_mem`` of
+    the start-up builds, a tier's reindex and a placement job's own index,
+    read from the real server inside each build; the connection's setting
+    is back to its default afterwards."""
+    import indexers.own_index
+    import indexers.pgvector
+    from indexers.postgres.sql import build_memory
+
+    seen: list[str] = []
+    after: list[str] = []
+
+    @asynccontextmanager
+    async def spy(conn: Any, mb: int) -> AsyncIterator[None]:
+        async with build_memory(conn, mb):
+            cur = await conn.execute("SHOW maintenance_work_mem")
+            seen.append((await cur.fetchone())[0])
+            yield
+        cur = await conn.execute("SHOW maintenance_work_mem")
+        after.append((await cur.fetchone())[0])
+
+    monkeypatch.setattr(indexers.pgvector, "build_memory", spy)
+    monkeypatch.setattr(indexers.own_index, "build_memory", spy)
+    cfg = placing(30, exact_below=10)
+    cfg = msgspec.structs.replace(cfg, postgres=msgspec.structs.replace(cfg.postgres, index_build_memory_mb=96))
+    pool = await open_test_pool(postgres)
+    try:
+        async with pool.connection() as conn:
+            cur = await conn.execute("SHOW maintenance_work_mem")
+            default = (await cur.fetchone())[0]  # type: ignore[index]
+        assert default != "96MB"
+        vectors = unit_vectors(np.random.default_rng(5), 40)
+        await PostgresStore(pool).write_memories("whale", [memory(f"w-{i}", v) for i, v in enumerate(vectors)])
+        created = await ensure_indexes(pool, cfg)
+        await rebuild_index(pool, cfg, "session")
+        progress = await placed(pool, cfg)
+        assert progress["indexes"] == [{"tenant": "whale", "tier": "session", "memories": 40}]
+        assert len(seen) == len(created) + 2 and set(seen) == {"96MB"}
+        assert set(after) == {default}
+    finally:
+        await pool.close()
