@@ -359,9 +359,9 @@ class PostgresConfig(_Base, frozen=True):
     #: The most own indexes there are (the tiers of the most memories get them).
     own_indexes_max: Annotated[int, Meta(ge=1, le=1000)] = 50
     #: ``maintenance_work_mem`` (MB) of Braid's HNSW builds (start-up,
-    #: reindex, placement): a build whose graph outgrows it goes on on disk,
-    #: much slower. A 384-d ``vector`` index takes ~2 KB a row (1367 MiB at
-    #: 700,000 rows: ``benchmarks/results/halfvec-700k.md``).
+    #: reindex, placement). A 384-d build holds ~2.4 KB a row (64 MB held
+    #: 26,768), and one whose graph outgrows it goes on on disk: 100,000 rows
+    #: took 437 s at 64 MB against 143 s at 1024 (``benchmarks/results/build-memory.md``).
     index_build_memory_mb: Annotated[int, Meta(ge=64, le=1_048_576)] = 1024
 
     def __post_init__(self) -> None:

@@ -197,7 +197,7 @@ def filter_clause(
 async def build_memory(conn: Any, mb: int) -> AsyncIterator[None]:
     """``maintenance_work_mem`` at ``mb`` MB on ``conn`` while an index is
     built in the block (reset after): an HNSW build holding its whole graph
-    in memory is much faster than one that outgrows it and goes on on disk
+    in memory is faster than one that outgrows it and goes on on disk
     (``postgres.indexBuildMemoryMb``)."""
     await conn.execute(f"SET maintenance_work_mem = '{int(mb)}MB'")
     try:
