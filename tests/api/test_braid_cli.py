@@ -438,6 +438,9 @@ def test_reindex_follows_progress_and_fails_with_a_failed_job(served: Live) -> N
     assert agent.err.strip() == "braid: error: this endpoint needs an admin key (--admin-key / BRAID_ADMIN_KEY)"
     unknown = cli("reindex", "everything", "--url", served.url, "--admin-key", ADMIN_A)
     assert unknown.code == 2 and "target" in unknown.err and "(400 on POST /admin/reindex)" in unknown.err
+    # --tenant reaches the service (only an import job takes one).
+    misplaced = cli("reindex", "typesense", "--tenant", "tenant-a", "--url", served.url, "--admin-key", ADMIN_A)
+    assert misplaced.code == 2 and "tenant applies to target import only, not typesense" in misplaced.err
 
     # A job that failed (recorded as the service records one): followed, exit 1.
     with psycopg.connect(served.dsn, autocommit=True) as conn:

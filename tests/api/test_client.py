@@ -161,6 +161,13 @@ def test_admin_reindex_follow_wait_stats_reload_health(admin: braid.Client, clie
     graph = admin.wait_reindex(admin.start_reindex("graph").job_id, poll_s=0.05)
     assert (graph.status, graph.progress["graph"]["extractor"]) == ("done", "spacy")
     assert graph.progress["graph"]["done"] == graph.progress["graph"]["total"] >= 3
+    # ``tenant`` reaches the service: only an import job takes one.
+    with pytest.raises(braid.BadRequest) as misplaced:
+        admin.start_reindex("placement", tenant="tenant-a")
+    assert misplaced.value.detail == "tenant applies to target import only, not placement"
+    with pytest.raises(braid.BadRequest) as untargeted:
+        admin.start_reindex("import")
+    assert untargeted.value.detail == "target import needs `tenant`: the tenant about to be bulk loaded"
     with pytest.raises(braid.NotFound) as unknown:
         admin.reindex_job("no-such-job")
     assert unknown.value.detail == "no reindex job 'no-such-job'"
