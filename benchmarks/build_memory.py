@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pgvector.psycopg import register_vector
 
 from benchmarks.common import write_results
-from benchmarks.halfvec import DIM, corpus
+from benchmarks.halfvec import corpus, fill_table
 from deploy.embedded import EmbeddedPostgres
 
 
@@ -43,14 +42,7 @@ def run(rows: int, memory_mb: list[int], m: int, efc: int, seed: int) -> dict[st
     dsn = pg.start()
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            register_vector(conn)
-            conn.execute(f"CREATE TABLE vecs (id bigint PRIMARY KEY, embedding vector({DIM}) NOT NULL)")
-            with conn.cursor().copy("COPY vecs (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "vector"])
-                for i, v in enumerate(vectors):
-                    copy.write_row((i, v))
-            conn.execute("VACUUM ANALYZE vecs")
+            fill_table(conn, vectors)
             conn.execute("SET max_parallel_maintenance_workers = 0")  # one backend: its CPU is the build's
             pid = conn.info.backend_pid
             notices: list[str] = []

@@ -62,6 +62,19 @@ def corpus(rows: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
     return vectors[:rows].astype(np.float32), q.astype(np.float32), vectors[rows:].astype(np.float32)
 
 
+def fill_table(conn: psycopg.Connection, vectors: np.ndarray) -> None:
+    """Table ``vecs`` (``id``, ``embedding vector(384)``) holding ``vectors``
+    (ids 0..n-1), copied in binary and analyzed."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    register_vector(conn)
+    conn.execute(f"CREATE TABLE vecs (id bigint PRIMARY KEY, embedding vector({DIM}) NOT NULL)")
+    with conn.cursor().copy("COPY vecs (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.set_types(["int8", "vector"])
+        for i, v in enumerate(vectors):
+            copy.write_row((i, v))
+    conn.execute("VACUUM ANALYZE vecs")
+
+
 def _ask(conn: psycopg.Connection, order_by: str, queries: np.ndarray, ef: int) -> tuple[list[list[int]], float]:
     """Each query's 10 ids at ``ef``, and the p50 ms a query."""
     hits, ms = [], []
@@ -93,14 +106,7 @@ def run(rows: int, settings: list[tuple[int, int]], n_queries: int, seed: int) -
     dsn = pg.start()
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            register_vector(conn)
-            conn.execute(f"CREATE TABLE vecs (id bigint PRIMARY KEY, embedding vector({DIM}) NOT NULL)")
-            with conn.cursor().copy("COPY vecs (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "vector"])
-                for i, v in enumerate(vectors):
-                    copy.write_row((i, v))
-            conn.execute("VACUUM ANALYZE vecs")
+            fill_table(conn, vectors)
             cur = conn.execute("SELECT pg_table_size('vecs')")
             report["table_bytes"] = int(cur.fetchone()[0])  # type: ignore[index]
             # The exact answer with halfvec's precision (no index: a sequential scan).

@@ -353,18 +353,23 @@ async def index_scans(dsn: str, name: str) -> int:
         return int(row[0]) if row else 0
 
 
-async def test_a_placement_job_gives_a_large_tenant_its_own_hnsw_index_which_its_recalls_walk(
-    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
-) -> None:
-    alias = f"mem_{uuid.uuid4().hex[:10]}"
-    cfg = placing(alias, 10**6)  # no Typesense move
-    # The session tier walks its index from 10 rows on; a tenant of 20 gets one of its own.
+def own_indexing(alias: str) -> BraidConfig:
+    """A config whose placement job moves no tenant in Typesense, and whose
+    session tier walks its index from 10 rows on: a tenant of 20 gets one of its own."""
+    cfg = placing(alias, 10**6)
     session = msgspec.structs.replace(cfg.tiers["session"], exact_below=10)
-    cfg = msgspec.structs.replace(
+    return msgspec.structs.replace(
         cfg,
         tiers={**cfg.tiers, "session": session},
         postgres=msgspec.structs.replace(cfg.postgres, own_index_above=20),
     )
+
+
+async def test_a_placement_job_gives_a_large_tenant_its_own_hnsw_index_which_its_recalls_walk(
+    postgres: EmbeddedPostgres, typesense: EmbeddedTypesense, embedder: Any
+) -> None:
+    alias = f"mem_{uuid.uuid4().hex[:10]}"
+    cfg = own_indexing(alias)
     app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
     async with serve(app) as client:
         braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
@@ -424,13 +429,7 @@ async def test_an_import_job_keeps_a_tenants_load_out_of_every_hnsw_index_until_
     every row it writes is flagged ``own`` (in no shared graph) and still
     found, exactly; the next placement job builds the indexes in one pass."""
     alias = f"mem_{uuid.uuid4().hex[:10]}"
-    cfg = placing(alias, 10**6)  # only the import moves a tenant in Typesense
-    session = msgspec.structs.replace(cfg.tiers["session"], exact_below=10)
-    cfg = msgspec.structs.replace(
-        cfg,
-        tiers={**cfg.tiers, "session": session},
-        postgres=msgspec.structs.replace(cfg.postgres, own_index_above=20),
-    )
+    cfg = own_indexing(alias)  # only the import moves a tenant in Typesense
     app, dsn, _ = make_app(postgres, typesense, embedder, cfg, alias=alias)
     async with serve(app) as client:
         braid = Braid(client=client, app=app, dsn=dsn, alias=alias)
