@@ -373,6 +373,12 @@ def _steady_table(steady: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _direct_vectors(direct: dict[str, Any]) -> str:
+    if "vector_collection" in direct and direct["vector_collection"] is None:
+        return "alone (`typesense.vectors: none`: Typesense holds no vectors to search) "
+    return f"and a vector search in `{direct.get('vector_collection', 'braid_memories')}` "
+
+
 def _direct_table(direct: dict[str, Any]) -> list[str]:
     dp, dt = direct.get("pgvector"), direct.get("typesense")
     if not isinstance(dp, list) or not isinstance(dt, list):  # reports from before they were metered
@@ -385,8 +391,8 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         f"<=> $2 LIMIT 10` per query (HNSW, ef_search {direct.get('ef_search')}, iterative scan; each execution "
         "planned for its values, `plan_cache_mode = force_custom_plan`), one connection per "
         "client. Typesense: one `POST /multi_search` per query with a keyword search (`q` = the query text over "
-        f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` and a vector search in "
-        f"`{direct.get('vector_collection', 'braid_memories')}` (Braid's aliases), "
+        f"content and context) in `{direct.get('keyword_collection', 'braid_memories')}` {_direct_vectors(direct)}"
+        "(Braid's aliases), "
         f"{_direct_filter(direct)}, the source's "
         "`candidates` hits each, the embedding not sent back, bodies encoded beforehand. CPU: ms per query by "
         "process (`client` = the process sending them).",
@@ -394,7 +400,10 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         "| baseline | clients | n | p50 ms | p99 ms | queries/s | CPU ms per query (service / Postgres / Typesense / client) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for label, rows in (("pgvector HNSW query", dp), ("Typesense keyword + vector multi_search", dt)):
+    typesense = "Typesense keyword + vector multi_search"
+    if "vector_collection" in direct and direct["vector_collection"] is None:
+        typesense = "Typesense keyword multi_search (no vectors in Typesense)"
+    for label, rows in (("pgvector HNSW query", dp), (typesense, dt)):
         for r in rows:
             lines.append(
                 f"| {label} | {r['clients']} | {r['n']} | {_f(r['p50'], 2)} | {_f(r['p99'], 2)} | {r['qps']:.0f} "

@@ -915,7 +915,7 @@ async def direct_typesense(
     clients: tuple[int, ...],
     seconds: float,
     cpu: Callable[[], dict[str, float]],
-    vectors: str = VECTORS_ALIAS,
+    vectors: str | None = VECTORS_ALIAS,
     keywords: str = KEYWORD_ALIAS,
     tenant_filter: bool = True,
 ) -> list[dict[str, Any]]:
@@ -924,7 +924,8 @@ async def direct_typesense(
     text over content and context) in the keyword collection and a vector
     search in the vectors collection (``keywords`` and ``vectors``, the
     aliases the big tenant's searches read: :func:`search_aliases`; one
-    collection before Braid had two), ``candidates`` hits each, behind the
+    collection before Braid had two; ``None`` when Typesense holds no vectors,
+    ``typesense.vectors: none``: the keyword search alone), ``candidates`` hits each, behind the
     big tenant's filter (``tenant_filter``; left out in a pair that holds
     only the big tenant's documents, where it would match them all and a
     user would not send it), the embedding not sent back; bodies encoded
@@ -948,7 +949,8 @@ async def direct_typesense(
             "vector_query": f"embedding:([{vector}], k:{candidates})",
             "per_page": candidates,
         }
-        bodies.append(_encode({"searches": [{**keyword, **flt}, {**nearest, **flt}]}))
+        searches = [{**keyword, **flt}] if vectors is None else [{**keyword, **flt}, {**nearest, **flt}]
+        bodies.append(_encode({"searches": searches}))
     headers = {"X-TYPESENSE-API-KEY": api_key, "content-type": "application/json"}
     async with LeanClient(url, max_connections=64) as ts:
 
@@ -977,19 +979,21 @@ async def direct_baselines(
     """Both direct baselines on the big tenant (:func:`direct_pgvector` on
     the session tier at its ``efSearch``, :func:`direct_typesense` on the
     ``keyword`` and ``vectors`` collections, with the tenant filter unless
-    they are the big tenant's own pair), as the report's ``direct``."""
+    they are the big tenant's own pair; the keyword search alone when the
+    config keeps no vectors in Typesense), as the report's ``direct``."""
     ef_search = cfg.tiers["session"].ef_search
+    searched: str | None = None if cfg.typesense.vectors == "none" else vectors
     candidates = cfg.source("typesense").candidates
     tenant_filter = keyword == KEYWORD_ALIAS  # else the big tenant's own pair
     return {
         "pgvector": await direct_pgvector(dsn, "session", ef_search, corpus, clients, seconds, cpu),
         "typesense": await direct_typesense(
-            ts_url, ts_key, corpus, candidates, clients, seconds, cpu, vectors, keyword, tenant_filter
+            ts_url, ts_key, corpus, candidates, clients, seconds, cpu, searched, keyword, tenant_filter
         ),
         "ef_search": ef_search,
         "tenant_filter": tenant_filter,
         "keyword_collection": keyword,
-        "vector_collection": vectors,
+        "vector_collection": searched,
     }
 
 

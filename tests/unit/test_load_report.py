@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.load.report import MODEL_SUPPLIED, summary_line, targets
+from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, summary_line, targets
 
 
 def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
@@ -106,3 +106,16 @@ def test_the_import_row_names_the_reserved_indexes_and_the_pair_and_is_absent_wi
     row = _import_row({"seconds": 44.04, "progress": progress})
     assert row is not None
     assert "44.0 s" in row and "big/session, big/rag" in row and "mem__own_x" in row
+
+
+def test_the_direct_baseline_names_a_keyword_only_search_when_typesense_holds_no_vectors() -> None:
+    direct = _report()["direct"]
+    for rows in (direct["typesense"], direct["pgvector"]):
+        for r in rows:
+            r.update(n=100, p99=2 * r["p50"])
+    paired = "\n".join(_direct_table({**direct, "vector_collection": "braid_memories_vectors"}))
+    alone = "\n".join(_direct_table({**direct, "vector_collection": None}))
+    assert "| Typesense keyword + vector multi_search | 8 |" in paired
+    assert "a vector search in `braid_memories_vectors`" in paired
+    assert "| Typesense keyword multi_search (no vectors in Typesense) | 8 |" in alone
+    assert "vector search in" not in alone
