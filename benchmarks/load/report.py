@@ -373,8 +373,14 @@ def _steady_table(steady: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _keyword_only(direct: dict[str, Any]) -> bool:
+    """The direct Typesense baseline searched keywords alone (``typesense.vectors: none``);
+    reports from before the key was recorded searched vectors too."""
+    return "vector_collection" in direct and direct["vector_collection"] is None
+
+
 def _direct_vectors(direct: dict[str, Any]) -> str:
-    if "vector_collection" in direct and direct["vector_collection"] is None:
+    if _keyword_only(direct):
         return "alone (`typesense.vectors: none`: Typesense holds no vectors to search) "
     return f"and a vector search in `{direct.get('vector_collection', 'braid_memories')}` "
 
@@ -400,9 +406,11 @@ def _direct_table(direct: dict[str, Any]) -> list[str]:
         "| baseline | clients | n | p50 ms | p99 ms | queries/s | CPU ms per query (service / Postgres / Typesense / client) |",
         "|---|---|---|---|---|---|---|",
     ]
-    typesense = "Typesense keyword + vector multi_search"
-    if "vector_collection" in direct and direct["vector_collection"] is None:
-        typesense = "Typesense keyword multi_search (no vectors in Typesense)"
+    typesense = (
+        "Typesense keyword multi_search (no vectors in Typesense)"
+        if _keyword_only(direct)
+        else "Typesense keyword + vector multi_search"
+    )
     for label, rows in (("pgvector HNSW query", dp), (typesense, dt)):
         for r in rows:
             lines.append(

@@ -935,7 +935,6 @@ async def direct_typesense(
     if tenant_filter:
         flt["filter_by"] = f"tenant:=`{BIG_TENANT}`"
     for q, v in zip(corpus.queries, corpus.query_vectors, strict=True):
-        vector = ",".join(repr(float(x)) for x in v)
         keyword = {
             "collection": keywords,
             "q": q["text"],
@@ -943,13 +942,16 @@ async def direct_typesense(
             "per_page": candidates,
             "highlight_fields": "none",
         }
-        nearest = {
-            "collection": vectors,
-            "q": "*",
-            "vector_query": f"embedding:([{vector}], k:{candidates})",
-            "per_page": candidates,
-        }
-        searches = [{**keyword, **flt}] if vectors is None else [{**keyword, **flt}, {**nearest, **flt}]
+        searches = [{**keyword, **flt}]
+        if vectors is not None:
+            vector = ",".join(repr(float(x)) for x in v)
+            nearest = {
+                "collection": vectors,
+                "q": "*",
+                "vector_query": f"embedding:([{vector}], k:{candidates})",
+                "per_page": candidates,
+            }
+            searches.append({**nearest, **flt})
         bodies.append(_encode({"searches": searches}))
     headers = {"X-TYPESENSE-API-KEY": api_key, "content-type": "application/json"}
     async with LeanClient(url, max_connections=64) as ts:
