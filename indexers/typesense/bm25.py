@@ -20,7 +20,12 @@ the lengths of its content and context (``length``, ``context_length``;
 
 Document frequencies, the filter's document count and the mean length are
 counts, cached per filter for :data:`~.keywords.COUNT_TTL_S` seconds, so with
-warm caches a recall sends one keyword search. When the OR of all the terms
+warm caches a recall sends one keyword search. Once the filter's counts
+expire, one recall at a time counts them again while the others go on with
+the expired ones (:meth:`Bm25Keywords.plan`), and counts sent for are
+learnt even when the recall that sent them gave up waiting
+(:meth:`~.source.TypesenseSource.search_first`): under load a recall past its
+deadline must not leave the next one just as cold. When the OR of all the terms
 would match more documents than a page holds, the most common terms are left
 out of the filter (rarest first, while their summed frequencies stay within
 ``sources.typesense.bm25Candidates``): a document matching only common terms
@@ -45,8 +50,15 @@ BM25_K1 = 1.5
 BM25_B = 0.75
 
 #: The longest a term's document frequency is reused past the count TTL,
-#: while the documents behind its filter stay within the drift (seconds).
+#: while the documents behind its filter stay within the drift (seconds), and
+#: the longest a filter's counts stand in for themselves while one recall
+#: counts them again.
 COUNT_MAX_AGE_S = 3600.0
+
+#: How long one recall's counting of a filter's stats keeps the others from
+#: sending the same count (seconds): the count's answer, or its failure, ends
+#: it sooner.
+STATS_IN_FLIGHT_S = 30.0
 
 #: The roles of the mode's searches in a multi_search.
 STATS = "bm25:stats"
@@ -147,6 +159,9 @@ class Bm25Plan:
     #: filter is within this fraction of what it was when the frequency was
     #: counted (0: ``ttl`` only).
     drift: float = 0.0
+    #: :attr:`stats` are the filter's expired counts, and this plan counts them
+    #: again (one plan at a time does: :meth:`Bm25Keywords.plan`).
+    recount: bool = False
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -174,7 +189,7 @@ class Bm25Plan:
         lack and a candidate search (for the chosen terms when every document
         frequency is known, else for all of them)."""
         searches: list[tuple[str, dict[str, Any]]] = []
-        if self.stats is None:
+        if self.stats is None or self.recount:
             facets = {"facet_by": "length,context_length", "max_facet_values": 1}
             searches.append((STATS, {"q": "*", "per_page": 0, **facets}))
         missing = [t for t in self.terms if t not in self.dfs]
@@ -186,22 +201,40 @@ class Bm25Plan:
         searches.append(self._candidates(chosen))
         return searches
 
-    def learn(self, results: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    @property
+    def counting(self) -> bool:
+        """Whether :meth:`searches` count anything (the stats or a term's
+        document frequency) that the caches would keep."""
+        return self.stats is None or self.recount or any(t not in self.dfs for t in self.terms)
+
+    def learn_counts(self, results: Mapping[str, Mapping[str, Any]]) -> None:
         """Read the counts from ``results`` (by role) into the plan and the
-        caches; returns the candidate search to send again if the first one
-        overflowed its page and fewer terms would not."""
+        caches (again with the same answers: the same counts)."""
         answer = results.get(STATS)
         if answer is not None:
             means = {f["field_name"]: _mean(f) for f in answer.get("facet_counts", [])}
             self.stats = CorpusStats(int(answer.get("found", 0)), means.get("length"), means.get("context_length"))
+            self.recount = False
             if self._cache is not None:
-                self._cache.stats.put(self.cache_key, self.stats, self.ttl)
+                self._cache.put_stats(self.cache_key, self.stats, self.ttl)
         for term in self.terms:
             answer = results.get(DF + term)
             if answer is not None:
                 self.dfs[term] = int(answer.get("found", 0))
                 if self._cache is not None:
                     self._cache.put_df(self.cache_key, term, self.dfs[term], self.stats, self.ttl, self.drift)
+
+    def unanswered(self) -> None:
+        """The searches of :meth:`searches` failed: another plan may count
+        the stats again at once."""
+        if self.recount and self._cache is not None:
+            self._cache.counting.put(self.cache_key, False, 0.0)
+
+    def learn(self, results: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+        """Read the counts from ``results`` (by role) into the plan and the
+        caches (:meth:`learn_counts`); returns the candidate search to send
+        again if the first one overflowed its page and fewer terms would not."""
+        self.learn_counts(results)
         answer = results.get(CANDIDATES)
         self.found = 0 if answer is None else int(answer.get("found", 0))
         if self.sent is None or self.found <= self.budget:
@@ -272,9 +305,24 @@ class Bm25Keywords:
 
     def __init__(self) -> None:
         self.stats: TtlCache[str, CorpusStats] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+        #: Per filter: its last stats, kept :data:`COUNT_MAX_AGE_S` to stand in
+        #: for themselves while one plan counts them again.
+        self.last_stats: TtlCache[str, CorpusStats] = TtlCache(COUNT_MAX_AGE_S, COUNT_CACHE_SIZE)
+        #: Per filter: a plan is counting its stats again (true until its
+        #: answer, its failure or :data:`STATS_IN_FLIGHT_S`).
+        self.counting: TtlCache[str, bool] = TtlCache(STATS_IN_FLIGHT_S, COUNT_CACHE_SIZE)
         #: Per filter and term: the frequency, until when it is fresh (monotonic
         #: seconds), and the number of documents behind the filter then (``None``: unknown).
         self.dfs: TtlCache[tuple[str, str], tuple[int, float, int | None]] = TtlCache(COUNT_TTL_S, COUNT_CACHE_SIZE)
+
+    def put_stats(self, scope: str, stats: CorpusStats, ttl: float | None) -> None:
+        """Keep the stats of ``scope``: fresh for ``ttl`` seconds (``None``:
+        the caches' own), then standing in while they are counted again
+        (none with a ``ttl`` of 0: counted at every recall)."""
+        self.stats.put(scope, stats, ttl)
+        if ttl is None or ttl > 0:
+            self.last_stats.put(scope, stats)
+        self.counting.put(scope, False, 0.0)
 
     def put_df(
         self, scope: str, term: str, df: int, stats: CorpusStats | None, ttl: float | None, drift: float
@@ -326,6 +374,15 @@ class Bm25Keywords:
         ``drift``: :attr:`Bm25Plan.drift`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
+        recount = False
+        if stats is None and ttl != 0:
+            # Expired: the last counts stand in (for idf, the mean lengths and
+            # the drift: they are at most one count old) while this plan
+            # counts them again, unless another one is already at it.
+            stats = self.last_stats.get(cache_key)
+            if stats is not None and not self.counting.get(cache_key):
+                recount = True
+                self.counting.put(cache_key, True)
         dfs = {t: df for t in terms if (df := self.df(cache_key, t, stats, drift)) is not None}
         return Bm25Plan(
             filter_by,
@@ -340,5 +397,6 @@ class Bm25Keywords:
             legacy_key=legacy_key,
             scope=scope,
             drift=drift,
+            recount=recount,
             _cache=self,
         )

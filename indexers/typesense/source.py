@@ -9,6 +9,7 @@ is read by the role of the search it answers, never by its position.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -148,6 +149,9 @@ class TypesenseSource:
         #: Tenants in pairs of their own whose searches name their
         #: current_key again (:data:`SUPERSEDED_SHARE`).
         self._keyed: TtlCache[str, bool] = TtlCache(KEYED_S, COUNT_CACHE_SIZE)
+        #: The multi_searches carrying counts still running for recalls that
+        #: gave up waiting (:meth:`_counted`).
+        self._late: set[asyncio.Future[list[dict[str, Any]]]] = set()
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         return await self.search_first(query, functools.partial(_given, query.unindexed))
@@ -235,8 +239,13 @@ class TypesenseSource:
         common = {"collection": alias, "include_fields": _HIT_FIELDS + extra}
         if filter_by:
             common["filter_by"] = filter_by
-        answers = await client.multi_search([{**common, **search} for _, search in searches])
-        answered = dict(zip((role for role, _ in searches), answers, strict=True))
+        bodies = [{**common, **search} for _, search in searches]
+        roles = [role for role, _ in searches]
+        if bm25 is not None and bm25.counting:
+            answers = await self._counted(client, bodies, bm25, roles)
+        else:
+            answers = await client.multi_search(bodies)
+        answered = dict(zip(roles, answers, strict=True))
         sent = dict(searches)
         if bm25 is not None and (again := bm25.learn(answered)) is not None:
             # A cold cache's candidate search overflowed: once more, for the
@@ -290,8 +299,33 @@ class TypesenseSource:
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
         return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
 
+    async def _counted(
+        self, client: TypesenseClient, bodies: list[dict[str, Any]], plan: Bm25Plan, roles: list[str]
+    ) -> list[dict[str, Any]]:
+        """``client.multi_search(bodies)``, whose counts ``plan`` learns when
+        it answers even if the recall stopped waiting for it (its deadline):
+        Typesense does the work either way, and a recall that gave up must
+        not leave the caches as cold for the next one (under load each late
+        recall would otherwise send the same counts again)."""
+        call = asyncio.ensure_future(client.multi_search(bodies))
+        self._late.add(call)
+        call.add_done_callback(functools.partial(self._answered, plan, roles))
+        return await asyncio.shield(call)
+
+    def _answered(self, plan: Bm25Plan, roles: list[str], call: asyncio.Future[list[dict[str, Any]]]) -> None:
+        self._late.discard(call)
+        if call.cancelled() or call.exception() is not None:
+            plan.unanswered()  # the recall, if still waiting, gets the error
+        else:
+            plan.learn_counts(dict(zip(roles, call.result(), strict=True)))
+
     async def aclose(self) -> None:
-        """Nothing to release: the client is closed by its owner."""
+        """Stops the searches still running for recalls that gave up on them;
+        the client is closed by its owner."""
+        calls = list(self._late)
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
 
 
 def _superseded_share(

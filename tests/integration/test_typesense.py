@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import msgspec
 import numpy as np
@@ -1013,6 +1014,48 @@ async def test_bm25_sends_one_keyword_search_once_the_counts_are_cached(
     await ids(source, q("otter heron"))
     assert [s["filter_by"] for s in sent.calls[2]][0].endswith(f"tenant_terms:=[`{key}heron`]")
     assert len(sent.calls[2]) == 2
+
+
+class SlowSearches(SentSearches):
+    """Injects a fault: each multi_search reaches Typesense ``delay`` seconds late."""
+
+    def __init__(self, client: TypesenseClient, delay: float) -> None:
+        super().__init__(client)
+        self.delay = delay
+        self.answered = 0
+
+    async def __call__(self, searches: Any) -> list[dict[str, Any]]:
+        await anyio.sleep(self.delay)
+        answers = await super().__call__(searches)
+        self.answered += 1
+        return answers
+
+
+@pytest.mark.anyio
+async def test_bm25_learns_the_counts_of_a_recall_that_gave_up_waiting(
+    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, bm25: ConfigHolder
+) -> None:
+    """A recall past its deadline stops waiting, but the counts it sent for
+    still reach the caches: the next recall sends one keyword search."""
+    await index.upsert([record(f"o{i}", f"otter {i}", i=i) for i in range(3)] + [record("e", "eel pond", i=3)])
+    slow = SlowSearches(client, 0.3)
+    with anyio.move_on_after(0.05) as scope:
+        await ids(source, q("otter eel"))
+    assert scope.cancelled_caught and slow.answered == 0
+    with anyio.fail_after(5):
+        while slow.answered == 0:  # Typesense answers the abandoned call
+            await anyio.sleep(0.01)
+    await anyio.sleep(0)  # its answer's callback
+    slow.delay = 0.0
+    assert set(await ids(source, q("otter eel"))) == {"o0", "o1", "o2", "e"}
+    assert [len(call) for call in slow.calls] == [4, 1]  # stats, 2 counts, candidates; then candidates only
+    # A source closed with a call in flight stops it.
+    slow.delay = 5.0
+    with anyio.move_on_after(0.05):
+        await ids(source, q("walrus"))
+    assert len(source._late) == 1
+    await source.aclose()
+    assert not source._late
 
 
 @pytest.mark.anyio

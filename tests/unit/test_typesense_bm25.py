@@ -267,6 +267,7 @@ def test_a_document_frequency_is_reused_past_its_ttl_while_the_document_count_st
     first.searches()
     first.learn(learnt)
     time.sleep(0.01)  # the count's ttl is over, and so is the document count's
+    keywords.last_stats = type(keywords.last_stats)(0.0, 8)  # and no last count stands in
     assert plan(keywords, 0.001, 0.01).dfs == {}
     for total, kept in [(1010, True), (990, True), (1011, False), (989, False)]:
         keywords.stats.put("current_key:=k", CorpusStats(total, None), 60)
@@ -327,3 +328,46 @@ def test_the_context_counts_its_weight_in_tf_and_length() -> None:
     # Full weight: twice in a short context beats once in the content.
     assert _plan(["heron"], {"heron": 5}, stats=stats, weight=1.0).ranking(docs) == ["around", "said"]
     assert _plan(["heron"], {"heron": 5}, stats=stats, weight=0.3).ranking(docs) == ["said", "around"]
+
+
+def test_expired_stats_stand_in_while_one_plan_at_a_time_counts_them_again() -> None:
+    """Past ``countTtlMs`` the filter's last stats (and, by the drift, the
+    terms' counts) serve every plan; the first plan sends the stats search,
+    the others send only their candidates until it answers or fails."""
+    learnt = {
+        "bm25:stats": {
+            "found": 1000,
+            "facet_counts": [{"field_name": "length", "stats": {"avg": 4.0, "total_values": 9}}],
+        },
+        "bm25:df:rare": {"found": 2},
+        "bm25": {"found": 2},
+    }
+    keywords = Bm25Keywords()
+
+    def plan() -> Bm25Plan:
+        return keywords.plan("current_key:=k", "k", ["rare"], 10, 1.0, "content", 0.001, drift=0.01)
+
+    first = plan()
+    first.searches()
+    first.learn(learnt)
+    time.sleep(0.01)  # every count's ttl is over
+    counting, waiting = plan(), plan()
+    assert counting.recount and counting.counting and not waiting.recount and not waiting.counting
+    assert counting.stats == waiting.stats == CorpusStats(1000, 4.0, None)
+    assert counting.dfs == waiting.dfs == {"rare": 2}
+    assert [role for role, _ in counting.searches()] == ["bm25:stats", "bm25"]
+    assert [role for role, _ in waiting.searches()] == ["bm25"]
+    # A failed count lets the next plan count.
+    counting.unanswered()
+    again = plan()
+    assert again.recount
+    # An answer is fresh again for everyone.
+    again.searches()
+    again.learn({**learnt, "bm25:stats": {"found": 1004, "facet_counts": []}})
+    fresh = plan()
+    assert not fresh.recount and fresh.stats == CorpusStats(1004, None, None)
+    assert [role for role, _ in fresh.searches()] == ["bm25"]
+    # countTtlMs 0 counts at every recall: nothing stands in.
+    time.sleep(0.01)
+    zero = keywords.plan("current_key:=k", "k", ["rare"], 10, 1.0, "content", 0.0, drift=0.01)
+    assert zero.stats is None and not zero.recount
