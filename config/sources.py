@@ -67,7 +67,8 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     bm25_context_weight: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     #: How long a count Typesense made for the keyword ranking (a filter's
     #: document count and mean lengths, a term's document frequency) is
-    #: reused, in ms (0: counted again by every recall).
+    #: reused, in ms (0: counted again by every recall). ``bm25``: past it a
+    #: filter's last counts stand in while one recall at a time counts again.
     count_ttl_ms: Annotated[int, Meta(ge=0, le=86_400_000)] = 10_000
     #: ``bm25``: a term's document frequency is reused past ``count_ttl_ms``
     #: (for up to an hour) while the number of documents behind the recall's
