@@ -40,9 +40,11 @@ def hnsw_min_recall(result: Any) -> float:
     return min(found) if found else float("nan")
 
 
-def _fused8(report: dict[str, Any]) -> dict[str, Any]:
+def _fused8(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The fused row at 8 clients (``None``: a run with other client counts)."""
     return next(
-        r for r in report["recall"] if r["config"] == "fused" and r["clients"] == 8 and r["embedding"] == "supplied"
+        (r for r in report["recall"] if r["config"] == "fused" and r["clients"] == 8 and r["embedding"] == "supplied"),
+        None,
     )
 
 
@@ -122,10 +124,12 @@ def summary_line(report: dict[str, Any]) -> str:
     ratios = " ".join(
         f"{k}={_f(t.get(k), 2 if 'ratio' in k else 0)}" for k in ("direct_qps", "qps_ratio", "p50_ratio", "cpu_ratio")
     )
-    return (
-        f"load: size={report['size']} p50_ms={f['p50']:.1f} p99_ms={f['p99']:.1f} qps={f['qps']:.0f} "
-        f"{ratios} hnsw_recall={hnsw_min_recall(report.get('hnsw')):.3f}"
+    fused = (
+        "p50_ms=n/a p99_ms=n/a qps=n/a"  # no 8-client row to read them from
+        if f is None
+        else f"p50_ms={f['p50']:.1f} p99_ms={f['p99']:.1f} qps={f['qps']:.0f}"
     )
+    return f"load: size={report['size']} {fused} {ratios} hnsw_recall={hnsw_min_recall(report.get('hnsw')):.3f}"
 
 
 def _direct_filter(direct: dict[str, Any]) -> str:
@@ -185,6 +189,23 @@ def _settle_row(settle: dict[str, Any] | None) -> str:
         f"| Postgres settled before the raw baselines (autovacuum waited for, then `VACUUM (ANALYZE)`) |"
         f" {settle['seconds']:.1f} s; autovacuum workers running when it began: {settle['autovacuum_workers']} |"
     )
+
+
+def _row_waits(rows: list[dict[str, Any]]) -> list[str]:
+    """The waits for an idle stack between the recall rows (none in reports
+    from before them, whose rows could absorb what the one before left running)."""
+    waits = [(r, q) for r in rows if (q := r.get("quiet_before")) is not None]
+    if not waits:
+        return []
+    cells = ", ".join(
+        f"{r['config']} {r['embedding']} {r['clients']}: {q['seconds']:.0f} s{'' if q['idle'] else ' (still busy)'}"
+        for r, q in waits
+    )
+    return [
+        "",
+        "Before each row after the first the stack was left to go idle (every server process under 5% of a core"
+        f" for 3 s), so a row is not charged for what the one before left running: {cells}.",
+    ]
 
 
 def _quiet_row(report: dict[str, Any]) -> str:
@@ -291,6 +312,7 @@ def _markdown(report: dict[str, Any]) -> str:
             f"| {r['config']} | {r['embedding']} | {r['clients']} | {r['n']} | {_f(r['p50'])} | {_f(r['p95'])} | {_f(r['p99'])} "
             f"| {r['qps']:.0f} | {src} | {_f(r['overhead_p50'])} | {_f(r['ratio_p50'], 2)} | {_f(r['embedding_ms_p50'], 2)} | {bad} | {r['degraded']} |"
         )
+    lines += _row_waits(report["recall"])
     lines += [
         "",
         "## Where the CPU goes (ms of CPU per recall, by process, same rows)",

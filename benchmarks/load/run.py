@@ -772,8 +772,13 @@ async def recall_latency(
     seconds: float,
     cpu: Callable[[], dict[str, float]],
     text_vectors: Sequence[Sequence[float]] = (),
+    settle: Callable[[], Awaitable[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The recall rows (the caller warms the pools first): each source and
+    """The recall rows (the caller warms the pools first and waits for an
+    idle stack before the first; ``settle``, when given, is awaited before
+    each later row and kept as its ``quiet_before``, so what a row left
+    running, such as searches its timed-out recalls abandoned, is not
+    charged to the next one): each source and
     the fused recall with the corpus' vectors supplied, at each client
     count; then, at 1 client over the distinct query texts, the fused
     recall with the vectors the service's model makes for them supplied
@@ -782,21 +787,24 @@ async def recall_latency(
     cached rows search with the model's vectors, not the corpus' synthetic
     ones, so only the row beside them, searching with the same vectors,
     tells what embedding adds."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    async def row(config: str, embedding: str, bodies: list[bytes], clients: int, seconds: float) -> None:
+        waited = await settle() if settle is not None and rows else None
+        res = await timed(client, headers, bodies, clients, seconds, cpu)
+        rows.append({"config": config, "clients": clients, "embedding": embedding, **res, "quiet_before": waited})
+
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
         bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
         for c in clients:
-            res = await timed(client, headers, bodies, c, seconds, cpu)
-            rows.append({"config": label, "clients": c, "embedding": "supplied", **res})
+            await row(label, "supplied", bodies, c, seconds)
     texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
     if text_vectors:
         bodies = [_encode({"query": t, "embedding": list(v)}) for t, v in zip(texts, text_vectors, strict=True)]
-        res = await timed(client, headers, bodies, 1, 0, cpu)
-        rows.append({"config": "fused", "clients": 1, "embedding": MODEL_SUPPLIED, **res})
+        await row("fused", MODEL_SUPPLIED, bodies, 1, 0)
     for label in ("cold", "cached"):
-        res = await timed(client, headers, [_encode({"query": t}) for t in texts], 1, 0, cpu)
-        rows.append({"config": "fused", "clients": 1, "embedding": f"text only, {label}", **res})
+        await row("fused", f"text only, {label}", [_encode({"query": t}) for t in texts], 1, 0)
     return rows
 
 
@@ -1155,7 +1163,7 @@ async def run(
                 texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
                 text_vectors = await model_vectors(cfg.embedding, texts)
                 report["recall"] = await recall_latency(
-                    lean, recall_headers, corpus, clients, seconds, meter, text_vectors
+                    lean, recall_headers, corpus, clients, seconds, meter, text_vectors, lambda: quiet(meter)
                 )
             print("load: result cache", flush=True)
             cfg_path = svc.home / "braid.yaml"

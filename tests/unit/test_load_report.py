@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, summary_line, targets
+from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, _row_waits, summary_line, targets
 
 
 def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
@@ -82,6 +82,23 @@ def test_the_last_line_carries_the_ratios() -> None:
         "load: size=1000 p50_ms=200.0 p99_ms=400.0 qps=40 direct_qps=80 qps_ratio=0.50 p50_ratio=1.50 "
         "cpu_ratio=2.35 hnsw_recall=0.970"
     )
+
+
+def test_a_run_without_8_clients_still_has_a_last_line() -> None:
+    report = _report()
+    report["recall"] = [r for r in report["recall"] if r["clients"] != 8]
+    report["direct"] = {k: [r for r in rows if r["clients"] != 8] for k, rows in report["direct"].items()}
+    line = summary_line(report)
+    assert line.startswith("load: size=1000 p50_ms=n/a p99_ms=n/a qps=n/a ") and line.endswith("hnsw_recall=0.970")
+
+
+def test_the_waits_between_recall_rows_are_reported() -> None:
+    report = _report()
+    assert _row_waits(report["recall"]) == []
+    report["recall"][1]["quiet_before"] = {"seconds": 12.4, "idle": True}
+    report["recall"][2]["quiet_before"] = {"seconds": 180.0, "idle": False}
+    (_, line) = _row_waits(report["recall"])
+    assert line.endswith("fused supplied 8: 12 s, fused text only, cold 1: 180 s (still busy).")
 
 
 def test_a_report_from_before_the_metered_baselines_has_no_targets() -> None:
