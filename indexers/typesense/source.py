@@ -149,8 +149,8 @@ class TypesenseSource:
         #: Tenants in pairs of their own whose searches name their
         #: current_key again (:data:`SUPERSEDED_SHARE`).
         self._keyed: TtlCache[str, bool] = TtlCache(KEYED_S, COUNT_CACHE_SIZE)
-        #: The multi_searches carrying counts still running for recalls that
-        #: gave up waiting (:meth:`_counted`).
+        #: The multi_searches carrying counts, until they answer: a recall
+        #: that gave up waiting leaves its call here (:meth:`_counted`).
         self._late: set[asyncio.Future[list[dict[str, Any]]]] = set()
 
     async def search(self, query: SearchQuery) -> list[Hit]:
