@@ -99,7 +99,13 @@ async def measure(home: Path, queries: int) -> dict[str, Any]:
         count = (await ts.get(f"/collections/{own}")).json().get("num_documents")
     # The queries' vocabulary is the corpus' (drawn before its memories), whatever its size.
     texts = [q["text"] for q in build_corpus(3000, seed=7).queries][:queries]
-    report: dict[str, Any] = {"alias": own, "documents": count, "queries": len(texts), "phases": {}}
+    report: dict[str, Any] = {
+        "alias": own,
+        "documents": count,
+        "queries": len(texts),
+        "vectors": cfg.typesense.vectors,
+        "phases": {},
+    }
     client = TypesenseClient([url], svc.ts_key, timeout=60.0)
     try:
         source = TypesenseSource(client, KEYWORD_ALIAS, lambda: cfg, route=lambda _: (client, own))
@@ -182,8 +188,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
         " printed `load: hnsw`. One search or recall at a time; 2 shared cores.  ",
         f"Collection: `{report['alias']}` (the big tenant's own pair), {report['documents']} documents;"
         f" {report['queries']} of the load corpus' query texts, `bm25` keyword mode, the run's config."
-        " A recall here is the Typesense source's keyword part alone (the load runs with"
-        " `typesense.vectors: none`).",
+        f" A recall here is the Typesense source's keyword part alone (no vector is sent; the run's"
+        f" `typesense.vectors`: {report.get('vectors', 'not recorded')}).",
         "",
         "| phase | n | Typesense CPU ms each | wall ms each | multi_searches"
         " | per role: searches, search_time_ms p50, summed per recall, found p50 |",

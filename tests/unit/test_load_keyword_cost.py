@@ -28,5 +28,8 @@ def test_roles_sum_search_time_per_recall_and_the_report_shows_them() -> None:
         "queries": 2,
         "phases": {"warm": {"n": 2, "typesense_cpu_ms": 1.5, "wall_ms": 2.0, "multi_searches": 2, "roles": roles}},
     }
+    assert "`typesense.vectors`: not recorded" in markdown(report, "cmd")
+    report["vectors"] = "separate"
     text = markdown(report, "cmd")
+    assert "`typesense.vectors`: separate" in text
     assert "| warm | 2 | 1.50 | 2.00 | 2 | count: 1, 4.0, 2.0, 10; candidates: 2, 25.0, 25.0, 8 |" in text
