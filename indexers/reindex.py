@@ -46,6 +46,12 @@ them. While a job runs, recalls keep using the old index:
   starts that job itself when a fold nears the end of its float range or a
   job left one unfinished.
 
+Once a job that writes or deletes Typesense documents in bulk
+(``typesense``, ``all``, ``placement``, ``import``) is done, every Typesense
+node is asked to compact its store: 0.24.1 reads each hit's document up to
+five times dearer until it has (progress under ``compact``: each node's
+answer and the seconds; a node that refuses does not fail the job).
+
 A job cut short by a crash is marked ``interrupted`` at the next start-up,
 and a new job can run. The process running a job holds a Postgres advisory
 lock for it (on a connection of its own, released when that process dies), so
@@ -66,6 +72,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -112,6 +119,10 @@ log = logging.getLogger("braid.reindex")
 
 #: Memories (or entities) re-embedded and written per step of an embeddings job.
 EMBED_BATCH = 64
+
+#: The jobs that write or delete Typesense documents in bulk, after which
+#: every node is asked to compact its store (:meth:`ReindexJobs._compact`).
+COMPACTING = frozenset({"typesense", "all", "placement", "import"})
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
@@ -354,11 +365,29 @@ class ReindexJobs:
             if target == "import":
                 assert tenant is not None
                 await self._import(tenant, report)
+            if target in COMPACTING:
+                await self._compact(report)
         except Exception as exc:  # the job's boundary: record the failure, never crash the app
             log.exception("reindex %s failed", job_id)
             await self._set(job_id, status="failed", error=str(exc) or type(exc).__name__)
             return
         await self._finish(job_id)
+
+    async def _compact(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Every Typesense node asked to compact its store once the job's
+        bulk writes and deletes are done (:meth:`TypesenseClient.compact`:
+        until then 0.24.1 reads each hit dearer). Progress under ``compact``:
+        each node's answer (``ok``, or why not) and the seconds taken. A node
+        that refuses or fails does not fail the job: it compacts on its own,
+        later."""
+        started = time.monotonic()
+        await report({"compact": {"phase": "compacting"}})
+        nodes = await self._index.compact()
+        seconds = round(time.monotonic() - started, 3)
+        failed = {node: why for node, why in nodes.items() if why != "ok"}
+        if failed:
+            log.warning("typesense nodes did not compact their stores: %s", failed)
+        await report({"compact": {"phase": "done", "nodes": nodes, "seconds": seconds}})
 
     async def _finish(self, job_id: str) -> None:
         """``done`` with its finishing time, in one statement: a reader never

@@ -66,6 +66,14 @@ class TypesenseGroups:
             name: TypesenseIndex(self.client_of(name), name, dim, vectors=vectors) for name in names
         }
 
+    async def compact(self) -> dict[str, str]:
+        """Every node of every cluster asked to compact its store
+        (:meth:`TypesenseClient.compact`): node -> ``ok``, or why not."""
+        answers: dict[str, str] = {}
+        for client in self.clients:
+            answers.update(await client.compact())
+        return answers
+
     def cluster_of(self, alias: str) -> int:
         """The cluster (an index into :attr:`clients`) that holds ``alias``:
         group ``i``'s is ``i % len(clients)``; a moved tenant's pair is on

@@ -39,6 +39,10 @@ async def reindex_typesense(braid: Braid) -> None:
     job = await wait_job(braid, r.json()["job_id"])
     assert job["status"] == "done", job
     assert await braid.runtime.index.of("tenant-a").current_collection() != old
+    # Its bulk writes and the old collection's drop done, every node compacted its store.
+    compact = job["progress"]["compact"]
+    assert compact["phase"] == "done" and compact["seconds"] >= 0, compact
+    assert list(compact["nodes"].values()) == ["ok"] * len(braid.runtime.index.client.nodes), compact
 
 
 async def test_reindex_all_while_recalling(braid: Braid) -> None:

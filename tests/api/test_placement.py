@@ -441,6 +441,7 @@ async def test_an_import_job_keeps_a_tenants_load_out_of_every_hnsw_index_until_
         job = await wait_job(braid, r.json()["job_id"])
         assert job["status"] == "done", job
         done = job["progress"]["import"]
+        assert set(job["progress"]["compact"]["nodes"].values()) == {"ok"}, job
         own = own_alias(alias, "tenant-a")
         assert done["tenant"] == "tenant-a" and done["phase"] == "importing"
         assert sorted(done["reserved"]) == sorted(cfg.memory_tiers)
@@ -470,6 +471,7 @@ async def test_an_import_job_keeps_a_tenants_load_out_of_every_hnsw_index_until_
         r = await braid.post("/admin/reindex", {"target": "placement"}, key=ADMIN_A)
         job = await wait_job(braid, r.json()["job_id"])
         assert job["status"] == "done", job
+        assert job["progress"]["compact"]["phase"] == "done", job
         session_rows = len(before) + len(ids) + 1
         # The session tier's reservation is built; the rag tier's (no rows) is dropped.
         assert job["progress"]["pgvector"]["indexes"] == [

@@ -227,6 +227,26 @@ async def test_ready(client: TypesenseClient, index: TypesenseIndex) -> None:
 
 
 @pytest.mark.anyio
+async def test_compact_asks_every_node_and_names_the_one_that_did_not_answer(
+    typesense_url: str, index: TypesenseIndex
+) -> None:
+    await index.upsert([record(f"m{i}", f"memory number {i}") for i in range(20)])
+    await index.delete([("a", f"m{i}") for i in range(10)])
+    dead = f"http://127.0.0.1:{_free_port()}"
+    ts = TypesenseClient([typesense_url, dead], API_KEY, timeout=1.0)
+    try:
+        answers = await ts.compact(timeout=30)
+    finally:
+        await ts.aclose()
+    assert answers[typesense_url] == "ok"
+    assert answers[dead] != "ok" and "Connect" in answers[dead]
+    # Compacting kept every live document and none of the deleted ones.
+    assert await index.count() == 10
+    assert await index.fetch("m15", tenant="a") is not None
+    assert await index.fetch("m5", tenant="a") is None
+
+
+@pytest.mark.anyio
 async def test_upsert_same_id_twice_updates_one_document(index: TypesenseIndex) -> None:
     await index.upsert([record("m1", "first version", tags=("x",), session_id="s1")])
     await index.upsert([record("m1", "second version", confidence=0.5)])
