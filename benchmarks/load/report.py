@@ -161,9 +161,15 @@ def _placement_row(placement: dict[str, Any] | None) -> str:
     built = ", ".join(f"{i['tenant']}/{i['tier']} ({i['memories']})" for i in own) or "none"
     at = placement.get("at_memories")
     when = "after the load" if at is None else f"once {at} memories were in (writes paused, outbox drained)"
+    compact = placement["progress"].get("compact")
+    if compact is None:
+        compacted = ""  # a Braid from before the jobs compacted Typesense
+    else:
+        answers = sorted(set(compact.get("nodes", {}).values())) or ["no node"]
+        compacted = f"; Typesense stores compacted: {', '.join(answers)} ({compact.get('seconds', 0):.2f} s)"
     return (
         f"| placement job {when} | {placement['seconds']:.1f} s; own HNSW indexes: {built};"
-        f" Typesense pairs of their own: {', '.join(moved) or 'none'} |"
+        f" Typesense pairs of their own: {', '.join(moved) or 'none'}{compacted} |"
     )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, _row_waits, summary_line, targets
+from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, _placement_row, _row_waits, summary_line, targets
 
 
 def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
@@ -136,3 +136,17 @@ def test_the_direct_baseline_names_a_keyword_only_search_when_typesense_holds_no
     assert "a vector search in `braid_memories_vectors`" in paired
     assert "| Typesense keyword multi_search (no vectors in Typesense) | 8 |" in alone
     assert "vector search in" not in alone
+
+
+def test_the_placement_row_says_whether_the_typesense_stores_were_compacted() -> None:
+    job: dict[str, Any] = {
+        "seconds": 12.5,
+        "progress": {"pgvector": {"indexes": []}, "placement": {"tenants": ["big"]}},
+    }
+    assert _placement_row(job) == (
+        "| placement job after the load | 12.5 s; own HNSW indexes: none; Typesense pairs of their own: big |"
+    )
+    job["progress"]["compact"] = {"phase": "done", "nodes": {"http://a": "ok", "http://b": "ok"}, "seconds": 0.164}
+    assert _placement_row(job).endswith("Typesense pairs of their own: big; Typesense stores compacted: ok (0.16 s) |")
+    job["progress"]["compact"]["nodes"]["http://b"] = "HTTP 503: busy"
+    assert "compacted: HTTP 503: busy, ok (0.16 s)" in _placement_row(job)
