@@ -35,19 +35,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
+import psutil
 
-from benchmarks.common import RESULTS, CpuMeter
+from benchmarks.common import CpuMeter, wait_healthy, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.run import _closed_loop, loaded_service, quiet, search_aliases
@@ -93,7 +91,7 @@ def serve(port: int, dsn: str, ts_url: str, ts_key: str, keyword: str, key: str,
     import uvloop
     from granian.constants import Interfaces
     from granian.server.embed import Server
-    from litestar import Litestar, Request, post
+    from litestar import Litestar, Request, get, post
     from litestar.exceptions import NotAuthorizedException
     from psycopg import sql
     from psycopg_pool import AsyncConnectionPool
@@ -145,6 +143,10 @@ def serve(port: int, dsn: str, ts_url: str, ts_key: str, keyword: str, key: str,
         fused = rrf({name: [i for i, _ in hits] for name, hits in lists.items()}, k=60)
         return _block([(f.id, content[f.id], f.score) for f in fused[:top_k]])
 
+    @get("/health")
+    async def health() -> dict[str, bool]:
+        return {"ok": True}
+
     @post("/floor/http", status_code=200)
     async def http_route(request: Request[Any, Any, Any], data: RecallIn) -> RecallOut:
         check(request)
@@ -188,7 +190,7 @@ def serve(port: int, dsn: str, ts_url: str, ts_key: str, keyword: str, key: str,
         await state["pool"].close()
 
     app = Litestar(
-        route_handlers=[http_route, typesense_route, pgvector_route, both_route],
+        route_handlers=[health, http_route, typesense_route, pgvector_route, both_route],
         on_startup=[lifespan_start],
         on_shutdown=[lifespan_stop],
         openapi_config=None,
@@ -203,19 +205,6 @@ def serve(port: int, dsn: str, ts_url: str, ts_key: str, keyword: str, key: str,
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(main())
-
-
-def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the lean app exited with {proc.returncode}")
-        try:
-            httpx.post(f"{url}/floor/http", json={}, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise RuntimeError("the lean app did not start")
 
 
 async def measure(size: int, seconds: float, clients: int) -> dict[str, Any]:
@@ -253,9 +242,7 @@ async def measure(size: int, seconds: float, clients: int) -> dict[str, Any]:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_up(url, lean)
-            import psutil
-
+            wait_healthy(url, lean, 60, lambda: "")
             lean_proc = psutil.Process(lean.pid)
 
             def lean_processes() -> dict[str, list[psutil.Process]]:
@@ -342,12 +329,10 @@ def main() -> None:
     parser.add_argument("--name", default="")
     args = parser.parse_args()
     report = asyncio.run(measure(args.size, args.seconds, args.clients))
-    stem = RESULTS / ("service-floor" + (f"-{args.name}" if args.name else ""))
     command = "python -m benchmarks.service_floor " + " ".join(sys.argv[1:])
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report, command))
+    name = "service-floor" + (f"-{args.name}" if args.name else "")
+    print(f"wrote {write_results(name, markdown(report, command), report)}")
     by = {r["row"]: r["cpu_ms"].get("service", 0.0) for r in report["rows"]}
-    print(f"wrote {stem.with_suffix('.md')}")
     print(
         f"service-floor: size={args.size} http_ms={by['lean: http']:.2f} both_ms={by['lean: both']:.2f} "
         f"braid_ms={by['braid fused recall']:.2f}"
@@ -355,5 +340,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()

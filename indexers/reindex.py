@@ -123,6 +123,7 @@ EMBED_BATCH = 64
 #: The jobs that write or delete Typesense documents in bulk, after which
 #: every node is asked to compact its store (:meth:`ReindexJobs._compact`).
 COMPACTING = frozenset({"typesense", "all", "placement", "import"})
+
 #: Replay window before the snapshot: covers writes whose transactions were
 #: open when the snapshot was taken.
 REPLAY_MARGIN = timedelta(seconds=60)
