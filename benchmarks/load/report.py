@@ -69,8 +69,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     plus one direct pgvector query at 8 clients; fused recalls/s at 8 clients
     against the multi_search's; fused p50 at 1 client against its p50; the
     service's CPU per fused recall; what a cold and a cached query embedding
-    add to it; Typesense freshness p99 at 50 writes/s; and CPU per written
-    memory (load + outbox drain) against raw import + raw COPY."""
+    add to it; Typesense freshness p99 at 50 writes/s (probed, and from the
+    outbox's record with nothing probing); and CPU per written memory (load +
+    outbox drain) against raw import + raw COPY."""
     direct = report.get("direct", {})
     ts_rows, pg_rows = direct.get("typesense"), direct.get("pgvector")
     if not isinstance(ts_rows, list) or not isinstance(pg_rows, list):
@@ -111,6 +112,8 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     steady = report.get("steady", {}).get("50")
     if steady:
         out["steady_outbox_p99_ms"] = steady["outbox_ms"]["p99"]
+        if "fresh_ms" in steady:  # reports from before it was measured have none
+            out["steady_fresh_p99_ms"] = steady["fresh_ms"]["p99"]
         if "raw_write_cpu_ms" in out:
             kinds = ("service", "postgres", "typesense", "client")
             out["steady_write_cpu_ms"] = _sum(steady["cpu_ms_per_write"], kinds)
@@ -387,18 +390,31 @@ def _steady_table(steady: dict[str, Any] | None) -> list[str]:
         "Open loop, one memory of the big tenant's corpus a write (its fields, entities and vector) under a new id. "
         "CPU: ms per write by process (service / Postgres / Typesense / client), from the first write until the "
         "outbox has applied them all. `outbox`: the server's own record, row inserted in the write's transaction → "
-        "Typesense import acknowledged (keyword and vector documents).",
+        "Typesense import acknowledged (keyword and vector documents). `ack → in Typesense`: from the moment the "
+        "client had the write's ack to that acknowledgement (the outbox row's `processed_at`; the client and "
+        "Postgres read the machine's one wall clock), 0 when the import came first: the freshness a client sees, "
+        "with nothing polling for it.",
         "",
-        "| target rate /s | writes | acked /s | ack p50 / p99 ms | outbox p50 / p99 ms (n) | drained after | CPU ms per write | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target rate /s | writes | acked /s | ack p50 / p99 ms | outbox p50 / p99 ms (n) "
+        "| ack → in Typesense p50 / p99 ms (n) | drained after | CPU ms per write | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for rate, f in steady.items():
+        fresh = f.get("fresh_ms")
         lines.append(
             f"| {rate} | {f['writes']} | {f['acked_per_s']:.0f} | {_f(f['ack_ms']['p50'])} / {_f(f['ack_ms']['p99'])} "
-            f"| {_f(f['outbox_ms']['p50'])} / {_f(f['outbox_ms']['p99'])} ({f['outbox_ms']['n']}) | {f['drain_s']:.1f} s "
+            f"| {_f(f['outbox_ms']['p50'])} / {_f(f['outbox_ms']['p99'])} ({f['outbox_ms']['n']}) "
+            f"| {_p50_p99(fresh)} | {f['drain_s']:.1f} s "
             f"| {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |"
         )
     return lines
+
+
+def _p50_p99(figures: dict[str, Any] | None) -> str:
+    """``p50 / p99 (n)`` of a latency's stats; ``–`` when it was not measured."""
+    if figures is None:
+        return "–"
+    return f"{_f(figures['p50'])} / {_f(figures['p99'])} ({figures['n']})"
 
 
 def _keyword_only(direct: dict[str, Any]) -> bool:
@@ -462,7 +478,7 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
     cpu, qps, p50, svc = get("cpu_ratio"), get("qps_ratio"), get("p50_ratio"), get("service_cpu_ms")
     cold, cached = get("cold_embedding_cpu_ms"), get("cached_embedding_cpu_ms")
     fresh, write = get("freshness_p99_ms"), get("write_cpu_ratio")
-    lag = get("steady_outbox_p99_ms")
+    lag, unprobed = get("steady_outbox_p99_ms"), get("steady_fresh_p99_ms")
     base = t.get("embedding_base", "supplied")
     return [
         "",
@@ -500,7 +516,14 @@ def _targets_table(t: dict[str, Any]) -> list[str]:
             None if cold is None else cold <= 4,
         ),
         row(
-            "Typesense freshness p99 at 50 writes/s",
+            "Typesense freshness p99 at 50 writes/s, nothing probing (ack → import acknowledged, outbox record)",
+            f"{_f(unprobed, 1)} ms",
+            "≤ 50 ms",
+            None if unprobed is None else unprobed <= 50,
+        ),
+        row(
+            "Typesense freshness p99 at 50 writes/s, probed (Typesense polled every 2 ms, pgvector and graph "
+            "recalled every 2 ms beside it)",
             f"{_f(fresh, 1)} ms",
             "≤ 50 ms",
             None if fresh is None else fresh <= 50,

@@ -511,13 +511,22 @@ async def steady_writes(
     process is read from before the first write until the outbox has applied
     them all (``/health`` polled every 0.25 s meanwhile); the Typesense lag is
     the outbox's own record (row inserted in the write's transaction ->
-    Typesense import acknowledged)."""
+    Typesense import acknowledged).
+
+    Freshness without a probe: from the moment the client had the write's
+    ack to the outbox row's ``processed_at`` (set after Typesense
+    acknowledged the import, when the memory is searchable there), each read
+    from the machine's one wall clock (client and Postgres share it). An
+    import acknowledged before the ack reached the client counts 0. Polling
+    Typesense for each write instead (:func:`freshness`) costs more than the
+    write and, on 2 cores, measures the polling."""
     big = corpus.tenants[0]
     out: dict[str, Any] = {}
     counter = itertools.count()
     for rate in rates:
         ack: list[float] = []
         acked_at: list[float] = []
+        acked_wall: dict[str, float] = {}
         errors: list[str] = []
 
         async def write() -> None:
@@ -529,6 +538,7 @@ async def steady_writes(
             if code != 201:
                 errors.append(f"write {code} {raw[:120]!r}")
                 return
+            acked_wall[memory["id"]] = time.time()
             acked_at.append(time.perf_counter())
             ack.append((acked_at[-1] - t0) * 1000)
 
@@ -541,11 +551,13 @@ async def steady_writes(
         cpu = cpu_per_call(cpu_before, meter(), n)
         errors += [repr(e) for e in results if isinstance(e, BaseException)]
         lag = await asyncio.to_thread(_outbox_lag_ms, dsn, n, "steady-")
+        fresh = await asyncio.to_thread(_applied_after_ack_ms, dsn, acked_wall)
         out[str(rate)] = {
             "writes": n,
             "acked_per_s": len(acked_at) / (max(acked_at) - start) if acked_at else float("nan"),
             "ack_ms": stats(ack),
             "outbox_ms": stats(lag),
+            "fresh_ms": stats(fresh),
             "drain_s": drained["seconds"],
             "cpu_ms_per_write": cpu,
             "errors": errors[:10],
@@ -672,6 +684,22 @@ async def freshness(
             "error_count": len(errors),
         }
     return out
+
+
+def _applied_after_ack_ms(dsn: str, acked: dict[str, float]) -> list[float]:
+    """For each memory id of ``acked`` (id -> wall-clock seconds when the
+    client had the write's ack): ms from then until its newest outbox row was
+    processed (Typesense had acknowledged the import), 0 when that came first;
+    none for a row still pending."""
+    if not acked:
+        return []
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT memory_id, extract(epoch FROM max(processed_at)) FROM outbox"
+            " WHERE memory_id = ANY(%s) AND processed_at IS NOT NULL GROUP BY memory_id",
+            (list(acked),),
+        ).fetchall()
+    return [max(0.0, (float(at) - acked[mid]) * 1000) for mid, at in rows]
 
 
 def _outbox_lag_ms(dsn: str, n: int, prefix: str = "fresh-") -> list[float]:

@@ -64,6 +64,36 @@ def test_targets_are_the_issues_ratios_from_one_run() -> None:
     assert t["write_cpu_ratio"] == pytest.approx(5.1 / 3.1)
 
 
+def test_freshness_with_nothing_probing_is_read_from_the_steady_row_beside_the_probed_one() -> None:
+    from benchmarks.load.report import _steady_table, _targets_table
+
+    report = _report()
+    steady = {
+        "writes": 500,
+        "acked_per_s": 50.0,
+        "ack_ms": {"n": 500, "p50": 17.0, "p99": 60.0},
+        "outbox_ms": {"n": 500, "p50": 6.0, "p99": 39.0},
+        "fresh_ms": {"n": 500, "p50": 5.0, "p99": 33.5},
+        "drain_s": 0.2,
+        "cpu_ms_per_write": {"service": 12.0, "postgres": 6.0, "typesense": 4.0, "client": 0.4},
+        "errors": [],
+        "error_count": 0,
+    }
+    report["steady"] = {"50": steady}
+    t = targets(report)
+    assert t["steady_fresh_p99_ms"] == 33.5
+    assert t["freshness_p99_ms"] == 40.0  # the probed row's, still reported
+    table = "\n".join(_targets_table(t))
+    assert "| Typesense freshness p99 at 50 writes/s, nothing probing" in table
+    assert "| 33.5 ms | ≤ 50 ms | yes |" in table
+    assert "| 40.0 ms | ≤ 50 ms | yes |" in table
+    assert "| 5.0 / 33.5 (500) |" in "\n".join(_steady_table(report["steady"]))
+    # A report from before the figure: no value, and the table says so.
+    del steady["fresh_ms"]
+    assert "steady_fresh_p99_ms" not in targets(report)
+    assert "| 6.0 / 39.0 (500) | – |" in "\n".join(_steady_table(report["steady"]))
+
+
 def test_the_embedding_rows_are_read_against_the_row_searching_with_the_same_vectors() -> None:
     # The text-only rows search with the model's vectors for the texts: the
     # row that supplies those vectors is their base, not the corpus' row.
