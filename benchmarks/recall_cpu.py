@@ -1,0 +1,164 @@
+"""The recall path's own CPU, without HTTP: Braid's engine in this process on a load run's stack.
+
+``python -m benchmarks.recall_cpu <home> [--size N] [--recalls R] [--profile] [--name X]``
+attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
+its writes paused as for :mod:`benchmarks.load.probe`), opens a second Braid
+runtime in this process on the same Postgres and Typesense (the stack's
+config), and runs ``R`` recalls one at a time per row, after a warm-up of
+100: fused, then each source alone, over the load's queries with their
+vectors supplied (``--size`` and ``--seed`` rebuild the load's corpus for
+them). CPU per recall by process: this one (the engine, its sources, fusion
+and the block: everything a recall costs the service but the HTTP server),
+Postgres and Typesense; the service the load started idles meanwhile. One
+recall at a time, so there is no contention between recalls: the figures
+are the recall path's floor under this code, to set against the service's
+CPU per recall under load (``make bench-load``).
+
+``--profile`` adds cProfile's top functions (by own time) over the fused row
+run once more: cProfile's overhead inflates every call, so read them as
+shares. Report: ``benchmarks/results/recall-cpu[-<name>].{md,json}``. Last line:
+``recall-cpu: memories=<n> fused_ms=<x> typesense_ms=<x> pgvector_ms=<x> graph_ms=<x>``
+(this process' CPU per recall).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psycopg
+
+from benchmarks.common import RESULTS, CpuMeter, cpu_per_call, write_results
+from benchmarks.load.corpus import BIG_TENANT, build_corpus
+from benchmarks.load.probe import attach
+from config.holder import ConfigHolder
+from config.loader import parse_config
+from indexers.runtime import Backends, open_runtime
+from service.schemas import RecallIn
+from service.validate import recall_options
+
+__all__ = ["ROWS", "markdown", "measure", "summary_line"]
+
+#: Each row's label and the sources its recalls ask for (None: every source, fused).
+ROWS: tuple[tuple[str, list[str] | None], ...] = (
+    ("fused", None),
+    ("typesense", ["typesense"]),
+    ("pgvector", ["pgvector"]),
+    ("graph", ["graph"]),
+)
+
+#: Recalls run before each row's, not counted.
+WARM_UP = 100
+
+#: Functions listed from the profile.
+TOP = 30
+
+
+async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool) -> dict[str, Any]:
+    svc = attach(home)
+    cfg = parse_config((home / "braid.yaml").read_text())
+    dsn = svc.postgres_dsn()
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM memories WHERE tenant = %s", (BIG_TENANT,)).fetchone()
+    held = int(row[0]) if row else 0
+    print(f"recall-cpu: {held} memories in {BIG_TENANT}; building the corpus", flush=True)
+    corpus = build_corpus(size, seed=seed)
+    backends = Backends(
+        postgres_dsn=dsn,
+        typesense_nodes=(f"http://127.0.0.1:{svc.typesense_port()}",),
+        typesense_api_key=svc.ts_key,
+    )
+    bodies = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
+    meter = CpuMeter(svc.processes)
+    report: dict[str, Any] = {"memories": held, "size": size, "seed": seed, "recalls": recalls, "rows": []}
+    async with open_runtime(ConfigHolder(cfg), backends) as rt:
+        engine = rt.engine
+
+        async def run(sources: list[str] | None, n: int, offset: int = 0) -> None:
+            for i in range(offset, offset + n):
+                body = bodies[i % len(bodies)]
+                opts = recall_options(msgspec.convert({**body, "sources": sources}, RecallIn), cfg)
+                await engine.recall(BIG_TENANT, opts)
+
+        for label, sources in ROWS:
+            await run(sources, WARM_UP)
+            before, start = meter(), time.perf_counter()
+            await run(sources, recalls, WARM_UP)
+            wall = (time.perf_counter() - start) * 1000 / recalls
+            cpu = cpu_per_call(before, meter(), recalls)
+            report["rows"].append({"config": label, "cpu_ms": cpu, "wall_ms": wall})
+            print(f"recall-cpu: {label}: {cpu['client']:.2f} ms of this process' CPU a recall", flush=True)
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await run(None, recalls, WARM_UP)
+            profiler.disable()
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(TOP)
+            report["profile"] = out.getvalue()
+    return report
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    by = {r["config"]: r["cpu_ms"].get("client", 0.0) for r in report["rows"]}
+    figures = " ".join(f"{label}_ms={by[label]:.2f}" for label, _ in ROWS if label in by)
+    return f"recall-cpu: memories={report['memories']} {figures}"
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    lines = [
+        f"# The recall path's CPU without HTTP: {report['memories']} memories in the big tenant",
+        "",
+        f"Command: `{command}`  ",
+        "A second Braid runtime in the benchmark's process on a load run's stack (writes paused), "
+        f"{report['recalls']} recalls one at a time per row after a warm-up of {WARM_UP}, the load's queries "
+        "with their vectors supplied. `this process`: the engine, its sources, fusion and the block (what a "
+        "recall costs the service but the HTTP server and the contention of recalls in flight together).",
+        "",
+        "| recall | this process CPU ms | Postgres CPU ms | Typesense CPU ms | wall ms |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        cpu = r["cpu_ms"]
+        lines.append(
+            f"| {r['config']} | {cpu.get('client', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
+            f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} |"
+        )
+    if report.get("profile"):
+        lines += [
+            "",
+            f"## Fused row under cProfile (top {TOP} by own time; cProfile inflates every call: read as shares)",
+            "",
+            "```",
+            report["profile"].strip(),
+            "```",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.recall_cpu", description=__doc__)
+    parser.add_argument("home", type=Path, help="the load run's home (/tmp/braid-load-*)")
+    parser.add_argument("--size", type=int, default=10_000, help="the load run's --size (its queries)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--recalls", type=int, default=500)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--name", default="")
+    args = parser.parse_args()
+    report = asyncio.run(measure(args.home, args.size, args.seed, args.recalls, args.profile))
+    command = " ".join(["python -m benchmarks.recall_cpu <home>", *sys.argv[2:]])
+    stem = "recall-cpu" + (f"-{args.name}" if args.name else "")
+    write_results(stem, markdown(report, command), report, results=RESULTS)
+    print(summary_line(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

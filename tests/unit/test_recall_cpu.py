@@ -1,0 +1,32 @@
+"""The in-process recall CPU benchmark's report: its rows and last line."""
+
+from __future__ import annotations
+
+from benchmarks.recall_cpu import markdown, summary_line
+
+
+def _report() -> dict[str, object]:
+    def row(config: str, own: float) -> dict[str, object]:
+        return {"config": config, "cpu_ms": {"client": own, "postgres": 1.5, "typesense": 0.25}, "wall_ms": 9.0}
+
+    return {
+        "memories": 10000,
+        "recalls": 500,
+        "rows": [row("fused", 7.13), row("typesense", 4.28), row("pgvector", 1.6), row("graph", 2.56)],
+    }
+
+
+def test_each_row_shows_this_process_and_the_backends_cpu() -> None:
+    text = markdown(_report(), "python -m benchmarks.recall_cpu <home>")
+    assert text.startswith("# The recall path's CPU without HTTP: 10000 memories in the big tenant")
+    assert "| fused | 7.13 | 1.50 | 0.25 | 9.00 |" in text
+    assert "| graph | 2.56 | 1.50 | 0.25 | 9.00 |" in text
+    assert "cProfile" not in text
+
+
+def test_the_profile_is_shown_only_when_taken_and_the_last_line_has_each_row() -> None:
+    report = {**_report(), "profile": "  ncalls  tottime\n  500  0.180  pagerank\n"}
+    assert "```\nncalls  tottime\n  500  0.180  pagerank\n```" in markdown(report, "x")
+    assert summary_line(_report()) == (
+        "recall-cpu: memories=10000 fused_ms=7.13 typesense_ms=4.28 pgvector_ms=1.60 graph_ms=2.56"
+    )
