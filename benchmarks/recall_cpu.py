@@ -4,7 +4,7 @@
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
 its writes paused as for :mod:`benchmarks.load.probe`), opens a second Braid
 runtime in this process on the same Postgres and Typesense (the stack's
-config), and runs ``R`` recalls one at a time per row, after a warm-up of
+config; numpy's BLAS on one thread, as the service holds it), and runs ``R`` recalls one at a time per row, after a warm-up of
 100: fused, then each source alone, over the load's queries with their
 vectors supplied (``--size`` and ``--seed`` rebuild the load's corpus for
 them). CPU per recall by process: this one (the engine, its sources, fusion
@@ -12,13 +12,16 @@ and the block: everything a recall costs the service but the HTTP server),
 Postgres and Typesense; the service the load started idles meanwhile. One
 recall at a time, so there is no contention between recalls: the figures
 are the recall path's floor under this code, to set against the service's
-CPU per recall under load (``make bench-load``).
+CPU per recall under load (``make bench-load``). The fused recalls are then
+sent once more, one at a time over HTTP to the service the load started:
+the service's CPU per recall less this process' is what the HTTP server and
+the framework add.
 
 ``--profile`` adds cProfile's top functions (by own time) over the fused row
 run once more: cProfile's overhead inflates every call, so read them as
 shares. Report: ``benchmarks/results/recall-cpu[-<name>].{md,json}``. Last line:
-``recall-cpu: memories=<n> fused_ms=<x> typesense_ms=<x> pgvector_ms=<x> graph_ms=<x>``
-(this process' CPU per recall).
+``recall-cpu: memories=<n> fused_ms=<x> typesense_ms=<x> pgvector_ms=<x> graph_ms=<x> service_http_ms=<x>``
+(this process' CPU per recall; the service's through HTTP).
 """
 
 from __future__ import annotations
@@ -35,13 +38,16 @@ from typing import Any
 
 import msgspec
 import psycopg
+import yaml
 
 from benchmarks.common import RESULTS, CpuMeter, cpu_per_call, write_results
+from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.probe import attach
 from config.holder import ConfigHolder
 from config.loader import parse_config
 from indexers.runtime import Backends, open_runtime
+from service.__main__ import one_blas_thread
 from service.schemas import RecallIn
 from service.validate import recall_options
 
@@ -63,8 +69,13 @@ TOP = 30
 
 
 async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool) -> dict[str, Any]:
+    # As in the service: numpy's products on the calling thread (a BLAS pool's
+    # threads spin after each one, and would be counted here).
+    one_blas_thread()
     svc = attach(home)
-    cfg = parse_config((home / "braid.yaml").read_text())
+    text = (home / "braid.yaml").read_text()
+    cfg = parse_config(text)
+    key = next(k["key"] for k in yaml.safe_load(text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT)
     dsn = svc.postgres_dsn()
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM memories WHERE tenant = %s", (BIG_TENANT,)).fetchone()
@@ -96,6 +107,8 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
             cpu = cpu_per_call(before, meter(), recalls)
             report["rows"].append({"config": label, "cpu_ms": cpu, "wall_ms": wall})
             print(f"recall-cpu: {label}: {cpu['client']:.2f} ms of this process' CPU a recall", flush=True)
+        report["http"] = await _through_service(svc.url, key, bodies, recalls, meter)
+        print(f"recall-cpu: fused through the service: {report['http']['cpu_ms']['service']:.2f} ms", flush=True)
         if profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -107,10 +120,35 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
     return report
 
 
+async def _through_service(
+    url: str, key: str, bodies: list[dict[str, Any]], recalls: int, meter: CpuMeter
+) -> dict[str, Any]:
+    """The fused recalls again, one at a time over HTTP to the service the
+    load started (same stack, same bodies): CPU per recall by process and
+    wall ms, after the same warm-up."""
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    encoded = [msgspec.json.encode(b) for b in bodies]
+    async with LeanClient(url) as client:
+
+        async def run(n: int, offset: int = 0) -> None:
+            for i in range(offset, offset + n):
+                code, raw = await client.post("/v1/recall", encoded[i % len(encoded)], headers)
+                if code != 200:
+                    raise RuntimeError(f"recall through the service: {code} {raw[:200]!r}")
+
+        await run(WARM_UP)
+        before, start = meter(), time.perf_counter()
+        await run(recalls, WARM_UP)
+        wall = (time.perf_counter() - start) * 1000 / recalls
+    return {"cpu_ms": cpu_per_call(before, meter(), recalls), "wall_ms": wall}
+
+
 def summary_line(report: dict[str, Any]) -> str:
     by = {r["config"]: r["cpu_ms"].get("client", 0.0) for r in report["rows"]}
     figures = " ".join(f"{label}_ms={by[label]:.2f}" for label, _ in ROWS if label in by)
-    return f"recall-cpu: memories={report['memories']} {figures}"
+    http = report.get("http")
+    service = "" if not http else f" service_http_ms={http['cpu_ms'].get('service', 0.0):.2f}"
+    return f"recall-cpu: memories={report['memories']} {figures}{service}"
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
@@ -132,6 +170,19 @@ def markdown(report: dict[str, Any], command: str) -> str:
             f"| {r['config']} | {cpu.get('client', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
             f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} |"
         )
+    http = report.get("http")
+    if http:
+        cpu = http["cpu_ms"]
+        lines += [
+            "",
+            "The fused recalls again, one at a time over HTTP to the service the load started (same stack, same "
+            "bodies): what the HTTP server and the framework add is the service's CPU less this process' above.",
+            "",
+            "| recall | service CPU ms | Postgres CPU ms | Typesense CPU ms | client CPU ms | wall ms |",
+            "|---|---|---|---|---|---|",
+            f"| fused, through the service | {cpu.get('service', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
+            f"| {cpu.get('typesense', 0.0):.2f} | {cpu.get('client', 0.0):.2f} | {http['wall_ms']:.2f} |",
+        ]
     if report.get("profile"):
         lines += [
             "",

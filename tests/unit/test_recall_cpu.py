@@ -30,3 +30,11 @@ def test_the_profile_is_shown_only_when_taken_and_the_last_line_has_each_row() -
     assert summary_line(_report()) == (
         "recall-cpu: memories=10000 fused_ms=7.13 typesense_ms=4.28 pgvector_ms=1.60 graph_ms=2.56"
     )
+
+
+def test_the_recalls_through_the_service_get_their_own_table_and_figure() -> None:
+    cpu = {"service": 7.32, "postgres": 3.82, "typesense": 6.76, "client": 0.2}
+    report = {**_report(), "http": {"cpu_ms": cpu, "wall_ms": 12.5}}
+    assert "| fused, through the service | 7.32 | 3.82 | 6.76 | 0.20 | 12.50 |" in markdown(report, "x")
+    assert summary_line(report).endswith("graph_ms=2.56 service_http_ms=7.32")
+    assert "through the service" not in markdown(_report(), "x")
