@@ -400,11 +400,9 @@ def _steady_table(steady: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for rate, f in steady.items():
-        fresh = f.get("fresh_ms")
         lines.append(
             f"| {rate} | {f['writes']} | {f['acked_per_s']:.0f} | {_f(f['ack_ms']['p50'])} / {_f(f['ack_ms']['p99'])} "
-            f"| {_f(f['outbox_ms']['p50'])} / {_f(f['outbox_ms']['p99'])} ({f['outbox_ms']['n']}) "
-            f"| {_p50_p99(fresh)} | {f['drain_s']:.1f} s "
+            f"| {_p50_p99(f['outbox_ms'])} | {_p50_p99(f.get('fresh_ms'))} | {f['drain_s']:.1f} s "
             f"| {_cpu(f.get('cpu_ms_per_write'))} | {f['error_count']}: {'; '.join(f['errors'][:2])} |"
         )
     return lines

@@ -170,18 +170,7 @@ class TypesenseClient:
         for index in self._order():
             node = self.nodes[index]
             try:
-                request = httpx.Request(
-                    method,
-                    self._url(node + path, params),
-                    headers=headers,
-                    content=content,
-                    extensions={"timeout": self._timeouts},
-                )
-                response = await self._transport.handle_async_request(request)
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
+                response = await self._send(method, self._url(node + path, params), headers, content, self._timeouts)
             except httpx.TimeoutException as exc:
                 failures.append(f"{node}: timed out ({type(exc).__name__})")
                 self._failed(index, silent=True)
@@ -207,6 +196,24 @@ class TypesenseClient:
                 raise TypesenseError(response.status_code, _message(response))
             return response
         raise SourceUnavailable(SOURCE, "; ".join(failures))
+
+    async def _send(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: Mapping[str, str],
+        content: bytes | None,
+        timeouts: Mapping[str, float | None],
+    ) -> httpx.Response:
+        """One request to one node, its body read and the response closed
+        (transport errors raised as they are)."""
+        request = httpx.Request(method, url, headers=headers, content=content, extensions={"timeout": timeouts})
+        response = await self._transport.handle_async_request(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     def _url(self, url: str, params: Mapping[str, str | int] | None) -> httpx.URL:
         if params:
@@ -264,17 +271,8 @@ class TypesenseClient:
         answers: dict[str, str] = {}
         for node in self.nodes:
             try:
-                request = httpx.Request(
-                    "POST",
-                    self._url(node + "/operations/db/compact", None),
-                    headers=self._headers,
-                    extensions={"timeout": timeouts},
-                )
-                response = await self._transport.handle_async_request(request)
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
+                url = self._url(node + "/operations/db/compact", None)
+                response = await self._send("POST", url, self._headers, None, timeouts)
             except httpx.TransportError as exc:
                 answers[node] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
