@@ -43,6 +43,21 @@ __all__ = [
 
 log = logging.getLogger("braid.stack")
 
+#: Seconds between a Typesense node's own snapshots (``--snapshot-interval-seconds``;
+#: the server's default is 3600). Each write request leaves a range tombstone
+#: in its RocksDB memtable (0.24.1 logs the request there and deletes it as a
+#: range once applied), and every document a search returns then pays for
+#: all the tombstones since the memtable was last flushed: a bm25 candidate
+#: search of 150 hits cost Typesense 5.1 ms of CPU after a flush, 8.3 after
+#: 200 import requests and 11.5 after 400 (10k load stack, one search at a
+#: time; ``benchmarks/load/tombstones.py``). A snapshot flushes the memtable
+#: (a RocksDB checkpoint: hard links, 14 ms at 10k), so at a minute the
+#: tombstones a search meets are at most a minute's write requests, where
+#: a quiet tenant's writes would otherwise pile up for an hour or until
+#: 4 MB of writes fill the memtable. (Set to 10 s here, the node still
+#: snapshotted 60 s apart: it looks at the timer about once a minute.)
+TYPESENSE_SNAPSHOT_INTERVAL_S = 60
+
 
 class StackInfo(msgspec.Struct, frozen=True):
     postgres_dsn: str
@@ -412,6 +427,7 @@ class EmbeddedTypesense:
             f"--peering-port={peering}",
             f"--log-dir={log_dir}",
             "--enable-cors=false",
+            f"--snapshot-interval-seconds={TYPESENSE_SNAPSHOT_INTERVAL_S}",
         ]
         if self.nodes_file is not None:
             args.append(f"--nodes={self.nodes_file}")

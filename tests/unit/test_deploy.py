@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from config import parse_config
+from deploy.embedded import TYPESENSE_SNAPSHOT_INTERVAL_S
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -358,6 +359,7 @@ def test_typesense_peers_file_matches_the_statefulset() -> None:
     assert _port_matches(8108, c) and _port_matches(8107, c)
     assert args["api-key"] == "$(TYPESENSE_API_KEY)"
     assert args["data-dir"] in {m["mountPath"] for m in c["volumeMounts"]}
+    assert args["snapshot-interval-seconds"] == str(TYPESENSE_SNAPSHOT_INTERVAL_S)
 
     nodes_path = args["nodes"]
     mount = next(m for m in c["volumeMounts"] if nodes_path.startswith(m["mountPath"].rstrip("/") + "/"))
@@ -481,6 +483,7 @@ def test_compose_braid_uses_the_container_config_and_backends() -> None:
         assert f"--api-port={port}" in command or port == 8108
         assert f"--api-key={env['TYPESENSE_API_KEY']}" in command, "Braid and Typesense disagree on the key"
         assert "--data-dir" in command
+        assert f"--snapshot-interval-seconds={TYPESENSE_SNAPSHOT_INTERVAL_S}" in command
 
 
 # --- Dockerfile -------------------------------------------------------------------
