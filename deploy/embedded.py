@@ -44,18 +44,12 @@ __all__ = [
 log = logging.getLogger("braid.stack")
 
 #: Seconds between a Typesense node's own snapshots (``--snapshot-interval-seconds``;
-#: the server's default is 3600). Each write request leaves a range tombstone
-#: in its RocksDB memtable (0.24.1 logs the request there and deletes it as a
-#: range once applied), and every document a search returns then pays for
-#: all the tombstones since the memtable was last flushed: a bm25 candidate
-#: search of 150 hits cost Typesense 5.1 ms of CPU after a flush, 8.3 after
-#: 200 import requests and 11.5 after 400 (10k load stack, one search at a
-#: time; ``benchmarks/load/tombstones.py``). A snapshot flushes the memtable
-#: (a RocksDB checkpoint: hard links, 14 ms at 10k), so at a minute the
-#: tombstones a search meets are at most a minute's write requests, where
-#: a quiet tenant's writes would otherwise pile up for an hour or until
-#: 4 MB of writes fill the memtable. (Set to 10 s here, the node still
-#: snapshotted 60 s apart: it looks at the timer about once a minute.)
+#: the binary's default is 3600). 0.24.1 leaves a range tombstone in its
+#: RocksDB memtable for each write request, and every document a search
+#: returns reads through all of them until the memtable is flushed; a
+#: snapshot flushes it. So a search pays for at most about a minute of write
+#: requests (the node looks at its timer about once a minute). Measured in
+#: ``benchmarks/results/tombstones-*.md``; see "Typesense" in ``docs/design.md``.
 TYPESENSE_SNAPSHOT_INTERVAL_S = 60
 
 

@@ -41,7 +41,7 @@ from .corpus import BIG_TENANT, build_corpus
 from .probe import attach
 from .run import KEYWORD_ALIAS, search_aliases
 
-__all__ = ["measure", "role_of"]
+__all__ = ["Recorder", "measure", "role_of"]
 
 
 def role_of(search: Mapping[str, Any]) -> str:
@@ -52,7 +52,7 @@ def role_of(search: Mapping[str, Any]) -> str:
     return "count" if search.get("per_page") == 0 else "candidates"
 
 
-class _Recorder:
+class Recorder:
     """Wraps ``client.multi_search``: each call's searches and answers."""
 
     def __init__(self, client: TypesenseClient) -> None:
@@ -109,7 +109,7 @@ async def measure(home: Path, queries: int) -> dict[str, Any]:
     client = TypesenseClient([url], svc.ts_key, timeout=60.0)
     try:
         source = TypesenseSource(client, KEYWORD_ALIAS, lambda: cfg, route=lambda _: (client, own))
-        recorder = _Recorder(client)
+        recorder = Recorder(client)
 
         def query(text: str) -> SearchQuery:
             return SearchQuery(tenant=BIG_TENANT, text=text, vector=None, limit=10, filters=Filters())
