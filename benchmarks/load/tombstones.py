@@ -123,6 +123,8 @@ async def measure(home: Path, requests: Sequence[int], queries: int, snapshot: b
                         f"/collections/{collection}/documents/import", params={"action": "upsert"}, content=body
                     )
                     r.raise_for_status()
+                    if b'"success":true' not in r.content:
+                        raise RuntimeError(f"the upsert was refused: {r.text[:300]}")
                 await searched(f"{n} import requests after a flush", n)
                 report["rows"][-1]["compact_s"] = compact_s
             if snapshot and requests:
