@@ -4,11 +4,12 @@
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
 its writes paused as for :mod:`benchmarks.load.probe`), opens a second Braid
 runtime in this process on the same Postgres and Typesense (the stack's
-config; numpy's BLAS on one thread, as the service holds it), and runs ``R`` recalls one at a time per row, after a warm-up of
-100: fused, then each source alone, over the load's queries with their
-vectors supplied (``--size`` and ``--seed`` rebuild the load's corpus for
-them). CPU per recall by process: this one (the engine, its sources, fusion
-and the block: everything a recall costs the service but the HTTP server),
+config; numpy's BLAS on one thread, as the service holds it), and runs
+``R`` recalls one at a time per row, after a warm-up of 100: fused, then
+each source alone, over the load's queries with their vectors supplied
+(``--size`` and ``--seed`` rebuild the load's corpus for them). CPU per
+recall by process: this one (the engine, its sources, fusion and the
+block: everything a recall costs the service but the HTTP server),
 Postgres and Typesense; the service the load started idles meanwhile. One
 recall at a time, so there is no contention between recalls: the figures
 are the recall path's floor under this code, to set against the service's
@@ -38,12 +39,11 @@ from typing import Any
 
 import msgspec
 import psycopg
-import yaml
 
 from benchmarks.common import RESULTS, CpuMeter, cpu_per_call, write_results
 from benchmarks.load.client import LeanClient
 from benchmarks.load.corpus import BIG_TENANT, build_corpus
-from benchmarks.load.probe import attach
+from benchmarks.load.probe import attach, big_tenant_key
 from config.holder import ConfigHolder
 from config.loader import parse_config
 from indexers.runtime import Backends, open_runtime
@@ -75,7 +75,7 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
     svc = attach(home)
     text = (home / "braid.yaml").read_text()
     cfg = parse_config(text)
-    key = next(k["key"] for k in yaml.safe_load(text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT)
+    key = big_tenant_key(text)
     dsn = svc.postgres_dsn()
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM memories WHERE tenant = %s", (BIG_TENANT,)).fetchone()

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
-from benchmarks.common import write_results
+from benchmarks.common import CpuMeter, write_results
 from config.loader import parse_config
 from indexers.base import Filters, SearchQuery
 from indexers.typesense.client import TypesenseClient
@@ -87,11 +86,10 @@ def _roles(calls: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]], r
 async def measure(home: Path, queries: int) -> dict[str, Any]:
     svc = attach(home)
     cfg = parse_config((home / "braid.yaml").read_text())
-    typesense = psutil.Process(int((home / "typesense" / "typesense.pid").read_text()))
+    meter = CpuMeter(svc.processes)
 
     def cpu_ms() -> float:
-        t = typesense.cpu_times()
-        return (t.user + t.system) * 1000.0
+        return meter()["typesense"] * 1000.0
 
     url = f"http://127.0.0.1:{svc.typesense_port()}"
     async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:

@@ -41,7 +41,7 @@ from .hnsw import measure_hnsw
 from .report import _direct_table, _f, _hnsw_table
 from .run import SOURCES, _encode, _quiet_text, direct_baselines, quiet, search_aliases, timed
 
-__all__ = ["attach", "probe"]
+__all__ = ["attach", "big_tenant_key", "probe"]
 
 
 def attach(home: Path) -> Service:
@@ -60,12 +60,17 @@ def attach(home: Path) -> Service:
     return svc
 
 
+def big_tenant_key(cfg_text: str) -> str:
+    """The big tenant's API key in a load run's ``braid.yaml``."""
+    return str(next(k["key"] for k in yaml.safe_load(cfg_text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT))
+
+
 async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seconds: float) -> dict[str, Any]:
     started = time.perf_counter()
     svc = attach(home)
     cfg_text = (home / "braid.yaml").read_text()
     cfg = parse_config(cfg_text)
-    key = next(k["key"] for k in yaml.safe_load(cfg_text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT)
+    key = big_tenant_key(cfg_text)
     dsn = svc.postgres_dsn()
     with psycopg.connect(dsn) as conn:
         row = conn.execute(

@@ -34,9 +34,8 @@ from typing import Any
 
 import httpx
 import msgspec
-import psutil
 
-from benchmarks.common import RESULTS, pyplot, write_results
+from benchmarks.common import RESULTS, CpuMeter, pyplot, write_results
 from config.loader import parse_config
 from indexers.base import Filters, SearchQuery
 from indexers.typesense.client import TypesenseClient
@@ -65,11 +64,10 @@ def _snapshots(home: Path) -> set[str]:
 async def measure(home: Path, requests: Sequence[int], queries: int, snapshot: bool) -> dict[str, Any]:
     svc = attach(home)
     cfg = parse_config((home / "braid.yaml").read_text())
-    typesense = psutil.Process(int((home / "typesense" / "typesense.pid").read_text()))
+    meter = CpuMeter(svc.processes)
 
     def cpu_ms() -> float:
-        t = typesense.cpu_times()
-        return (t.user + t.system) * 1000.0
+        return meter()["typesense"] * 1000.0
 
     url = f"http://127.0.0.1:{svc.typesense_port()}"
     headers = {"X-TYPESENSE-API-KEY": svc.ts_key}
