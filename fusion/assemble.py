@@ -142,8 +142,10 @@ class Ranking(Generic[C]):
             encoding,
         )
         included, truncated = set(block.included), set(block.truncated)
+        # Ranked(...), not Ranked[C](...): a subscripted generic's call goes
+        # through typing's __call__, several microseconds an item.
         items = [
-            Ranked[C](
+            Ranked(
                 hit=hits[s.fused.id],
                 score=s.score,
                 rrf_score=s.fused.score,
@@ -155,7 +157,7 @@ class Ranking(Generic[C]):
             )
             for i, s in enumerate(top)
         ]
-        return Assembly[C](items=items, block=block.text, tokens=block.tokens)
+        return Assembly(items=items, block=block.text, tokens=block.tokens)
 
 
 def rank(

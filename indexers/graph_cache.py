@@ -713,19 +713,18 @@ class TenantGraph:
             if not frontier:
                 break
             seen |= frontier
-        rels = self.rels
+        rels: Mapping[int, Rel] = self.rels
         if overlay is not None:
             own = overlay.rels
-            chosen = [(rid, own.get(rid) or rels[rid]) for rid in walked]
-        else:
-            chosen = [(rid, rels[rid]) for rid in walked]
+            kept = rels
+            rels = {rid: own.get(rid) or kept[rid] for rid in walked}
         if hops == 0:
-            chosen = [(rid, rel) for rid, rel in chosen if rel[_SRC] in seeds and rel[_DST] in seeds]
-        # Heaviest first, ties by id (ids are unique: the relations are never compared).
-        keyed = sorted([(-rel[_W], rid, rel) for rid, rel in chosen])
+            walked = {rid for rid in walked if rels[rid][_SRC] in seeds and rels[rid][_DST] in seeds}
+        # Heaviest first, ties by id (ids are unique: nothing further is compared).
+        keyed = sorted([(-rels[rid][_W], rid) for rid in walked])
         return [
-            (rid, rel[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED])
-            for _, rid, rel in keyed[:max_edges]
+            (rid, (rel := rels[rid])[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED])
+            for _, rid in keyed[:max_edges]
         ]
 
     def _index(self, mids: Iterable[str]) -> np.ndarray:

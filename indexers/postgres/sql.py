@@ -109,9 +109,21 @@ def _fields(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {n: _READ[n](row[n]) if n in _READ else row[n] for n in names}
 
 
-def hit_from_row(row: dict[str, Any], score: float) -> Hit:
-    """A memory row (:data:`HIT_COLUMNS`) as a search hit."""
-    return Hit(**_fields(row, SHOWN_FIELDS), score=score)
+def _hit_reader() -> Callable[[dict[str, Any], float], Hit]:
+    """:func:`hit_from_row`, written out for :data:`SHOWN_FIELDS` once: each
+    field read by name and converted as :data:`_READ` says, with no loop or
+    look-up of its own (a recall makes a hundred hits from rows; the generic
+    :func:`_fields` took four times as long a hit)."""
+    args = ", ".join(f"{n}=_read_{n}(row[{n!r}])" if n in _READ else f"{n}=row[{n!r}]" for n in SHOWN_FIELDS)
+    source = f"def hit_from_row(row, score):\n    return Hit({args}, score=score)\n"
+    scope: dict[str, Any] = {"Hit": Hit, **{f"_read_{n}": f for n, f in _READ.items()}}
+    exec(source, scope)  # noqa: S102 - the text is made of field names only
+    made: Callable[[dict[str, Any], float], Hit] = scope["hit_from_row"]
+    made.__doc__ = "A memory row (:data:`HIT_COLUMNS`) as a search hit."
+    return made
+
+
+hit_from_row = _hit_reader()
 
 
 def record_from_row(row: dict[str, Any]) -> MemoryRecord:
