@@ -4,10 +4,13 @@ field added to the model fails here until each place gives it a meaning."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import msgspec
 
 from indexers.base import RECORD_FIELDS, SHOWN_FIELDS, Hit, MemoryRecord, Shown
-from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput
+from indexers.postgres import HIT_COLUMNS, RECORD_COLUMNS, MemoryInput, hit_from_row
+from indexers.postgres.sql import _fields
 from indexers.results import RecallItem
 from indexers.typesense import metadata
 from indexers.typesense.documents import KEY_FIELDS, TERM_FIELDS, collection_schema, document_field, vectors_schema
@@ -52,3 +55,42 @@ def test_writes_carry_every_stored_field() -> None:
     # The API accepts every written field except what the service fills in
     # (the model; whether created_at was its own "now").
     assert written - {"model", "stamped"} <= set(names(MemoryIn))
+
+
+def test_a_hit_from_a_row_reads_every_shown_field_as_the_generic_reader_does() -> None:
+    # hit_from_row is written out for the shown fields once (indexers.postgres.sql):
+    # every field, each converted as _fields converts it.
+    here = timezone(timedelta(hours=2))
+    rows = [
+        {
+            "id": "m1",
+            "content": "Prefers tea.",
+            "kind": "fact",
+            "tier": "session",
+            "created_at": datetime(2026, 1, 15, 9, 30, tzinfo=here),
+            "confidence": 1,
+            "speaker": "Ana",
+            "importance": 1,
+            "mem_key": "user.drink",
+            "expires_at": datetime(2027, 1, 1, tzinfo=here),
+        },
+        {
+            "id": "m2",
+            "content": "x",
+            "kind": "session",
+            "tier": "rag",
+            "created_at": datetime(2026, 1, 15, tzinfo=UTC),
+            "confidence": 0.25,
+            "speaker": None,
+            "importance": None,
+            "mem_key": None,
+            "expires_at": None,
+        },
+    ]
+    for row in rows:
+        hit = hit_from_row({**row, "distance": 0.1}, 0.5)
+        assert hit == Hit(**_fields(row, SHOWN_FIELDS), score=0.5)
+        assert hit.created_at.utcoffset() == timedelta(0)
+        assert isinstance(hit.confidence, float)
+    assert hit_from_row(rows[0], 1.0).expires_at == datetime(2026, 12, 31, 22, tzinfo=UTC)
+    assert hit_from_row(rows[0], 1.0).importance == 1.0
