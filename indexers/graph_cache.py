@@ -716,8 +716,7 @@ class TenantGraph:
         rels: Mapping[int, Rel] = self.rels
         if overlay is not None:
             own = overlay.rels
-            kept = rels
-            rels = {rid: own.get(rid) or kept[rid] for rid in walked}
+            rels = {rid: own.get(rid) or self.rels[rid] for rid in walked}
         if hops == 0:
             walked = {rid for rid in walked if rels[rid][_SRC] in seeds and rels[rid][_DST] in seeds}
         # Heaviest first, ties by id (ids are unique: nothing further is compared).

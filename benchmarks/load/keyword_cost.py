@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import CpuMeter, write_results
+from benchmarks.common import CpuMeter, Service, write_results
 from config.loader import parse_config
 from indexers.base import Filters, SearchQuery
 from indexers.typesense.client import TypesenseClient
@@ -40,7 +40,13 @@ from .corpus import BIG_TENANT, build_corpus
 from .probe import attach
 from .run import KEYWORD_ALIAS, search_aliases
 
-__all__ = ["Recorder", "measure", "role_of"]
+__all__ = ["Recorder", "measure", "role_of", "typesense_cpu_ms"]
+
+
+def typesense_cpu_ms(svc: Service) -> Callable[[], float]:
+    """The stack's Typesense CPU so far, in ms, read by the load benchmark's meter."""
+    meter = CpuMeter(svc.processes)
+    return lambda: meter()["typesense"] * 1000.0
 
 
 def role_of(search: Mapping[str, Any]) -> str:
@@ -86,11 +92,7 @@ def _roles(calls: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]], r
 async def measure(home: Path, queries: int) -> dict[str, Any]:
     svc = attach(home)
     cfg = parse_config((home / "braid.yaml").read_text())
-    meter = CpuMeter(svc.processes)
-
-    def cpu_ms() -> float:
-        return meter()["typesense"] * 1000.0
-
+    cpu_ms = typesense_cpu_ms(svc)
     url = f"http://127.0.0.1:{svc.typesense_port()}"
     async with httpx.AsyncClient(base_url=url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
         own, _ = await search_aliases(ts, svc.postgres_dsn(), BIG_TENANT)

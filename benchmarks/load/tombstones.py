@@ -35,14 +35,14 @@ from typing import Any
 import httpx
 import msgspec
 
-from benchmarks.common import RESULTS, CpuMeter, pyplot, write_results
+from benchmarks.common import RESULTS, pyplot, write_results
 from config.loader import parse_config
 from indexers.base import Filters, SearchQuery
 from indexers.typesense.client import TypesenseClient
 from indexers.typesense.source import TypesenseSource
 
 from .corpus import BIG_TENANT, build_corpus
-from .keyword_cost import Recorder, role_of
+from .keyword_cost import Recorder, role_of, typesense_cpu_ms
 from .probe import attach
 from .run import KEYWORD_ALIAS, search_aliases
 
@@ -64,11 +64,7 @@ def _snapshots(home: Path) -> set[str]:
 async def measure(home: Path, requests: Sequence[int], queries: int, snapshot: bool) -> dict[str, Any]:
     svc = attach(home)
     cfg = parse_config((home / "braid.yaml").read_text())
-    meter = CpuMeter(svc.processes)
-
-    def cpu_ms() -> float:
-        return meter()["typesense"] * 1000.0
-
+    cpu_ms = typesense_cpu_ms(svc)
     url = f"http://127.0.0.1:{svc.typesense_port()}"
     headers = {"X-TYPESENSE-API-KEY": svc.ts_key}
     texts = [q["text"] for q in build_corpus(3000, seed=7).queries][:queries]
