@@ -42,6 +42,10 @@ Change = Callable[[dict[str, Any]], dict[str, Any]]
 PASSES: list[tuple[str, Change]] = [
     ("as sent", lambda s: s),
     ("include_fields: memory_id only", lambda s: {**s, "include_fields": "memory_id"}),
+    (
+        "include_fields: what ranking reads (a fused recall's, the hits read from Postgres)",
+        lambda s: {**s, "include_fields": typesense_source.BM25_RANK_FIELDS},
+    ),
     ("per_page 100", lambda s: {**s, "per_page": 100}),
     ("per_page 50", lambda s: {**s, "per_page": 50}),
     ("per_page 0 (the filter and count only)", lambda s: {**s, "per_page": 0}),
