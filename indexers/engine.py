@@ -162,11 +162,17 @@ class _Unindexed:
         finally:
             self._done.set()
 
+    @property
+    def done(self) -> bool:
+        """Whether the read is over (read, failed or cancelled)."""
+        return self._done.is_set()
+
     async def wait(self, timeout_s: float) -> tuple[MemoryRecord, ...]:
         """The memories read, waiting at most ``timeout_s`` for the read
         (none if it is not done by then)."""
-        with anyio.move_on_after(timeout_s):
-            await self._done.wait()
+        if not self._done.is_set():
+            with anyio.move_on_after(timeout_s):
+                await self._done.wait()
         return self.records
 
 
@@ -748,8 +754,9 @@ class Engine:
                 for name, source in side.sources.items()
             }
             searched = await search_all(sources, queries, cfg, self.tracing)
-            # A read still waiting is of no use now.
-            reads.cancel_scope.cancel()
+            if not unindexed.done:
+                # A read still waiting is of no use now.
+                reads.cancel_scope.cancel()
         if side.replica:
             failing = sorted(
                 n for n in self._on_postgres if n in searched and searched[n].status in ("error", "timeout")
