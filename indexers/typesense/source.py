@@ -344,18 +344,22 @@ class TypesenseSource:
         self, client: TypesenseClient, alias: str, tenant: str, memory_ids: Sequence[str], fields: str
     ) -> dict[str, dict[str, Any]]:
         """``fields`` of the tenant's documents of ``memory_ids`` in ``alias``
-        (those it holds), by memory id: one search, by document id."""
+        (those it holds), by memory id: one request, a search by document id
+        for each :data:`MAX_PER_PAGE` of them."""
         if not memory_ids:
             return {}
-        search = {
-            "collection": alias,
-            "q": "*",
-            "filter_by": "id:=" + quoted_list(document_id(tenant, m) for m in memory_ids),
-            "per_page": len(memory_ids),
-            "include_fields": f"memory_id,{fields}",
-        }
-        (answer,) = await client.multi_search([search])
-        return {h["document"]["memory_id"]: h["document"] for h in answer.get("hits", ())}
+        searches = [
+            {
+                "collection": alias,
+                "q": "*",
+                "filter_by": "id:=" + quoted_list(document_id(tenant, m) for m in part),
+                "per_page": len(part),
+                "include_fields": f"memory_id,{fields}",
+            }
+            for part in (memory_ids[i : i + MAX_PER_PAGE] for i in range(0, len(memory_ids), MAX_PER_PAGE))
+        ]
+        answers = await client.multi_search(searches)
+        return {h["document"]["memory_id"]: h["document"] for answer in answers for h in answer.get("hits", ())}
 
     async def _counted(
         self, client: TypesenseClient, bodies: list[dict[str, Any]], plan: Bm25Plan, roles: list[str]
