@@ -176,27 +176,41 @@ class _Unindexed:
         return self.records
 
 
+#: The share of a derived source's deadline by whose end its lifecycle check
+#: gives up (:class:`_Checked`): the rest is left for showing its own copy.
+CHECK_SHARE = 0.75
+
+
 class _Checked:
     """The lifecycle check of one recall that a derived source runs itself
     (:data:`~indexers.base.CurrentHits`): the hits Postgres gave for its
-    ranked list, read within ``lookup_s``, and which of them it confirmed
-    current; ``failed`` once Postgres did not answer (the recall then leaves
-    out the source's hits that have a ``mem_key``, as when its own check
-    cannot read, without asking Postgres again)."""
+    ranked list, read within ``lookup_s`` and before :data:`CHECK_SHARE` of
+    the source's deadline (``deadline_s``, from :meth:`start`) has gone, so
+    that a stalled Postgres leaves the source time to show its own copy; and
+    which of them it confirmed current. ``failed`` once Postgres did not
+    answer (the recall then leaves out the source's hits that have a
+    ``mem_key``, as when its own check cannot read, without asking Postgres
+    again)."""
 
-    __slots__ = ("as_of", "confirmed", "failed", "lookup_s", "side", "tenant")
+    __slots__ = ("as_of", "confirmed", "deadline_s", "failed", "lookup_s", "side", "tenant", "until")
 
-    def __init__(self, side: _Side, tenant: str, as_of: datetime | None, lookup_s: float) -> None:
+    def __init__(self, side: _Side, tenant: str, as_of: datetime | None, lookup_s: float, deadline_s: float) -> None:
         self.side = side
         self.tenant = tenant
         self.as_of = as_of
         self.lookup_s = lookup_s
+        self.deadline_s = deadline_s
+        self.until = time.monotonic() + CHECK_SHARE * deadline_s
         self.confirmed: set[str] = set()
         self.failed = False
 
+    def start(self) -> None:
+        """The source starts now: its deadline runs from here."""
+        self.until = time.monotonic() + CHECK_SHARE * self.deadline_s
+
     async def __call__(self, ranked: Sequence[tuple[str, float]]) -> list[Hit] | None:
         try:
-            with anyio.fail_after(self.lookup_s):
+            with anyio.fail_after(max(0.0, min(self.lookup_s, self.until - time.monotonic()))):
                 hits = await self.side.store.current_hits(self.tenant, ranked, self.as_of)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             self.side.fail("lifecycle check", exc)
@@ -226,6 +240,7 @@ class _AfterUnindexed:
     async def search(self, query: SearchQuery) -> list[Hit]:
         if isinstance(self.source, SearchesFirst):
             until = time.monotonic() + self.wait_s
+            self.checked.start()
 
             async def unindexed() -> tuple[MemoryRecord, ...]:
                 return await self.unindexed.wait(max(0.0, until - time.monotonic()))
@@ -746,7 +761,10 @@ class Engine:
             if self.tracing is not None and embedding_status not in ("client", "none"):
                 self.tracing.embedded(embedding_ms, embedding_status)
             lookup_s = cfg.query.speaker_lookup_ms / 1000.0
-            checks = {name: _Checked(side, tenant, opts.filters.as_of, lookup_s) for name in derived}
+            checks = {
+                name: _Checked(side, tenant, opts.filters.as_of, lookup_s, cfg.source(name).deadline_ms / 1000.0)
+                for name in derived
+            }
             sources: dict[str, Source] = {
                 name: _AfterUnindexed(source, unindexed, cfg.source(name).deadline_ms / 2000.0, checks[name])
                 if name in derived
