@@ -38,13 +38,18 @@ from indexers.typesense.client import TypesenseClient
 
 Change = Callable[[dict[str, Any]], dict[str, Any]]
 
+#: What the bm25 ranking and the checks on the hits read of a candidate (its
+#: tier, confidence, age and expiry, the counts and lengths): a candidate
+#: search whose hits would show what Postgres holds could ask for these only.
+RANK_FIELDS = "memory_id,tier,confidence,created_at,importance,expires_at,term_counts,length,context_length"
+
 #: Each pass: a label and the change made to every search sent.
 PASSES: list[tuple[str, Change]] = [
     ("as sent", lambda s: s),
     ("include_fields: memory_id only", lambda s: {**s, "include_fields": "memory_id"}),
     (
         "include_fields: what ranking reads (a fused recall's, the hits read from Postgres)",
-        lambda s: {**s, "include_fields": typesense_source.BM25_RANK_FIELDS},
+        lambda s: {**s, "include_fields": RANK_FIELDS},
     ),
     ("per_page 100", lambda s: {**s, "per_page": 100}),
     ("per_page 50", lambda s: {**s, "per_page": 50}),

@@ -7,7 +7,7 @@ hits carry what the memory block needs so nothing is fetched twice.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -34,7 +34,6 @@ __all__ = [
     "MemoryRecord",
     "SearchQuery",
     "SearchesFirst",
-    "CurrentHits",
     "Source",
     "SourceUnavailable",
 ]
@@ -148,31 +147,15 @@ class Source(Protocol):
     async def aclose(self) -> None: ...
 
 
-#: The lifecycle check a recall offers a derived source (:class:`SearchesFirst`):
-#: given its ranked ``(memory id, score)`` pairs, those whose memory is current
-#: (at the recall's ``as_of``), as hits read from Postgres (what Postgres
-#: stores now, not the derived copy), in that order with those scores; ``None``
-#: when Postgres did not answer in time (the source then shows its own copy,
-#: and the recall checks it as it checks any derived hit it could not confirm).
-CurrentHits = Callable[[Sequence[tuple[str, float]]], Awaitable[list[Hit] | None]]
-
-
 @runtime_checkable
 class SearchesFirst(Protocol):
     """A derived source that sends its searches before it needs the recall's
     unindexed memories (:attr:`SearchQuery.unindexed`), so the read of them
     and its searches overlap: :meth:`search_first` awaits ``unindexed()``
-    only to rank what came back (``query.unindexed`` is not read). With
-    ``current``, it returns the hits ``current`` gave for its ranked list
-    when that answers, so that its copy needs to hold only what ranking
-    reads, and the recall's lifecycle check runs inside the source, beside
-    the other sources, not after them."""
+    only to rank what came back (``query.unindexed`` is not read)."""
 
     async def search_first(
-        self,
-        query: SearchQuery,
-        unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]],
-        current: CurrentHits | None = None,
+        self, query: SearchQuery, unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]]
     ) -> list[Hit]: ...
 
 

@@ -176,76 +176,28 @@ class _Unindexed:
         return self.records
 
 
-#: The share of a derived source's deadline by whose end its lifecycle check
-#: gives up (:class:`_Checked`): the rest is left for showing its own copy.
-CHECK_SHARE = 0.75
-
-
-class _Checked:
-    """The lifecycle check of one recall that a derived source runs itself
-    (:data:`~indexers.base.CurrentHits`): the hits Postgres gave for its
-    ranked list, read within ``lookup_s`` and before :data:`CHECK_SHARE` of
-    the source's deadline (``deadline_s``, from :meth:`start`) has gone, so
-    that a stalled Postgres leaves the source time to show its own copy; and
-    which of them it confirmed current. ``failed`` once Postgres did not
-    answer (the recall then leaves out the source's hits that have a
-    ``mem_key``, as when its own check cannot read, without asking Postgres
-    again)."""
-
-    __slots__ = ("as_of", "confirmed", "deadline_s", "failed", "lookup_s", "side", "tenant", "until")
-
-    def __init__(self, side: _Side, tenant: str, as_of: datetime | None, lookup_s: float, deadline_s: float) -> None:
-        self.side = side
-        self.tenant = tenant
-        self.as_of = as_of
-        self.lookup_s = lookup_s
-        self.deadline_s = deadline_s
-        self.until = time.monotonic() + CHECK_SHARE * deadline_s
-        self.confirmed: set[str] = set()
-        self.failed = False
-
-    def start(self) -> None:
-        """The source starts now: its deadline runs from here."""
-        self.until = time.monotonic() + CHECK_SHARE * self.deadline_s
-
-    async def __call__(self, ranked: Sequence[tuple[str, float]]) -> list[Hit] | None:
-        try:
-            with anyio.fail_after(max(0.0, min(self.lookup_s, self.until - time.monotonic()))):
-                hits = await self.side.store.current_hits(self.tenant, ranked, self.as_of)
-        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            self.side.fail("lifecycle check", exc)
-            log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
-            self.failed = True
-            return None
-        self.confirmed.update(h.id for h in hits)
-        return hits
-
-
 class _AfterUnindexed:
     """A derived source searching with the recall's unindexed memories
     (:attr:`SearchQuery.unindexed`), waiting for them at most ``wait_s``
     from its start: past that it ranks without them, as before its copy
     catches up. A source that can (:class:`SearchesFirst`) sends its
-    searches first and waits for them only to rank, and runs the recall's
-    lifecycle check of its list itself (``checked``)."""
+    searches first and waits for them only to rank."""
 
-    def __init__(self, source: Source, unindexed: _Unindexed, wait_s: float, checked: _Checked) -> None:
+    def __init__(self, source: Source, unindexed: _Unindexed, wait_s: float) -> None:
         self.source = source
         self.name = source.name
         self.needs_vector = source.needs_vector
         self.unindexed = unindexed
         self.wait_s = wait_s
-        self.checked = checked
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         if isinstance(self.source, SearchesFirst):
             until = time.monotonic() + self.wait_s
-            self.checked.start()
 
             async def unindexed() -> tuple[MemoryRecord, ...]:
                 return await self.unindexed.wait(max(0.0, until - time.monotonic()))
 
-            return await self.source.search_first(query, unindexed, self.checked)
+            return await self.source.search_first(query, unindexed)
         records = await self.unindexed.wait(self.wait_s)
         return await self.source.search(msgspec.structs.replace(query, unindexed=records))
 
@@ -760,13 +712,8 @@ class Engine:
             }
             if self.tracing is not None and embedding_status not in ("client", "none"):
                 self.tracing.embedded(embedding_ms, embedding_status)
-            lookup_s = cfg.query.speaker_lookup_ms / 1000.0
-            checks = {
-                name: _Checked(side, tenant, opts.filters.as_of, lookup_s, cfg.source(name).deadline_ms / 1000.0)
-                for name in derived
-            }
             sources: dict[str, Source] = {
-                name: _AfterUnindexed(source, unindexed, cfg.source(name).deadline_ms / 2000.0, checks[name])
+                name: _AfterUnindexed(source, unindexed, cfg.source(name).deadline_ms / 2000.0)
                 if name in derived
                 else source
                 for name, source in side.sources.items()
@@ -781,7 +728,7 @@ class Engine:
             )
             if failing:
                 side.failed = side.failed or f"{', '.join(failing)}: {searched[failing[0]].status}"
-        results = await self._current_only(tenant, searched, opts.filters.as_of, side, checks)
+        results = await self._current_only(tenant, searched, opts.filters.as_of, side)
         ranking = rank(
             {name: r.hits for name, r in results.items()},
             plan,
@@ -847,61 +794,36 @@ class Engine:
         return _result(answer, skipped, plan, embedding_ms=0.0, embedding_status="none", strategy="recent")
 
     async def _current_only(
-        self,
-        tenant: str,
-        results: dict[str, SourceResult],
-        as_of: datetime | None,
-        side: _Side,
-        checks: Mapping[str, _Checked],
+        self, tenant: str, results: dict[str, SourceResult], as_of: datetime | None, side: _Side
     ) -> dict[str, SourceResult]:
         """The lists with the hits of derived sources (``SourceSpec.derived``:
         Typesense, which the outbox may not have told yet) that Postgres does
         not hold as current (at ``as_of``) taken out, before fusion, so they
-        neither rank nor take a place. A hit the source's own check
-        (``checks``, :class:`_Checked`) confirmed stays; the others are looked
-        up in one round trip for every such hit, under ``query.speakerLookupMs``.
-        When Postgres cannot answer (or failed the source's check), only the
+        neither rank nor take a place. One round trip for every such hit,
+        under ``query.speakerLookupMs``. When Postgres cannot answer, only the
         hits with a ``mem_key`` are taken out: a memory without one is never
         superseded, and only a supersession makes a current memory stale."""
         derived = {n for n in results if n in self._derived and results[n].hits}
-        none: _Checked | None = None
-
-        def confirmed(name: str) -> set[str]:
-            check = checks.get(name, none)
-            return set() if check is None else check.confirmed
-
-        def failed(name: str) -> bool:
-            check = checks.get(name, none)
-            return check is not None and check.failed
-
-        unchecked = {n: [h for h in results[n].hits if h.id not in confirmed(n)] for n in derived}
-        if not any(unchecked.values()):
+        ids = {h.id for n in derived for h in results[n].hits}
+        if not ids:
             return results
-        ids = {h.id for n in derived if not failed(n) for h in unchecked[n]}
         live: set[str] | None = None
-        if ids:
-            try:
-                with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
-                    live = await side.store.live(tenant, sorted(ids), as_of)
-            except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-                side.fail("lifecycle check", exc)
-                log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
+        try:
+            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+                live = await side.store.live(tenant, sorted(ids), as_of)
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            side.fail("lifecycle check", exc)
+            log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
 
-        def kept(name: str) -> list[Hit]:
-            sure = confirmed(name)
-            known = None if failed(name) else live
-            return [
-                h
-                for h in results[name].hits
-                if h.id in sure
-                or (
-                    h.id in known
-                    if known is not None
-                    else h.mem_key is None and (as_of is None or h.created_at <= as_of)
-                )
-            ]
+        def keep(h: Hit) -> bool:
+            if live is not None:
+                return h.id in live
+            return h.mem_key is None and (as_of is None or h.created_at <= as_of)
 
-        return {n: msgspec.structs.replace(r, hits=kept(n)) if n in derived else r for n, r in results.items()}
+        return {
+            n: msgspec.structs.replace(r, hits=[h for h in r.hits if keep(h)]) if n in derived else r
+            for n, r in results.items()
+        }
 
     async def _unindexed(
         self, tenant: str, opts: RecallOptions, min_confidence: float, embeddings: bool, side: _Side

@@ -117,9 +117,7 @@ class SourceSpec:
     matches: frozenset[Match] = BOTH
     #: It searches a copy of Postgres that may lag it (Typesense, fed by the
     #: outbox): the engine checks its memory hits against Postgres (one round
-    #: trip; inside the source, on its ranked list, for one that can:
-    #: ``indexers.base.SearchesFirst``) and drops any that is not current, or
-    #: not current at ``as_of``.
+    #: trip) and drops any that is not current, or not current at ``as_of``.
     derived: bool = False
 
 

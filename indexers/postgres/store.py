@@ -337,21 +337,6 @@ class PostgresStore(GraphWrites):
         (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": list(ids), **params})])
         return {row[0] for row in rows}
 
-    async def current_hits(self, tenant: str, ranked: Sequence[tuple[str, float]], as_of: datetime | None) -> list[Hit]:
-        """Those of the ``(id, score)`` pairs ``ranked`` whose memory the
-        tenant has and is current (or with ``as_of``, was then:
-        :func:`.sql.lifecycle_clause`), as hits read from their rows, in the
-        order and with the scores given: :meth:`live` that also reads what a
-        hit shows, in one round trip."""
-        if not ranked:
-            return []
-        cond, params = lifecycle_clause(as_of)
-        sql = by_ids_sql(HIT_COLUMNS, cond)
-        read = Read(sql, {"tenant": tenant, "ids": [memory_id for memory_id, _ in ranked], **params}, dict_row)
-        (rows,) = await tenant_reads(self.pool, tenant, [read])
-        found = {row["id"]: row for row in rows}
-        return [hit_from_row(found[memory_id], score) for memory_id, score in ranked if memory_id in found]
-
     async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
         """Those of ``tiers`` that hold at least one memory, of any tenant."""
         if not tiers:

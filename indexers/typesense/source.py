@@ -20,7 +20,7 @@ import numpy as np
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
 from fusion.rrf import rrf
 
-from ..base import SHOWN_FIELDS, CurrentHits, Filters, Hit, MemoryRecord, SearchQuery
+from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord, SearchQuery
 from ..lifecycle import Forgetting
 from ..registry import SourceSpec, register
 from .bm25 import CANDIDATES as BM25_CANDIDATES
@@ -30,11 +30,9 @@ from .documents import (
     NO_EXPIRY,
     combined_document,
     document_field,
-    document_id,
     group_alias,
     hit_from_document,
     narrow_filter,
-    quoted_list,
     tenant_key,
     term_key,
     vector_literal,
@@ -43,7 +41,7 @@ from .documents import (
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
 from .placement import own_alias
 
-__all__ = ["BM25_RANK_FIELDS", "KEYED_S", "MAX_PER_PAGE", "RANK_FIELDS", "SUPERSEDED_SHARE", "TypesenseSource"]
+__all__ = ["KEYED_S", "MAX_PER_PAGE", "SUPERSEDED_SHARE", "TypesenseSource"]
 
 #: In a tenant's own pair, when more than this share of the hits of a
 #: search's full pages were superseded documents (kept for ``as_of``), the
@@ -63,15 +61,6 @@ _HIT_FIELDS = ",".join([*(document_field(name) for name in SHOWN_FIELDS), "tenan
 #: written before it had counts is counted in its content alone until migration 14
 #: has rewritten it).
 _BM25_FIELDS = f"{_HIT_FIELDS},term_counts,length,context_length"
-
-#: What ranking reads of a hit's document, when the recall reads what the hits
-#: show from Postgres (:data:`~indexers.base.CurrentHits`): the fields the
-#: hits are checked by (tier, confidence floor, expiry and the forgetting
-#: rules). Typesense's CPU a search grows with the bytes it sends back:
-#: without the content, kind, speaker, mem_key and tenant, a bm25 candidate
-#: search of 150 hits cost it 3.60 ms against 4.50 (benchmarks/results/typesense-hit-cost-s67.md).
-RANK_FIELDS = "memory_id,tier,confidence,created_at,importance,expires_at"
-BM25_RANK_FIELDS = f"{RANK_FIELDS},term_counts,length,context_length"
 
 
 #: What a hit needs besides for the request's string filters to be checked on it.
@@ -168,17 +157,10 @@ class TypesenseSource:
         return await self.search_first(query, functools.partial(_given, query.unindexed))
 
     async def search_first(
-        self,
-        query: SearchQuery,
-        unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]],
-        current: CurrentHits | None = None,
+        self, query: SearchQuery, unindexed: Callable[[], Awaitable[tuple[MemoryRecord, ...]]]
     ) -> list[Hit]:
         """:meth:`search` with the recall's unindexed memories awaited only
-        once the searches came back (:class:`~indexers.base.SearchesFirst`).
-        With ``current``, Typesense sends back only what ranking reads
-        (:data:`RANK_FIELDS`), and the ranked list's hits are those
-        ``current`` reads from Postgres; should it not answer, the documents'
-        own fields are fetched by id."""
+        once the searches came back (:class:`~indexers.base.SearchesFirst`)."""
         config = self._get_config()
         wanted = query.filters.tiers
         tiers = [t for t in config.memory_tiers if wanted is None or t in wanted]
@@ -197,7 +179,7 @@ class TypesenseSource:
         filter_by = narrow_filter(query.tenant, query.filters, None if wanted is None else tiers, alone=alone)
         # The counts are cached per filter, and per tenant where none names it.
         scope = f"{tenant_key(query.tenant)}:{filter_by}" if alone else filter_by
-        current_key = tenant_key(query.tenant) if alone and query.filters.as_of is None else None
+        current = tenant_key(query.tenant) if alone and query.filters.as_of is None else None
         allowed = frozenset(tiers)
         floor = query.min_confidence
         forgetting = Forgetting.from_config(config)
@@ -205,20 +187,16 @@ class TypesenseSource:
         now = time.time()
         tenant = query.tenant
         exact = _exact(query.filters)
-        # With the check in Postgres, the tenant's name is not fetched: the
-        # check reads the tenant's rows only (the fallback fetches it by id).
-        checked = current is not None
-        extra = "" if exact is None else _FILTER_FIELDS + (",kind" if checked else "")
-        extra += "" if current_key is None else ",current_key"
+        extra = ("" if exact is None else _FILTER_FIELDS) + ("" if current is None else ",current_key")
 
         def allowed_doc(doc: Mapping[str, Any]) -> bool:
             # The filter names the tenant by its key; its name, compared
             # exactly, keeps another tenant's document out whatever happens.
-            if (not checked and doc.get("tenant") != tenant) or doc["tier"] not in allowed or doc["confidence"] < floor:
+            if doc.get("tenant") != tenant or doc["tier"] not in allowed or doc["confidence"] < floor:
                 return False
             if exact is not None and not exact(doc):
                 return False
-            if current_key is not None and doc.get("current_key") != current_key:
+            if current is not None and doc.get("current_key") != current:
                 return False  # superseded: its filter left it in
             expires = doc.get("expires_at")
             if not ages:  # only its expires_at can end it
@@ -246,20 +224,19 @@ class TypesenseSource:
                 terms,
                 ts.bm25_candidates,
                 ts.bm25_context_weight,
-                (BM25_RANK_FIELDS if checked else _BM25_FIELDS) + extra,
+                _BM25_FIELDS + extra,
                 ts.count_ttl_ms / 1000.0,
                 legacy_key=tenant_key(tenant) if self.rewrite is not None and self.rewrite() else None,
                 scope=scope,
                 drift=ts.count_drift,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
-        hit_fields = (RANK_FIELDS if checked else _HIT_FIELDS) + extra
         searches = _searches(
-            query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors, hit_fields=hit_fields
+            query, ts, terms, candidates, count=total is None, bm25=bm25, vectors=vectors, extra_fields=extra
         )
         if not searches:
             return []
-        common = {"collection": alias, "include_fields": hit_fields}
+        common = {"collection": alias, "include_fields": _HIT_FIELDS + extra}
         if filter_by:
             common["filter_by"] = filter_by
         bodies = [{**common, **search} for _, search in searches]
@@ -275,11 +252,11 @@ class TypesenseSource:
             # terms the counts that came back choose.
             answered[again[0]] = (await client.multi_search([{**common, **again[1]}]))[0]
             sent[again[0]] = again[1]
-        if current_key is not None and _superseded_share(answered, sent, current_key) > SUPERSEDED_SHARE:
+        if current is not None and _superseded_share(answered, sent, current) > SUPERSEDED_SHARE:
             # Superseded documents took too many slots: this search and the
             # tenant's next ones for KEYED_S name its current_key.
             self._keyed.put(tenant, True)
-            return await self.search_first(query, unindexed, current)
+            return await self.search_first(query, unindexed)
 
         # Hits outside the allowed tiers or under the confidence floor go first,
         # and so do the documents of memories rewritten since (their outbox rows
@@ -306,12 +283,6 @@ class TypesenseSource:
             rankings["keyword"] = _ids(results["single"])
         elif bm25 is not None:
             found = [h["document"] for h in results[BM25_CANDIDATES]["hits"]]
-            if checked and (uncounted := [d for d in found if "term_counts" not in d]):
-                # Written before documents had counts (migration 14 rewrites
-                # them): scored by their content, fetched for them alone.
-                texts = await self._documents(client, alias, tenant, [d["memory_id"] for d in uncounted], "content")
-                for doc in uncounted:
-                    doc["content"] = texts.get(doc["memory_id"], {}).get("content", "")
             # Not in Typesense yet: scored as the candidate search would have found them.
             found += [d for d in pending.values() if bm25.holds_sent(d)]
             rankings["keyword"] = bm25.ranking(found, ts.relative_floor)[:candidates]
@@ -326,40 +297,7 @@ class TypesenseSource:
             )
         weight = config.rrf.vector_weight
         fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
-        ranked = [(f.id, f.score) for f in fused[: query.limit]]
-        if current is None:
-            return [hit_from_document(docs[memory_id], score) for memory_id, score in ranked]
-        hits = await current(ranked)
-        if hits is not None:
-            return hits
-        # Postgres did not answer: the documents' own fields, fetched by id
-        # (the tenant's name compared exactly, as on a search's hits).
-        shown = await self._documents(
-            client, alias, tenant, [m for m, _ in ranked if m not in pending], _HIT_FIELDS + extra
-        )
-        docs = {**{m: d for m, d in shown.items() if d.get("tenant") == tenant}, **pending}
-        return [hit_from_document(docs[memory_id], score) for memory_id, score in ranked if memory_id in docs]
-
-    async def _documents(
-        self, client: TypesenseClient, alias: str, tenant: str, memory_ids: Sequence[str], fields: str
-    ) -> dict[str, dict[str, Any]]:
-        """``fields`` of the tenant's documents of ``memory_ids`` in ``alias``
-        (those it holds), by memory id: one request, a search by document id
-        for each :data:`MAX_PER_PAGE` of them."""
-        if not memory_ids:
-            return {}
-        searches = [
-            {
-                "collection": alias,
-                "q": "*",
-                "filter_by": "id:=" + quoted_list(document_id(tenant, m) for m in part),
-                "per_page": len(part),
-                "include_fields": f"memory_id,{fields}",
-            }
-            for part in (memory_ids[i : i + MAX_PER_PAGE] for i in range(0, len(memory_ids), MAX_PER_PAGE))
-        ]
-        answers = await client.multi_search(searches)
-        return {h["document"]["memory_id"]: h["document"] for answer in answers for h in answer.get("hits", ())}
+        return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
 
     async def _counted(
         self, client: TypesenseClient, bodies: list[dict[str, Any]], plan: Bm25Plan, roles: list[str]
@@ -457,7 +395,7 @@ def _searches(
     count: bool,
     bm25: Bm25Plan | None = None,
     vectors: str | None = None,
-    hit_fields: str = _HIT_FIELDS,
+    extra_fields: str = "",
 ) -> list[tuple[str, dict[str, Any]]]:
     """The searches of one multi_search, in the order sent, each with its role.
 
@@ -471,9 +409,9 @@ def _searches(
     (``None``: Typesense holds no vectors, and there is none), unless the
     config leaves it to a source that covers the vectors, or the recall's
     strategy allows keyword matching only (``query.matches``; a semantic one
-    comes with no ``terms``). The vector search's ``include_fields`` are
-    ``hit_fields`` (as the others': those of the hits and of the request's
-    string filters, checked on the hits) and the model.
+    comes with no ``terms``). ``extra_fields`` is added to the vector
+    search's ``include_fields`` (as to the others': the fields of the
+    request's string filters, checked on the hits).
     """
     searches: list[tuple[str, dict[str, Any]]] = []
     if ts.keyword_mode == "single":
@@ -498,7 +436,7 @@ def _searches(
                     "vector_query": f"embedding:([{vector}], k:{candidates})",
                     "per_page": candidates,
                     # The model that made each document's embedding, checked on the hits.
-                    "include_fields": f"{hit_fields},model",
+                    "include_fields": f"{_HIT_FIELDS},model{extra_fields}",
                 },
             )
         )

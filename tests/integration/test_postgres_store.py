@@ -767,15 +767,5 @@ async def test_reads_by_id_look_each_id_up_by_primary_key_under_a_generic_plan(s
     assert await store.live("big", asked, None) == {"m1", "m3"}
     assert await store.live("big", asked, T0 - timedelta(days=1)) == set()
     assert await store.live("big", asked, T0 + timedelta(days=1)) == {"m1", "m3"}
-    # The same check reading what each current hit shows, in the order and with the scores given.
-    ranked = [("m3", 3.0), ("m2", 2.0), ("nope", 1.5), ("m1", 1.0), ("m3001", 0.5)]
-    hits = await store.current_hits("big", ranked, None)
-    assert [(h.id, h.score, h.content, h.created_at) for h in hits] == [
-        ("m3", 3.0, "text 3", T0),
-        ("m1", 1.0, "text 1", T0),
-    ]
-    assert await store.current_hits("big", ranked, T0 - timedelta(days=1)) == []
-    assert [h.id for h in await store.current_hits("big", ranked, T0 + timedelta(days=1))] == ["m3", "m1"]
-    assert await store.current_hits("big", [], None) == []
     assert set(await store.embeddings("big", asked, "synthetic")) == {"m1", "m2", "m3"}
     assert await store.embeddings("big", asked, "other") == {}

