@@ -170,7 +170,7 @@ class _Unindexed:
     async def wait(self, timeout_s: float) -> tuple[MemoryRecord, ...]:
         """The memories read, waiting at most ``timeout_s`` for the read
         (none if it is not done by then)."""
-        if not self._done.is_set():
+        if not self.done:
             with anyio.move_on_after(timeout_s):
                 await self._done.wait()
         return self.records
