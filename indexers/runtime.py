@@ -33,7 +33,7 @@ from .engine import Engine, ReplicaReads
 from .extraction import Extractors
 from .pgvector import ensure_indexes
 from .placement import PlacementWatcher
-from .postgres import PostgresStore, ReplicaRouter, open_pool, open_replica_pool, primary_lsn
+from .postgres import PostgresStore, ReplicaRouter, end_given_up, open_pool, open_replica_pool, primary_lsn
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexBusy, ReindexJobs
 from .sweep import Sweeper
@@ -269,8 +269,11 @@ async def _open_runtime(
         await client.aclose()
         for cluster in clusters:
             await cluster.aclose()
+        # Reads whose recalls stopped waiting end first: the pools' close waits for their connections.
         if replica_pool is not None:
+            await end_given_up(replica_pool)
             await replica_pool.close()
+        await end_given_up(pool)
         await pool.close()
 
 

@@ -9,7 +9,8 @@ One job a module:
 * :mod:`.pool`: :func:`open_pool` (migrations first, see
   :mod:`indexers.migrations`), transactions scoped to one tenant by row-level
   security (:func:`tenant_transaction`, :func:`scope_to_tenant`, and
-  :func:`tenant_reads` for reads in one round trip) and
+  :func:`tenant_reads` for reads in one round trip), :func:`on_connection`
+  (work a caller may stop waiting for without cutting it) and
   :class:`PoolSource`, the base of the sources that read Postgres.
 * :mod:`.sql`: the memory columns read, rows as hits or records, and the SQL
   conditions of a search's filters (:func:`filter_clause`).
@@ -37,6 +38,8 @@ from .pool import (
     PING_TIMEOUT_S,
     PoolSource,
     Read,
+    end_given_up,
+    on_connection,
     open_pool,
     open_replica_pool,
     scope_to_tenant,
@@ -82,6 +85,8 @@ __all__ = [
     "entity_text",
     "name_candidates",
     "normalize_name",
+    "end_given_up",
+    "on_connection",
     "open_pool",
     "open_replica_pool",
     "parse_lsn",

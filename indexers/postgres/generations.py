@@ -17,6 +17,8 @@ from collections.abc import Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from .pool import on_connection
+
 __all__ = ["BUMP_SQL", "GENERATION", "GENERATION_SQL", "bump_generations", "current_generation", "read_generation"]
 
 #: One tenant's bump (parameter ``tenant``), a statement of its own or a
@@ -47,25 +49,32 @@ GENERATION_SQL = f"SELECT {GENERATION}"
 
 async def current_generation(pool: AsyncConnectionPool, tenant: str) -> int:
     """The tenant's generation now: one statement, as the connecting role
-    (a counter says nothing of the tenant's data)."""
-    async with pool.connection() as conn:
+    (a counter says nothing of the tenant's data). A caller that stops
+    waiting leaves it to finish (:func:`.pool.on_connection`)."""
+
+    async def run(conn: psycopg.AsyncConnection) -> int:
         cur = await conn.execute(GENERATION_SQL, {"tenant": tenant})
         row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
+        assert row is not None
+        return int(row[0])
+
+    return await on_connection(pool, run)
 
 
 async def read_generation(pool: AsyncConnectionPool, tenant: str) -> tuple[int, bool]:
     """The tenant's current generation (0 before its first write), and whether
     every change of the tenant has reached the derived indexes (no outbox row
     of it pending): one round trip, as the connecting role (neither says
-    anything of the tenant's data)."""
-    async with pool.connection() as conn:
+    anything of the tenant's data); a caller that stops waiting leaves it to finish."""
+
+    async def run(conn: psycopg.AsyncConnection) -> tuple[int, bool]:
         cur = await conn.execute(
             "SELECT (SELECT generation FROM tenant_generations WHERE tenant = %(t)s),"
             " NOT EXISTS (SELECT 1 FROM outbox WHERE processed_at IS NULL AND tenant = %(t)s)",
             {"t": tenant},
         )
         row = await cur.fetchone()
-    assert row is not None
-    return (0 if row[0] is None else int(row[0])), bool(row[1])
+        assert row is not None
+        return (0 if row[0] is None else int(row[0])), bool(row[1])
+
+    return await on_connection(pool, run)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psycopg
@@ -20,9 +23,12 @@ from ..migrations import TENANT_ROLE, migrate
 from ..registry import BOTH, Match, SourceSpec
 
 __all__ = [
+    "GIVEN_UP_GRACE_S",
     "NOTIFY_CHANNEL",
     "PING_TIMEOUT_S",
     "PoolSource",
+    "end_given_up",
+    "on_connection",
     "open_pool",
     "open_replica_pool",
     "Read",
@@ -90,6 +96,95 @@ async def _check_returned(conn: psycopg.AsyncConnection) -> None:
     next statements would join what the failed pipeline left."""
     if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
         raise psycopg.ProgrammingError("connection given back in pipeline mode")
+
+
+T = TypeVar("T")
+
+#: How long a statement whose caller stopped waiting for it may still run
+#: before it is cancelled (and its connection closed), in seconds: as long
+#: as a request waits for a connection.
+GIVEN_UP_GRACE_S = 5.0
+
+#: Each pool's work whose caller stopped waiting while it ran on a connection.
+_given_up: weakref.WeakKeyDictionary[AsyncConnectionPool, dict[asyncio.Task[Any], _Work]] = weakref.WeakKeyDictionary()
+
+
+class _Work:
+    """What :func:`on_connection`'s caller knows of the work it started."""
+
+    __slots__ = ("running", "scope")
+
+    def __init__(self) -> None:
+        self.running = False
+        self.scope: anyio.CancelScope | None = None
+
+    def cancel(self, task: asyncio.Task[Any]) -> None:
+        # Through its scope once it has one: anyio delivers the cancellation
+        # again until the work ends, where psycopg, cancelled once, waits for
+        # the server to confirm (which a stalled server never does).
+        if self.scope is None:
+            task.cancel()
+        else:
+            self.scope.cancel()
+
+
+async def on_connection(pool: AsyncConnectionPool, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
+    """``work`` run on a connection of ``pool``: its result, or its error.
+
+    A caller that stops waiting (its deadline passed, its request was
+    cancelled) is answered at once, as by any cancelled await, but work
+    already running goes on without it: a statement is not cut in the
+    middle. Cutting one costs psycopg a second connection to the server to
+    send the cancel request, then the connection it ran on, which psycopg
+    closes when the cancellation is delivered again (anyio does that until a
+    deadline holds), so the pool opens another: a fork and a login on the
+    server for each deadline missed, which under overload misses more.
+    Work still waiting for a connection is cancelled (nothing ran); work
+    running when its caller left has :data:`GIVEN_UP_GRACE_S` more, then is
+    cancelled as before.
+    """
+    state = _Work()
+    task = asyncio.ensure_future(_run(pool, work, state))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if task.done():
+            raise
+        if state.running and state.scope is not None:
+            state.scope.deadline = min(state.scope.deadline, anyio.current_time() + GIVEN_UP_GRACE_S)
+            _given_up.setdefault(pool, {})[task] = state
+        else:
+            state.cancel(task)
+        task.add_done_callback(functools.partial(_settled, pool))
+        raise
+
+
+async def _run(pool: AsyncConnectionPool, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], state: _Work) -> T:
+    with anyio.CancelScope() as state.scope:
+        async with pool.connection() as conn:
+            state.running = True
+            return await work(conn)
+    raise TimeoutError("given up by its caller, then cancelled")
+
+
+def _settled(pool: AsyncConnectionPool, task: asyncio.Task[Any]) -> None:
+    """Forget a given-up task that ended, and take its outcome (no one else will)."""
+    tasks = _given_up.get(pool)
+    if tasks is not None:
+        tasks.pop(task, None)
+    if not task.cancelled():
+        task.exception()
+
+
+async def end_given_up(pool: AsyncConnectionPool) -> None:
+    """Cancel the work on ``pool`` whose callers stopped waiting, and wait
+    until it ended: before the pool closes, which would otherwise wait for
+    their connections."""
+    tasks = _given_up.pop(pool, {})
+    for task, state in tasks.items():
+        state.cancel(task)
+    if tasks:
+        await asyncio.wait(list(tasks))
 
 
 #: A run-time setting's name (``hnsw.ef_search``), as ``set_config`` takes it.
@@ -175,9 +270,11 @@ async def tenant_reads(
     whatever state the aborted pipeline left it in, no later read inherits
     it. (Seen under load before this: a connection whose every repeatable-read
     pipeline then failed with "SET TRANSACTION ISOLATION LEVEL must be called
-    before any query", four recalls in a row.)
+    before any query", four recalls in a row.) A caller that stops waiting
+    leaves the round trip to finish (:func:`on_connection`).
     """
-    async with pool.connection() as conn:
+
+    async def run(conn: psycopg.AsyncConnection) -> list[list[Any]]:
         try:
             async with conn.pipeline():
                 if repeatable_read:
@@ -190,6 +287,8 @@ async def tenant_reads(
                 await conn.close()
             raise
         return [await cur.fetchall() for cur in cursors]
+
+    return await on_connection(pool, run)
 
 
 async def _scoped(
