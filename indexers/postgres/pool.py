@@ -106,26 +106,19 @@ T = TypeVar("T")
 GIVEN_UP_GRACE_S = 5.0
 
 #: Each pool's work whose caller stopped waiting while it ran on a connection.
-_given_up: weakref.WeakKeyDictionary[AsyncConnectionPool, dict[asyncio.Task[Any], _Work]] = weakref.WeakKeyDictionary()
+_given_up: weakref.WeakKeyDictionary[AsyncConnectionPool, set[asyncio.Task[Any]]] = weakref.WeakKeyDictionary()
+
+#: How often a cut is delivered again until the work ends, in seconds.
+_CUT_AGAIN_S = 0.05
 
 
 class _Work:
-    """What :func:`on_connection`'s caller knows of the work it started."""
+    """Whether :func:`on_connection`'s work holds a connection yet."""
 
-    __slots__ = ("running", "scope")
+    __slots__ = ("running",)
 
     def __init__(self) -> None:
         self.running = False
-        self.scope: anyio.CancelScope | None = None
-
-    def cancel(self, task: asyncio.Task[Any]) -> None:
-        # Through its scope once it has one: anyio delivers the cancellation
-        # again until the work ends, where psycopg, cancelled once, waits for
-        # the server to confirm (which a stalled server never does).
-        if self.scope is None:
-            task.cancel()
-        else:
-            self.scope.cancel()
 
 
 async def on_connection(pool: AsyncConnectionPool, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
@@ -139,52 +132,63 @@ async def on_connection(pool: AsyncConnectionPool, work: Callable[[psycopg.Async
     closes when the cancellation is delivered again (anyio does that until a
     deadline holds), so the pool opens another: a fork and a login on the
     server for each deadline missed, which under overload misses more.
-    Work still waiting for a connection is cancelled (nothing ran); work
-    running when its caller left has :data:`GIVEN_UP_GRACE_S` more, then is
-    cancelled as before.
+    Work still waiting for a connection is cut (nothing ran); work running
+    when its caller left has :data:`GIVEN_UP_GRACE_S` more, then is cut as
+    before.
     """
     state = _Work()
     task = asyncio.ensure_future(_run(pool, work, state))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        if task.done():
-            raise
-        if state.running and state.scope is not None:
-            state.scope.deadline = min(state.scope.deadline, anyio.current_time() + GIVEN_UP_GRACE_S)
-            _given_up.setdefault(pool, {})[task] = state
-        else:
-            state.cancel(task)
-        task.add_done_callback(functools.partial(_settled, pool))
+        if not task.done():
+            handle: asyncio.TimerHandle | None
+            if state.running:
+                handle = task.get_loop().call_later(GIVEN_UP_GRACE_S, _cut, task)
+                _given_up.setdefault(pool, set()).add(task)
+            else:
+                handle = _cut(task)
+            task.add_done_callback(functools.partial(_settled, pool, handle))
         raise
 
 
 async def _run(pool: AsyncConnectionPool, work: Callable[[psycopg.AsyncConnection], Awaitable[T]], state: _Work) -> T:
-    with anyio.CancelScope() as state.scope:
-        async with pool.connection() as conn:
-            state.running = True
-            return await work(conn)
-    raise TimeoutError("given up by its caller, then cancelled")
+    async with pool.connection() as conn:
+        state.running = True
+        return await work(conn)
 
 
-def _settled(pool: AsyncConnectionPool, task: asyncio.Task[Any]) -> None:
-    """Forget a given-up task that ended, and take its outcome (no one else will)."""
+def _cut(task: asyncio.Task[Any]) -> asyncio.TimerHandle | None:
+    """Cancel ``task``, again every :data:`_CUT_AGAIN_S` until it ends: psycopg,
+    cancelled once, asks the server to cancel the statement and waits for it
+    to confirm (the connection is kept), which a stalled server never does;
+    cancelled again, it closes the connection."""
+    if task.done():
+        return None
+    task.cancel()
+    return task.get_loop().call_later(_CUT_AGAIN_S, _cut, task)
+
+
+def _settled(pool: AsyncConnectionPool, handle: asyncio.TimerHandle | None, task: asyncio.Task[Any]) -> None:
+    """Forget given-up work that ended, and take its outcome (no one else will)."""
+    if handle is not None:
+        handle.cancel()
     tasks = _given_up.get(pool)
     if tasks is not None:
-        tasks.pop(task, None)
+        tasks.discard(task)
     if not task.cancelled():
         task.exception()
 
 
 async def end_given_up(pool: AsyncConnectionPool) -> None:
-    """Cancel the work on ``pool`` whose callers stopped waiting, and wait
-    until it ended: before the pool closes, which would otherwise wait for
-    their connections."""
-    tasks = _given_up.pop(pool, {})
-    for task, state in tasks.items():
-        state.cancel(task)
+    """Cut the work on ``pool`` whose callers stopped waiting, and wait until
+    it ended: before the pool closes, which would otherwise wait for their
+    connections."""
+    tasks = _given_up.pop(pool, set())
+    for task in tasks:
+        _cut(task)
     if tasks:
-        await asyncio.wait(list(tasks))
+        await asyncio.wait(tasks)
 
 
 #: A run-time setting's name (``hnsw.ef_search``), as ``set_config`` takes it.

@@ -14,7 +14,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from deploy.embedded import EmbeddedPostgres
-from indexers.postgres import Read, end_given_up, on_connection, open_pool, pool as pool_module, tenant_reads
+from indexers.postgres import Read, end_given_up, on_connection, open_pool, tenant_reads
+from indexers.postgres import pool as pool_module
 from tests.api.conftest import fresh_database
 
 pytestmark = pytest.mark.anyio
@@ -73,19 +74,17 @@ async def test_a_read_given_up_before_it_had_a_connection_never_runs(pool: Async
         assert await cur.fetchone() == (False,)
 
 
-async def test_a_given_up_read_is_cancelled_after_its_grace(
+async def test_a_given_up_read_is_cut_after_its_grace(
     pool: AsyncConnectionPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pool_module, "GIVEN_UP_GRACE_S", 0.3)
-    pid = await backend_pid(pool)
     with pytest.raises(TimeoutError), anyio.fail_after(0.1):
         await tenant_reads(pool, "t", [Read("SELECT pg_sleep(60)")])
-    # Cut after its grace (its connection closed, as a cancelled read's is):
-    # the next read does not wait out the minute, on a new connection.
+    # Cut after its grace: the next read gets the pool's one connection
+    # without waiting out the minute (nor the pool's 5 s, then a PoolTimeout).
     start = time.monotonic()
-    with anyio.fail_after(20):
-        assert await backend_pid(pool) != pid
-    assert time.monotonic() - start < 20
+    assert await backend_pid(pool) > 0
+    assert time.monotonic() - start < 4.0
 
 
 async def test_end_given_up_cancels_what_runs_on(pool: AsyncConnectionPool) -> None:
