@@ -322,27 +322,7 @@ def _markdown(report: dict[str, Any]) -> str:
             f"| {r['qps']:.0f} | {src} | {_f(r['overhead_p50'])} | {_f(r['ratio_p50'], 2)} | {_f(r['embedding_ms_p50'], 2)} | {bad} | {r['degraded']} |"
         )
     lines += _row_waits(report["recall"])
-    lines += [
-        "",
-        "## Where the CPU goes (ms of CPU per recall, by process, same rows)",
-        "",
-        "Read from the processes' CPU counters around each row (psutil): the service (Python), "
-        "Postgres (its long-lived backends), Typesense, and the load client itself. On 2 cores, "
-        "recalls/s can never exceed 2000 / (sum of the row's CPU ms).",
-        "",
-        "| config | embedding | clients | service | postgres | typesense | client | sum | 2000 / sum |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in report["recall"]:
-        cpu = r.get("cpu_ms") or {}
-        if not cpu:
-            continue
-        total = sum(cpu.values())
-        lines.append(
-            f"| {r['config']} | {r['embedding']} | {r['clients']} | "
-            + " | ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense", "client"))
-            + f" | {_f(total, 2)} | {2000 / total:.0f} |"
-        )
+    lines += _cpu_table(report["recall"])
     if report.get("cache"):
         lines += [
             "",
@@ -378,6 +358,34 @@ def _markdown(report: dict[str, Any]) -> str:
             f"Graph copies in the service before the recall rows: `{json.dumps(report['graph_cache_before_recalls'])}`",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The recall rows' CPU per recall by process, and the Postgres sessions each opened."""
+    lines = [
+        "",
+        "## Where the CPU goes (ms of CPU per recall, by process, same rows)",
+        "",
+        "Read from the processes' CPU counters around each row (psutil): the service (Python), "
+        "Postgres (its long-lived backends), Typesense, and the load client itself. On 2 cores, "
+        "recalls/s can never exceed 2000 / (sum of the row's CPU ms). `pg sessions`: the sessions "
+        "Postgres opened during the row (`pg_stat_database.sessions`): the service's pool opens one only "
+        "to replace a connection it closed, and the meter misses a backend that lived between two readings.",
+        "",
+        "| config | embedding | clients | service | postgres | typesense | client | sum | 2000 / sum | pg sessions |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cpu = r.get("cpu_ms") or {}
+        if not cpu:
+            continue
+        total = sum(cpu.values())
+        lines.append(
+            f"| {r['config']} | {r['embedding']} | {r['clients']} | "
+            + " | ".join(_f(cpu.get(k), 2) for k in ("service", "postgres", "typesense", "client"))
+            + f" | {_f(total, 2)} | {2000 / total:.0f} | {r.get('pg_sessions', '-')} |"
+        )
+    return lines
 
 
 def _steady_table(steady: dict[str, Any] | None) -> list[str]:

@@ -8,6 +8,7 @@ dict that ``report.py`` turns into Markdown, JSON and a plot.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import secrets
 import signal
@@ -780,6 +781,13 @@ async def timed(
     }
 
 
+def postgres_sessions(conn: psycopg.Connection[Any]) -> int:
+    """Sessions the server has opened so far in ``conn``'s database (read
+    on ``conn``, which stays open, so it counts none of its own)."""
+    row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 async def model_vectors(embedding: EmbeddingConfig, texts: Sequence[str]) -> list[tuple[float, ...]]:
     """The vectors the service's query embedder (``embedding``, a local
     model) makes for ``texts``, made here by the same code, a text at a
@@ -801,6 +809,7 @@ async def recall_latency(
     cpu: Callable[[], dict[str, float]],
     text_vectors: Sequence[Sequence[float]] = (),
     settle: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    sessions: Callable[[], int] | None = None,
 ) -> list[dict[str, Any]]:
     """The recall rows (the caller warms the pools first and waits for an
     idle stack before the first; ``settle``, when given, is awaited before
@@ -814,12 +823,19 @@ async def recall_latency(
     cold (the service embeds each) and cached (each again). The cold and
     cached rows search with the model's vectors, not the corpus' synthetic
     ones, so only the row beside them, searching with the same vectors,
-    tells what embedding adds."""
+    tells what embedding adds. ``sessions``, when given, reads how many
+    sessions Postgres has opened so far: each row keeps how many it opened
+    (``pg_sessions``; the service's pool opens one only to replace a
+    connection it closed, and the CPU meter misses a backend that lived
+    between two readings)."""
     rows: list[dict[str, Any]] = []
 
     async def row(config: str, embedding: str, bodies: list[bytes], clients: int, seconds: float) -> None:
         waited = await settle() if settle is not None and rows else None
+        opened = sessions() if sessions is not None else None
         res = await timed(client, headers, bodies, clients, seconds, cpu)
+        if sessions is not None and opened is not None:
+            res["pg_sessions"] = sessions() - opened
         rows.append({"config": config, "clients": clients, "embedding": embedding, **res, "quiet_before": waited})
 
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
@@ -1190,9 +1206,18 @@ async def run(
                 print(f"load: recall latency {_quiet_text(report['quiet_before_recalls'])}", flush=True)
                 texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
                 text_vectors = await model_vectors(cfg.embedding, texts)
-                report["recall"] = await recall_latency(
-                    lean, recall_headers, corpus, clients, seconds, meter, text_vectors, lambda: quiet(meter)
-                )
+                with psycopg.connect(svc.postgres_dsn(), autocommit=True) as stats_conn:
+                    report["recall"] = await recall_latency(
+                        lean,
+                        recall_headers,
+                        corpus,
+                        clients,
+                        seconds,
+                        meter,
+                        text_vectors,
+                        lambda: quiet(meter),
+                        functools.partial(postgres_sessions, stats_conn),
+                    )
             print("load: result cache", flush=True)
             cfg_path = svc.home / "braid.yaml"
 

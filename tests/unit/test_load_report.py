@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from benchmarks.load.report import MODEL_SUPPLIED, _direct_table, _placement_row, _row_waits, summary_line, targets
+from benchmarks.load.report import (
+    MODEL_SUPPLIED,
+    _cpu_table,
+    _direct_table,
+    _placement_row,
+    _row_waits,
+    summary_line,
+    targets,
+)
 
 
 def _recall(clients: int, embedding: str, p50: float, qps: float, service: float) -> dict[str, Any]:
@@ -180,3 +188,11 @@ def test_the_placement_row_says_whether_the_typesense_stores_were_compacted() ->
     assert _placement_row(job).endswith("Typesense pairs of their own: big; Typesense stores compacted: ok (0.16 s) |")
     job["progress"]["compact"]["nodes"]["http://b"] = "HTTP 503: busy"
     assert "compacted: HTTP 503: busy, ok (0.16 s)" in _placement_row(job)
+
+
+def test_the_cpu_table_shows_the_sessions_each_row_opened() -> None:
+    rows = [{**_recall(32, "supplied", 400.0, 60.0, 11.0), "pg_sessions": 31}, _recall(8, "supplied", 100.0, 80.0, 9.0)]
+    lines = [line for line in _cpu_table(rows) if line.startswith("| fused")]
+    assert lines[0].endswith("| 31 |") and "| 11.00 | 10.00 | 20.00 | 0.50 | 41.50 |" in lines[0]
+    # A run from before the column (its rows have no count) shows none.
+    assert lines[1].endswith("| - |")
