@@ -101,8 +101,8 @@ async def _check_returned(conn: psycopg.AsyncConnection) -> None:
 T = TypeVar("T")
 
 #: How long a statement whose caller stopped waiting for it may still run
-#: before it is cancelled (and its connection closed), in seconds: as long
-#: as a request waits for a connection.
+#: before it is cut (:func:`_cut`), in seconds: as long as a request waits
+#: for a connection.
 GIVEN_UP_GRACE_S = 5.0
 
 #: Each pool's work whose caller stopped waiting while it ran on a connection.
@@ -141,14 +141,15 @@ async def on_connection(pool: AsyncConnectionPool, work: Callable[[psycopg.Async
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        if not task.done():
-            handle: asyncio.TimerHandle | None
-            if state.running:
-                handle = task.get_loop().call_later(GIVEN_UP_GRACE_S, _cut, task)
-                _given_up.setdefault(pool, set()).add(task)
-            else:
-                handle = _cut(task)
-            task.add_done_callback(functools.partial(_settled, pool, handle))
+        handle: asyncio.TimerHandle | None = None
+        if task.done():
+            pass  # ended as its caller left: its outcome is still taken below
+        elif state.running:
+            handle = task.get_loop().call_later(GIVEN_UP_GRACE_S, _cut, task)
+            _given_up.setdefault(pool, set()).add(task)
+        else:
+            handle = _cut(task)
+        task.add_done_callback(functools.partial(_settled, pool, handle))
         raise
 
 
