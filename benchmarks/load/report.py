@@ -369,8 +369,9 @@ def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
         "Read from the processes' CPU counters around each row (psutil): the service (Python), "
         "Postgres (its long-lived backends), Typesense, and the load client itself. On 2 cores, "
         "recalls/s can never exceed 2000 / (sum of the row's CPU ms). `pg sessions`: the sessions "
-        "Postgres opened during the row (`pg_stat_database.sessions`): the service's pool opens one only "
-        "to replace a connection it closed, and the meter misses a backend that lived between two readings.",
+        "Postgres opened during the row (`pg_stat_database.sessions`): once warm, the service's pool opens one "
+        "only to replace a connection it closed (or one past its hour's lifetime), and the meter misses a "
+        "backend that lived between two readings.",
         "",
         "| config | embedding | clients | service | postgres | typesense | client | sum | 2000 / sum | pg sessions |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -825,9 +825,9 @@ async def recall_latency(
     ones, so only the row beside them, searching with the same vectors,
     tells what embedding adds. ``sessions``, when given, reads how many
     sessions Postgres has opened so far: each row keeps how many it opened
-    (``pg_sessions``; the service's pool opens one only to replace a
-    connection it closed, and the CPU meter misses a backend that lived
-    between two readings)."""
+    (``pg_sessions``; once warm, the service's pool opens one only to
+    replace a connection it closed (or one past its hour's lifetime), and
+    the CPU meter misses a backend that lived between two readings)."""
     rows: list[dict[str, Any]] = []
 
     async def row(config: str, embedding: str, bodies: list[bytes], clients: int, seconds: float) -> None:
