@@ -65,7 +65,7 @@ from config import BraidConfig, GraphSourceConfig
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
 from .lifecycle import Forgetting
-from .pagerank import personalized_pagerank
+from .pagerank import pagerank_columns, personalized_pagerank
 from .pgvector import nearest_sql, search_settings
 from .postgres import (
     HIT_COLUMNS,
@@ -78,6 +78,7 @@ from .postgres import (
     name_candidates,
     tenant_reads,
 )
+from .postgres.generations import GENERATION_SQL
 from .registry import register
 
 __all__ = ["GraphSource", "above_share", "fact_sentence", "personalized_pagerank"]
@@ -102,10 +103,16 @@ def fact_sentence(source: str, relation: str, target: str) -> str:
 _THREAD_FROM_EDGES = 1000
 
 
-async def _pagerank(edges: list[tuple[int, int, float]], seeds: dict[int, float], damping: float) -> dict[int, float]:
-    if len(edges) < _THREAD_FROM_EDGES:
-        return personalized_pagerank(edges, seeds, damping=damping)
-    return await anyio.to_thread.run_sync(lambda: personalized_pagerank(edges, seeds, damping=damping))
+async def _pagerank(edges: list[_Edge], seeds: dict[int, float], damping: float) -> dict[int, float]:
+    """PPR over the walked relations (ends and weights taken as columns)."""
+    if not edges:
+        return personalized_pagerank([], seeds, damping=damping)
+    _, sources, targets, _, weights, *_ = zip(*edges, strict=True)
+
+    def run() -> dict[int, float]:
+        return pagerank_columns(sources, targets, weights, seeds, damping=damping)
+
+    return run() if len(edges) < _THREAD_FROM_EDGES else await anyio.to_thread.run_sync(run)
 
 
 #: Relations already logged as unreadable (each is logged once per process).
@@ -327,35 +334,62 @@ class GraphSource(PoolSource):
         """Two round trips to Postgres, each one transaction scoped to the
         tenant: the seeds with their walk (:func:`_walk_sql`; or, seeded and
         walked in this process, what changed in the tenant's graph:
-        :mod:`indexers.graph_cache`, after one unscoped read of the tenant's
-        write generation, which alone is read when it has not moved), then,
-        after PageRank in Python, the memories the reached entities pass it
-        to (and the facts' names when walked here)."""
+        :mod:`indexers.graph_cache`), then, after PageRank in Python, the
+        memories the reached entities pass it to (and the facts' names when
+        walked here). A kept copy of a known generation is walked at once
+        and its generation read with the memories: one round trip in all
+        when nothing changed; when something did, the changes are read and
+        the copy walked again (three). A recall with request filters reads
+        the generation first, alone, as before."""
         cfg = self._get_config()
         try:
-            seeds, edges, kept = await self._walk(cfg, query)
-            if not seeds:
-                return []
-            ppr = await _pagerank([(e[1], e[2], e[4]) for e in edges], seeds, cfg.graph.damping)
-            section = cfg.source(self.name)
-            share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
-            stated = self._stated(cfg, query, edges)
-            unnamed = sorted({end for e in stated if e[6] is None for end in (e[1], e[2])})
-            memories, names = await self._memories(cfg, query, ppr, unnamed, kept)
-            hits = above_share(self._facts(cfg, query, stated, ppr, names), share)
-            hits += above_share(memories, share)
+            hits = await self._search(cfg, query, assume=query.filters == Filters())
+            if hits is None:
+                # The copy walked was behind: walk it again with what changed.
+                self.cache.walks["stale"] += 1
+                hits = await self._search(cfg, query, assume=False, changed=True)
+                assert hits is not None
         except psycopg.Error as exc:
             raise SourceUnavailable(self.name, str(exc).strip() or type(exc).__name__) from exc
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[: query.limit]
 
+    async def _search(
+        self, cfg: BraidConfig, query: SearchQuery, *, assume: bool, changed: bool = False
+    ) -> list[Hit] | None:
+        """The hits, unsorted; None when the copy walked with ``assume`` (taken
+        to be current) was not: its generation, read with the memories, had moved."""
+        seeds, edges, kept, assumed = await self._walk(cfg, query, assume=assume, changed=changed)
+        if not seeds:
+            return [] if assumed is None or await self._current(query.tenant, assumed) else None
+        ppr = await _pagerank(edges, seeds, cfg.graph.damping)
+        section = cfg.source(self.name)
+        share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
+        stated = self._stated(cfg, query, edges)
+        unnamed = sorted({end for e in stated if e[6] is None for end in (e[1], e[2])})
+        found = await self._memories(cfg, query, ppr, unnamed, kept, assumed)
+        if found is None:
+            return None
+        memories, names = found
+        hits = above_share(self._facts(cfg, query, stated, ppr, names), share)
+        hits += above_share(memories, share)
+        return hits
+
+    async def _current(self, tenant: str, assumed: Refresh) -> bool:
+        """Whether the copy walked on assumption is current, when nothing else
+        was read to carry its generation (no seed: nothing to score)."""
+        return assumed.unchanged(await current_generation(self._pool, tenant)) is not None
+
     async def _walk(
-        self, cfg: BraidConfig, query: SearchQuery
-    ) -> tuple[dict[int, float], list[_Edge], tuple[TenantGraph, Overlay | None] | None]:
+        self, cfg: BraidConfig, query: SearchQuery, *, assume: bool, changed: bool
+    ) -> tuple[dict[int, float], list[_Edge], tuple[TenantGraph, Overlay | None] | None, Refresh | None]:
         """The seeds (entity id -> weight) and the relations the walk reached,
         heaviest first: walked here from the tenant's relations kept in this
         process when the cache takes the recall (then also the copy walked,
-        for the memory step), else by one statement."""
+        for the memory step), else by one statement. With ``assume``, a kept
+        copy of a known generation is walked without reading anything, and
+        returned last: its generation is the caller's to check. ``changed``:
+        the generation is known to have moved, the changes are read at once."""
         seeded = query.vector is not None and cfg.graph.seed_limit > 0
         hops = cfg.graph.max_hops if query.hops is None else query.hops
         params: dict[str, Any] = {
@@ -393,9 +427,13 @@ class GraphSource(PoolSource):
         if refresh is not None:
             now = time.time()
             taken: tuple[TenantGraph, Overlay | None] | None = None
-            if refresh.check():
-                taken = refresh.unchanged(await current_generation(self._pool, query.tenant))
-            unchanged = taken is not None
+            assumed = None
+            if refresh.check() and not changed:
+                if assume:
+                    taken, assumed = refresh.assumed(), refresh
+                else:
+                    taken = refresh.unchanged(await current_generation(self._pool, query.tenant))
+            unchanged = taken is not None and assumed is None
             if taken is None:
                 taken = refresh.take(await tenant_reads(self._pool, query.tenant, refresh.reads()))
             if taken is not None:
@@ -419,7 +457,7 @@ class GraphSource(PoolSource):
                     now=now,
                     overlay=overlay,
                 )
-                return seeds, edges, taken
+                return seeds, edges, taken, assumed
         self.cache.walks["postgres"] += 1
         (rows,) = await tenant_reads(
             self._pool,
@@ -435,7 +473,7 @@ class GraphSource(PoolSource):
             else:
                 edges.append(row)
         # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
-        return dict(sorted(seeds.items())), edges, None
+        return dict(sorted(seeds.items())), edges, None, None
 
     def _stated(self, cfg: BraidConfig, query: SearchQuery, edges: list[_Edge]) -> list[_Edge]:
         """The walked relations a client wrote, when the recall's filters let facts in."""
@@ -493,17 +531,23 @@ class GraphSource(PoolSource):
         ppr: dict[int, float],
         unnamed: list[int],
         kept: tuple[TenantGraph, Overlay | None] | None,
-    ) -> tuple[list[Hit], dict[int, str]]:
+        assumed: Refresh | None = None,
+    ) -> tuple[list[Hit], dict[int, str]] | None:
         """The memories the reached entities pass their PageRank to, and the
         names of the entities ``unnamed``, in one round trip. Scored here from
         the tenant's mentions kept in this process when the walk was
-        (``kept``) and the recall has no request filters, else by one statement."""
+        (``kept``) and the recall has no request filters, else by one
+        statement. ``assumed``: the copy walked is taken to be current, and
+        its generation is read in the same round trip; None when it was not."""
         if not ppr:
+            if assumed is not None and not await self._current(query.tenant, assumed):
+                return None
             return [], {}
         if kept is not None and query.filters == Filters():
             graph, overlay = kept
             scores = graph.shares(ppr, cfg.graph.mentions_per_entity, overlay)
-            return await self._ranked_memories(cfg, query, scores, unnamed)
+            return await self._ranked_memories(cfg, query, scores, unnamed, assumed)
+        assert assumed is None, "a copy is walked on assumption only for a recall without request filters"
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -527,12 +571,18 @@ class GraphSource(PoolSource):
         return [hit_from_row(r, float(r["score"])) for r in rows], names
 
     async def _ranked_memories(
-        self, cfg: BraidConfig, query: SearchQuery, scores: Shares, unnamed: list[int]
-    ) -> tuple[list[Hit], dict[int, str]]:
+        self,
+        cfg: BraidConfig,
+        query: SearchQuery,
+        scores: Shares,
+        unnamed: list[int],
+        assumed: Refresh | None = None,
+    ) -> tuple[list[Hit], dict[int, str]] | None:
         """The first ``query.limit`` of the memories ``scores`` ranks (best
         first, ties by id) that are current and pass the recall's lifecycle
         rules, read a slice of candidates at a time (the first with the names
-        of ``unnamed``)."""
+        of ``unnamed``, and the tenant's generation when the copy scored is
+        ``assumed`` current: None when it was not)."""
         where, params = filter_clause(
             query.filters,
             min_confidence=query.min_confidence,
@@ -549,9 +599,19 @@ class GraphSource(PoolSource):
         while True:
             part = ranked[start : start + step]
             reads = [Read(sql, {**params, "ids": [mid for mid, _ in part]}, dict_row)]
-            if unnamed and start == 0:
-                reads.append(Read(_NAMES_SQL, {"tenant": query.tenant, "ids": unnamed}))
-            rows, *named = await tenant_reads(self._pool, query.tenant, reads)
+            if start == 0:
+                if unnamed:
+                    reads.append(Read(_NAMES_SQL, {"tenant": query.tenant, "ids": unnamed}))
+                if assumed is not None:
+                    # First: the statements after it see every change it saw.
+                    reads.insert(0, Read(GENERATION_SQL, {"tenant": query.tenant}))
+            results = await tenant_reads(self._pool, query.tenant, reads)
+            if start == 0 and assumed is not None:
+                ((generation,),), *results = results
+                if assumed.unchanged(generation) is None:
+                    return None
+                self.cache.walks["unchanged"] += 1
+            rows, *named = results
             if named:
                 names = {row[0]: row[1] for row in named[0]}
             found = {r["id"]: r for r in rows}

@@ -30,14 +30,18 @@ benchmarks/results/load-10000-s31.md.)
 Deletions are read before rows, and merged first: a row read is the newest
 word on its key.
 
-**Nothing changed, one statement.** The cursor's statement also reads the
+**Nothing changed, no round trip of its own.** The cursor's statement also reads the
 tenant's write generation in its snapshot (``tenant_generations``, which
-every transaction that changes a tenant's graph bumps as it commits). A walk
-of a copy with a known generation first reads the generation alone
+every transaction that changes a tenant's graph bumps as it commits). The
+same number, read later, means no change has committed since the copy's
+snapshot, so the copy is current as it is, and the six reads of changes are
+not needed. A recall without request filters walks a copy of a known
+generation at once (:meth:`Refresh.assumed`) and reads the generation first
+in its memory read's round trip: the same number, and the walk stands; any
+other, and the changes are read and the copy walked again (the graph
+source). A recall with request filters first reads the generation alone
 (:meth:`Refresh.check`, one statement without a scope: the counter says
-nothing of the tenant's data): the same number means no change has committed since
-the copy's snapshot, so the copy is walked as it is, and the six reads of
-changes (and their scope) are not sent. Any other number, and they are.
+nothing of the tenant's data), then the changes if it moved.
 
 **Concurrent recalls.** A read is merged into the shared copy only when no
 other read changed the copy while it was out (it was sent after every such
@@ -829,7 +833,8 @@ def best(scores: Mapping[str, float] | Shares, k: int) -> list[tuple[str, float]
 
 class Refresh:
     """One walk's read of what changed: for a kept copy of a known generation,
-    first the generation alone (:meth:`check`, then :meth:`unchanged`); then,
+    first the generation (:meth:`check`, then :meth:`unchanged`; or
+    :meth:`assumed`, the generation read later); then,
     unless that showed nothing changed, the statements to send (:meth:`reads`,
     cursor first) and, once they are back, the copy to walk (:meth:`take`)."""
 
@@ -861,6 +866,13 @@ class Refresh:
         # Current as of the check: its tombstones are not yet old enough to be dropped.
         graph.refreshed = max(graph.refreshed, self._checked)
         return graph, None
+
+    def assumed(self) -> tuple[TenantGraph, None]:
+        """The copy to walk, as it is, before its generation is read: to be
+        confirmed by :meth:`unchanged` with a generation read after
+        :meth:`check` (in the walk's later round trip), else walked again."""
+        assert self._graph is not None, "assumed only after check() said the copy's generation is known"
+        return self._graph, None
 
     def reads(self) -> list[Read]:
         """The cursor, then the deletions (a tenant not kept yet has none to
@@ -968,9 +980,11 @@ class GraphCache:
         self._refused: dict[str, float] = {}
         #: Tenants whose first read is out (:meth:`load`).
         self._loading: set[str] = set()
-        #: Walks since start: ``here``, of which ``raced`` and ``unchanged`` (the
-        #: generation alone read), and by ``postgres``.
-        self.walks = {"here": 0, "raced": 0, "unchanged": 0, "postgres": 0}
+        #: Walks since start: ``here``, of which ``raced`` and ``unchanged`` (no
+        #: change read: the generation alone, or read with the memories), and by
+        #: ``postgres``; ``stale``: copies walked on assumption that had to be
+        #: walked again (each such recall counts two walks ``here``).
+        self.walks = {"here": 0, "raced": 0, "unchanged": 0, "postgres": 0, "stale": 0}
 
     def configure(self, limit: int, total: int) -> None:
         """Apply reloaded limits (copies over them go at their next walk or eviction)."""
@@ -1066,6 +1080,6 @@ class GraphCache:
     def stats(self) -> dict[str, int]:
         """What this process holds (tenants, rows: relations + mentions) and
         how its walks went since start: walked here, raced another read (laid
-        over), found nothing changed (the generation alone read), and walked by
-        Postgres instead."""
+        over), found nothing changed (no change read), walked by Postgres
+        instead, and walked again for a copy assumed current that was not."""
         return {"tenants": len(self._graphs), "rows": self._held, **self.walks}

@@ -484,17 +484,25 @@ async def test_a_kept_tenant_sends_only_its_changes_and_answers_as_the_statement
     unchanged = source.cache.walks["unchanged"]
     hits = await both(source, uncached, q)
     assert "m1" in dict(hits)
-    # Nothing written since the copy's read: the generation alone was read, no change.
+    # Nothing written since the copy's read: one round trip, the generation
+    # read first with the memories, no change read.
     assert source.cache.walks["unchanged"] == unchanged + 1
+    # (The statement's own reads follow the cached source's one.)
+    assert not any("tenant_generations" in sql for sql in sent[1][0])
     statements, _ = sent[0]
+    assert "tenant_generations" in statements[0]
     assert not any("changed" in sql or "pg_current_snapshot" in sql for sql in statements)
-    # Entities deleted and made by another process: the seeds follow, from the changes alone.
+    # Entities deleted and made by another process: the copy walked first is
+    # found behind, and walked again from the changes alone.
     await w.store.delete_entity(t, "Ada")
     await w.graph(t, ["Hopper"], [RelationInput("Hopper", "knows", "Grace")])
     sent.clear()
+    stale = source.cache.walks["stale"]
     await both(source, uncached, q)
     assert source.cache.walks["unchanged"] == unchanged + 1
-    statements, scope_settings = sent[0]
+    assert source.cache.walks["stale"] == stale + 1
+    assert "tenant_generations" in sent[0][0][0]
+    statements, scope_settings = sent[1]
     assert scope_settings is None
     assert statements and all("changed" in sql or "pg_current_snapshot" in sql for sql in statements)
     assert not any("seeds AS MATERIALIZED" in sql or "set_config" in sql for sql in statements)
