@@ -15,11 +15,11 @@ iteration on the graphs a recall fetches.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["PageRankDidNotConverge", "personalized_pagerank"]
+__all__ = ["PageRankDidNotConverge", "pagerank_columns", "personalized_pagerank"]
 
 #: Up to this many nodes the transition matrix is dense (one matrix-vector
 #: product an iteration); above it, edge arrays summed with ``bincount``.
@@ -39,7 +39,7 @@ class PageRankDidNotConverge(RuntimeError):
 
 
 def personalized_pagerank(
-    edges: list[tuple[int, int, float]],
+    edges: Sequence[tuple[int, int, float]],
     seeds: dict[int, float],
     *,
     damping: float,
@@ -54,21 +54,39 @@ def personalized_pagerank(
     Raises :class:`PageRankDidNotConverge` where networkx would raise
     ``PowerIterationFailedConvergence``.
     """
+    if not edges:
+        return pagerank_columns((), (), (), seeds, damping=damping, max_iter=max_iter, tol=tol)
+    sources, targets, weights = zip(*edges, strict=True)
+    return pagerank_columns(sources, targets, weights, seeds, damping=damping, max_iter=max_iter, tol=tol)
+
+
+def pagerank_columns(
+    sources: Sequence[int],
+    targets: Sequence[int],
+    weights: Sequence[float],
+    seeds: dict[int, float],
+    *,
+    damping: float,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+) -> dict[int, float]:
+    """:func:`personalized_pagerank` of the edges ``sources[i] -- targets[i]``
+    weighing ``weights[i]``, taken as columns (the same numbers, to the bit)."""
     total = sum(seeds.values())
     if total <= 0:
         return {}
-    index = {node: i for i, node in enumerate(seeds)}
-    pairs: dict[tuple[int, int], float] = {}
-    for a, b, w in edges:
-        i = index.setdefault(a, len(index))
-        j = index.setdefault(b, len(index))
-        key = (i, j) if i <= j else (j, i)
-        pairs[key] = pairs[key] + w if key in pairs else max(w, _MIN_WEIGHT)
-    n = len(index)
+    nodes, ij, w = _pairs(
+        np.fromiter(seeds, dtype=np.int64, count=len(seeds)),
+        np.asarray(sources, dtype=np.int64),
+        np.asarray(targets, dtype=np.int64),
+        np.asarray(weights, dtype=np.float64),
+    )
+    n = len(nodes)
     # As networkx: the personalization scaled by the seeds' total, then by its sum.
-    p = np.array([seeds.get(node, 0.0) / total for node in index])
+    p = np.zeros(n)
+    p[: len(seeds)] = np.fromiter(seeds.values(), dtype=np.float64, count=len(seeds)) / total
     p /= p.sum()
-    transition, dangling = _dense(pairs, n) if n <= _DENSE_UP_TO else _sparse(pairs, n)
+    transition, dangling = _dense(ij, w, n) if n <= _DENSE_UP_TO else _sparse(ij, w, n)
     restart = (1.0 - damping) * p
     x = np.full(n, 1.0 / n)
     for _ in range(max_iter):
@@ -77,27 +95,54 @@ def personalized_pagerank(
         # sum, as networkx takes it) goes back by the personalization.
         x = damping * (transition(x) + sum(x[dangling]) * p) + restart
         if np.abs(x - last).sum() < n * tol:
-            return dict(zip(index, x.tolist(), strict=True))
+            return dict(zip(nodes.tolist(), x.tolist(), strict=True))
     raise PageRankDidNotConverge(f"personalized PageRank did not converge in {max_iter} iterations")
 
 
-def _weights(pairs: dict[tuple[int, int], float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pairs(
+    seeds: np.ndarray, sources: np.ndarray, targets: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nodes (the seeds, then each edge's ends as they first occur) and
+    the undirected edges between their indexes, each pair once (smaller
+    index first, in the order pairs first occur) with the weights of its
+    parallel edges summed in edge order, the first taken as at least
+    :data:`_MIN_WEIGHT`: networkx's graph, built edge by edge."""
+    ends = np.empty(2 * len(sources), dtype=np.int64)
+    ends[0::2] = sources
+    ends[1::2] = targets
+    every = np.concatenate([seeds, ends])
+    unique, first, where = np.unique(every, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[order] = np.arange(len(unique))
+    index = rank[where.reshape(-1)][len(seeds) :]
+    i, j = index[0::2], index[1::2]
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    keys, key_first, key_where = np.unique(lo * len(unique) + hi, return_index=True, return_inverse=True)
+    start = weights.copy()
+    start[key_first] = np.maximum(weights[key_first], _MIN_WEIGHT)
+    # bincount adds in input order, from 0.0: the first weight, then the next ones.
+    summed = np.bincount(key_where.reshape(-1), weights=start, minlength=len(keys))
+    in_order = np.argsort(key_first, kind="stable")
+    firsts = key_first[in_order]
+    return unique[order], np.stack([lo[firsts], hi[firsts]], axis=1), summed[in_order]
+
+
+def _weights(ij: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Directed (source, target, weight) arrays: both directions of an edge,
     a self-loop once (as networkx's adjacency matrix has it)."""
-    ij = np.array(list(pairs), dtype=np.intp).reshape(-1, 2)
-    w = np.fromiter(pairs.values(), dtype=float, count=len(pairs))
     loop = ij[:, 0] == ij[:, 1]
     src = np.concatenate([ij[:, 0], ij[~loop, 1]])
     dst = np.concatenate([ij[:, 1], ij[~loop, 0]])
     return src, dst, np.concatenate([w, w[~loop]])
 
 
-def _dense(pairs: dict[tuple[int, int], float], n: int) -> tuple[_Step, np.ndarray]:
+def _dense(ij: np.ndarray, weights: np.ndarray, n: int) -> tuple[_Step, np.ndarray]:
     """x -> x A with a dense row-normalised A (a dangling node's row is
     zero), and the dangling nodes."""
     m = np.zeros((n, n))
-    if pairs:
-        src, dst, w = _weights(pairs)
+    if len(ij):
+        src, dst, w = _weights(ij, weights)
         m[src, dst] = w
     out = m.sum(axis=1)
     dangling = out == 0
@@ -106,9 +151,9 @@ def _dense(pairs: dict[tuple[int, int], float], n: int) -> tuple[_Step, np.ndarr
     return (lambda x: x @ m), np.flatnonzero(dangling)
 
 
-def _sparse(pairs: dict[tuple[int, int], float], n: int) -> tuple[_Step, np.ndarray]:
+def _sparse(ij: np.ndarray, weights: np.ndarray, n: int) -> tuple[_Step, np.ndarray]:
     """The same product from edge arrays, for neighbourhoods too big for a dense matrix."""
-    src, dst, w = _weights(pairs)
+    src, dst, w = _weights(ij, weights)
     out = np.bincount(src, weights=w, minlength=n)
     dangling = out == 0
     scale = np.zeros(n)
