@@ -13,7 +13,9 @@ block: everything a recall costs the service but the HTTP server),
 Postgres and Typesense; the service the load started idles meanwhile. One
 recall at a time, so there is no contention between recalls: the figures
 are the recall path's floor under this code, to set against the service's
-CPU per recall under load (``make bench-load``). The fused recalls are then
+CPU per recall under load (``make bench-load``). Each row also counts the
+Postgres round trips a recall makes (connections taken from the runtime's
+pool: one a round trip). The fused recalls are then
 sent once more, one at a time over HTTP to the service the load started:
 the service's CPU per recall less this process' is what the HTTP server and
 the framework add.
@@ -99,14 +101,21 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
                 opts = recall_options(msgspec.convert({**body, "sources": sources}, RecallIn), cfg)
                 await engine.recall(BIG_TENANT, opts)
 
+        checkouts = _count_checkouts(engine.store.pool)
         for label, sources in ROWS:
             await run(sources, WARM_UP)
+            taken = checkouts[0]
             before, start = meter(), time.perf_counter()
             await run(sources, recalls, WARM_UP)
             wall = (time.perf_counter() - start) * 1000 / recalls
             cpu = cpu_per_call(before, meter(), recalls)
-            report["rows"].append({"config": label, "cpu_ms": cpu, "wall_ms": wall})
-            print(f"recall-cpu: {label}: {cpu['client']:.2f} ms of this process' CPU a recall", flush=True)
+            trips = (checkouts[0] - taken) / recalls
+            report["rows"].append({"config": label, "cpu_ms": cpu, "wall_ms": wall, "round_trips": trips})
+            print(
+                f"recall-cpu: {label}: {cpu['client']:.2f} ms of this process' CPU,"
+                f" {trips:.2f} Postgres round trips a recall",
+                flush=True,
+            )
         report["http"] = await _through_service(svc.url, key, bodies, recalls, meter)
         print(f"recall-cpu: fused through the service: {report['http']['cpu_ms']['service']:.2f} ms", flush=True)
         if profile:
@@ -118,6 +127,22 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(TOP)
             report["profile"] = out.getvalue()
     return report
+
+
+def _count_checkouts(pool: Any) -> list[int]:
+    """A counter (its one item) of the connections taken from ``pool`` from
+    now on: one per Postgres round trip of a recall, besides the runtime's
+    own background work (the bookkeeper's batched writes, the outbox
+    worker's polls)."""
+    counter = [0]
+    connection = pool.connection
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        return connection(*args, **kwargs)
+
+    pool.connection = counted
+    return counter
 
 
 async def _through_service(
@@ -159,16 +184,21 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "A second Braid runtime in the benchmark's process on a load run's stack (writes paused), "
         f"{report['recalls']} recalls one at a time per row after a warm-up of {WARM_UP}, the load's queries "
         "with their vectors supplied. `this process`: the engine, its sources, fusion and the block (what a "
-        "recall costs the service but the HTTP server and the contention of recalls in flight together).",
+        "recall costs the service but the HTTP server and the contention of recalls in flight together). "
+        "`Postgres round trips`: per recall, the connections this process' pool lent (one a round trip; "
+        "the runtime's background work, the bookkeeper's batched writes and the outbox worker's polls, "
+        "counted too).",
         "",
-        "| recall | this process CPU ms | Postgres CPU ms | Typesense CPU ms | wall ms |",
-        "|---|---|---|---|---|",
+        "| recall | this process CPU ms | Postgres CPU ms | Typesense CPU ms | wall ms | Postgres round trips |",
+        "|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         cpu = r["cpu_ms"]
+        # A report from before round trips were counted shows `-`.
+        trips = "-" if r.get("round_trips") is None else f"{r['round_trips']:.2f}"
         lines.append(
             f"| {r['config']} | {cpu.get('client', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
-            f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} |"
+            f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} | {trips} |"
         )
     http = report.get("http")
     if http:

@@ -19,8 +19,9 @@ def _report() -> dict[str, object]:
 def test_each_row_shows_this_process_and_the_backends_cpu() -> None:
     text = markdown(_report(), "python -m benchmarks.recall_cpu <home>")
     assert text.startswith("# The recall path's CPU without HTTP: 10000 memories in the big tenant")
-    assert "| fused | 7.13 | 1.50 | 0.25 | 9.00 |" in text
-    assert "| graph | 2.56 | 1.50 | 0.25 | 9.00 |" in text
+    # A report from before round trips were counted shows `-` for them.
+    assert "| fused | 7.13 | 1.50 | 0.25 | 9.00 | - |" in text
+    assert "| graph | 2.56 | 1.50 | 0.25 | 9.00 | - |" in text
     assert "cProfile" not in text
 
 
@@ -38,3 +39,14 @@ def test_the_recalls_through_the_service_get_their_own_table_and_figure() -> Non
     assert "| fused, through the service | 7.32 | 3.82 | 6.76 | 0.20 | 12.50 |" in markdown(report, "x")
     assert summary_line(report).endswith("graph_ms=2.56 service_http_ms=7.32")
     assert "through the service" not in markdown(_report(), "x")
+
+
+def test_each_row_shows_the_postgres_round_trips_of_a_recall() -> None:
+    report = _report()
+    rows = report["rows"]
+    assert isinstance(rows, list)
+    report["rows"] = [{**r, "round_trips": t} for r, t in zip(rows, (4.02, 1.0, 1.0, 1.5), strict=True)]
+    text = markdown(report, "x")
+    assert "| fused | 7.13 | 1.50 | 0.25 | 9.00 | 4.02 |" in text
+    assert "| graph | 2.56 | 1.50 | 0.25 | 9.00 | 1.50 |" in text
+    assert "`Postgres round trips`" in text
