@@ -15,7 +15,8 @@ recall at a time, so there is no contention between recalls: the figures
 are the recall path's floor under this code, to set against the service's
 CPU per recall under load (``make bench-load``). Each row also counts the
 Postgres round trips a recall makes (connections taken from the runtime's
-pool: one a round trip). The fused recalls are then
+pool: one a round trip), and a last table what one round trip costs alone
+(its statements reading nothing). The fused recalls are then
 sent once more, one at a time over HTTP to the service the load started:
 the service's CPU per recall less this process' is what the HTTP server and
 the framework add.
@@ -32,10 +33,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import io
 import pstats
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ from benchmarks.load.corpus import BIG_TENANT, build_corpus
 from benchmarks.load.probe import attach, big_tenant_key
 from config.holder import ConfigHolder
 from config.loader import parse_config
+from indexers.postgres import Read, current_generation, tenant_reads
 from indexers.runtime import Backends, open_runtime
 from service.__main__ import one_blas_thread
 from service.schemas import RecallIn
@@ -116,6 +120,8 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
                 f" {trips:.2f} Postgres round trips a recall",
                 flush=True,
             )
+        # Four times as many: a round trip costs Postgres tens of microseconds, its meter ticks 10 ms.
+        report["trips"] = await _round_trips(engine.store.pool, meter, 4 * recalls)
         report["http"] = await _through_service(svc.url, key, bodies, recalls, meter)
         print(f"recall-cpu: fused through the service: {report['http']['cpu_ms']['service']:.2f} ms", flush=True)
         if profile:
@@ -127,6 +133,31 @@ async def measure(home: Path, size: int, seed: int, recalls: int, profile: bool)
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(TOP)
             report["profile"] = out.getvalue()
     return report
+
+
+#: Round trips timed alone: a label and the reads each sends (statements that read nothing).
+TRIPS: tuple[tuple[str, int], ...] = (("scope + 1 statement", 1), ("scope + 2 statements", 2))
+
+
+async def _round_trips(pool: Any, meter: CpuMeter, n: int) -> list[dict[str, Any]]:
+    """CPU per Postgres round trip by process, the statements reading
+    nothing: a tenant-scoped pipeline of ``SELECT 1`` as a recall's reads go
+    (:func:`~indexers.postgres.tenant_reads`), and the unscoped generation
+    read (:func:`~indexers.postgres.current_generation`); ``n`` each, after
+    as many not counted."""
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        (label, functools.partial(tenant_reads, pool, BIG_TENANT, [Read("SELECT 1")] * reads)) for label, reads in TRIPS
+    ]
+    cases.append(("generation alone (unscoped)", functools.partial(current_generation, pool, BIG_TENANT)))
+    rows = []
+    for label, trip in cases:
+        for _ in range(n):
+            await trip()
+        before = meter()
+        for _ in range(n):
+            await trip()
+        rows.append({"trip": label, "cpu_ms": cpu_per_call(before, meter(), n)})
+    return rows
 
 
 def _count_checkouts(pool: Any) -> list[int]:
@@ -200,6 +231,19 @@ def markdown(report: dict[str, Any], command: str) -> str:
             f"| {r['config']} | {cpu.get('client', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
             f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} | {trips} |"
         )
+    trips = report.get("trips")
+    if trips:
+        lines += [
+            "",
+            "One Postgres round trip alone, its statements reading nothing (the pool, the scope, the pipeline): "
+            "what each of a recall's round trips costs before its rows.",
+            "",
+            "| round trip | this process CPU ms | Postgres CPU ms |",
+            "|---|---|---|",
+        ]
+        for t in trips:
+            cpu = t["cpu_ms"]
+            lines.append(f"| {t['trip']} | {cpu.get('client', 0.0):.3f} | {cpu.get('postgres', 0.0):.3f} |")
     http = report.get("http")
     if http:
         cpu = http["cpu_ms"]

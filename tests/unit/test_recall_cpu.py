@@ -50,3 +50,14 @@ def test_each_row_shows_the_postgres_round_trips_of_a_recall() -> None:
     assert "| fused | 7.13 | 1.50 | 0.25 | 9.00 | 4.02 |" in text
     assert "| graph | 2.56 | 1.50 | 0.25 | 9.00 | 1.50 |" in text
     assert "`Postgres round trips`" in text
+
+
+def test_the_round_trips_alone_get_their_own_table() -> None:
+    trips = [
+        {"trip": "scope + 1 statement", "cpu_ms": {"client": 0.1234, "postgres": 0.02}},
+        {"trip": "generation alone (unscoped)", "cpu_ms": {"client": 0.09, "postgres": 0.025}},
+    ]
+    text = markdown({**_report(), "trips": trips}, "x")
+    assert "| scope + 1 statement | 0.123 | 0.020 |" in text
+    assert "| generation alone (unscoped) | 0.090 | 0.025 |" in text
+    assert "One Postgres round trip alone" not in markdown(_report(), "x")
