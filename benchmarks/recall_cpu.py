@@ -226,10 +226,10 @@ def markdown(report: dict[str, Any], command: str) -> str:
     for r in report["rows"]:
         cpu = r["cpu_ms"]
         # A report from before round trips were counted shows `-`.
-        trips = "-" if r.get("round_trips") is None else f"{r['round_trips']:.2f}"
+        count = "-" if r.get("round_trips") is None else f"{r['round_trips']:.2f}"
         lines.append(
             f"| {r['config']} | {cpu.get('client', 0.0):.2f} | {cpu.get('postgres', 0.0):.2f} "
-            f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} | {trips} |"
+            f"| {cpu.get('typesense', 0.0):.2f} | {r['wall_ms']:.2f} | {count} |"
         )
     trips = report.get("trips")
     if trips:
