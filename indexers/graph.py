@@ -336,11 +336,13 @@ class GraphSource(PoolSource):
         walked in this process, what changed in the tenant's graph:
         :mod:`indexers.graph_cache`), then, after PageRank in Python, the
         memories the reached entities pass it to (and the facts' names when
-        walked here). A kept copy of a known generation is walked at once
-        and its generation read with the memories: one round trip in all
-        when nothing changed; when something did, the changes are read and
-        the copy walked again (three). A recall with request filters reads
-        the generation first, alone, as before."""
+        walked here). A kept copy of a known generation whose last read
+        found it unmoved is walked at once and its generation read with the
+        memories: one round trip in all when nothing changed; when something
+        did, the changes are read and the copy walked again (three). A recall
+        with request filters, or of a tenant whose generation moved at its
+        last read (written between recalls), reads the generation first,
+        alone, as before."""
         cfg = self._get_config()
         try:
             hits = await self._search(cfg, query, assume=query.filters == Filters())
@@ -429,7 +431,7 @@ class GraphSource(PoolSource):
             taken: tuple[TenantGraph, Overlay | None] | None = None
             assumed = None
             if refresh.check() and not changed:
-                if assume:
+                if assume and refresh.assumable():
                     taken, assumed = refresh.assumed(), refresh
                 else:
                     taken = refresh.unchanged(await current_generation(self._pool, query.tenant))

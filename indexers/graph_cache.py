@@ -39,9 +39,12 @@ not needed. A recall without request filters walks a copy of a known
 generation at once (:meth:`Refresh.assumed`) and reads the generation first
 in its memory read's round trip: the same number, and the walk stands; any
 other, and the changes are read and the copy walked again (the graph
-source). A recall with request filters first reads the generation alone
-(:meth:`Refresh.check`, one statement without a scope: the counter says
-nothing of the tenant's data), then the changes if it moved.
+source). It does so only while the copy's last read of the generation found
+it unmoved (:meth:`Refresh.assumable`): a tenant written between recalls
+would have every copy walked twice. Otherwise, and for a recall with request
+filters, the generation is read first, alone (:meth:`Refresh.check`, one
+statement without a scope: the counter says nothing of the tenant's data),
+then the changes if it moved.
 
 **Concurrent recalls.** A read is merged into the shared copy only when no
 other read changed the copy while it was out (it was sent after every such
@@ -405,6 +408,7 @@ class TenantGraph:
         "memory_index",
         "mentioned",
         "mentions",
+        "moved",
         "named",
         "newest",
         "order",
@@ -449,6 +453,10 @@ class TenantGraph:
         #: The tenant's write generation in the cursor's snapshot (None: unknown,
         #: so every walk reads what changed).
         self.generation: int | None = None
+        #: Whether the last read of the generation found it moved past the
+        #: copy's: a tenant written between recalls (an agent writing each
+        #: turn) would find a copy walked on assumption behind every time.
+        self.moved = False
         #: How many reads changed the copy: a read sent after the last of them is newer than all of them.
         self.applied = 0
         self.refreshed = 0.0
@@ -861,11 +869,21 @@ class Refresh:
         copy changed meanwhile by another read is newer still). None: read
         what changed."""
         graph = self._graph
-        if graph is None or generation != self._generation:
+        if graph is None:
+            return None
+        graph.moved = generation != self._generation
+        if graph.moved:
             return None
         # Current as of the check: its tombstones are not yet old enough to be dropped.
         graph.refreshed = max(graph.refreshed, self._checked)
         return graph, None
+
+    def assumable(self) -> bool:
+        """Whether to walk the copy before its generation is read
+        (:meth:`assumed`): it is known, and its last read found it unmoved.
+        A tenant written between recalls has its generation read first
+        again, until a read finds it unmoved."""
+        return self._generation is not None and self._graph is not None and not self._graph.moved
 
     def assumed(self) -> tuple[TenantGraph, None]:
         """The copy to walk, as it is, before its generation is read: to be

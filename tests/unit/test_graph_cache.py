@@ -413,3 +413,22 @@ def test_a_walk_after_relation_changes_is_that_of_a_copy_made_afresh(steps: list
             assert walked(graph, seeds, fanout=fanout) == walked(fresh, seeds, fanout=fanout)
     for entity, line in graph.order.items():
         assert line == sorted(graph.incident.get(entity, ()), key=lambda r: (-graph.rels[r][3], r))
+
+
+def test_a_copy_is_walked_before_its_generation_is_read_only_while_the_last_read_found_it_unmoved() -> None:
+    cache = GraphCache(100, 1000)
+    graph = loaded(cache, "t", [rel(1, 10, 11)], cursor=5)
+    refresh = cache.refresh("t")
+    assert refresh is not None and refresh.check() and refresh.assumable()
+    assert refresh.assumed() == (graph, None)
+    # Its generation, read afterwards, had moved: the next walk reads it first.
+    assert refresh.unchanged(6) is None
+    moved = cache.refresh("t")
+    assert moved is not None and moved.check() and not moved.assumable()
+    # Brought up to date and found unmoved at a later read: walked at once again.
+    read(moved, 9, [rel(2, 10, 12)], generation=6)
+    later = cache.refresh("t")
+    assert later is not None and later.check() and not later.assumable()
+    assert later.unchanged(6) == (graph, None)
+    again = cache.refresh("t")
+    assert again is not None and again.check() and again.assumable()
