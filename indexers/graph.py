@@ -380,7 +380,9 @@ class GraphSource(PoolSource):
     async def _current(self, tenant: str, assumed: Refresh) -> bool:
         """Whether the copy walked on assumption is current, when nothing else
         was read to carry its generation (no seed: nothing to score)."""
-        return assumed.unchanged(await current_generation(self._pool, tenant)) is not None
+        current = assumed.unchanged(await current_generation(self._pool, tenant)) is not None
+        self.cache.walks["unchanged"] += current
+        return current
 
     async def _walk(
         self, cfg: BraidConfig, query: SearchQuery, *, assume: bool, changed: bool
