@@ -65,7 +65,7 @@ from config import BraidConfig, GraphSourceConfig
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
 from .lifecycle import Forgetting
-from .pagerank import pagerank_columns, personalized_pagerank
+from .pagerank import columns, pagerank_columns, personalized_pagerank
 from .pgvector import nearest_sql, search_settings
 from .postgres import (
     HIT_COLUMNS,
@@ -105,9 +105,7 @@ _THREAD_FROM_EDGES = 1000
 
 async def _pagerank(edges: list[_Edge], seeds: dict[int, float], damping: float) -> dict[int, float]:
     """PPR over the walked relations (ends and weights taken as columns)."""
-    if not edges:
-        return personalized_pagerank([], seeds, damping=damping)
-    _, sources, targets, _, weights, *_ = zip(*edges, strict=True)
+    sources, targets, weights = columns(edges, 1, 2, 4)
 
     def run() -> dict[int, float]:
         return pagerank_columns(sources, targets, weights, seeds, damping=damping)

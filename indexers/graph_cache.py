@@ -867,7 +867,8 @@ class Refresh:
         """The copy to walk, as it is, when ``generation``, read after
         :meth:`check`, is the copy's: nothing committed since its snapshot (a
         copy changed meanwhile by another read is newer still). None: read
-        what changed."""
+        what changed. Either way the copy records whether it moved
+        (:meth:`assumable`)."""
         graph = self._graph
         if graph is None:
             return None

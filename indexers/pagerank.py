@@ -16,10 +16,11 @@ iteration on the graphs a recall fetches.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PageRankDidNotConverge", "pagerank_columns", "personalized_pagerank"]
+__all__ = ["PageRankDidNotConverge", "columns", "pagerank_columns", "personalized_pagerank"]
 
 #: Up to this many nodes the transition matrix is dense (one matrix-vector
 #: product an iteration); above it, edge arrays summed with ``bincount``.
@@ -54,10 +55,16 @@ def personalized_pagerank(
     Raises :class:`PageRankDidNotConverge` where networkx would raise
     ``PowerIterationFailedConvergence``.
     """
-    if not edges:
-        return pagerank_columns((), (), (), seeds, damping=damping, max_iter=max_iter, tol=tol)
-    sources, targets, weights = zip(*edges, strict=True)
+    sources, targets, weights = columns(edges, 0, 1, 2)
     return pagerank_columns(sources, targets, weights, seeds, damping=damping, max_iter=max_iter, tol=tol)
+
+
+def columns(rows: Sequence[Sequence[Any]], *which: int) -> list[Sequence[Any]]:
+    """The columns ``which`` of ``rows`` (each an empty one when there are no rows)."""
+    if not rows:
+        return [() for _ in which]
+    every = list(zip(*rows, strict=True))
+    return [every[i] for i in which]
 
 
 def pagerank_columns(
