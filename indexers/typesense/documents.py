@@ -43,6 +43,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+import numpy as np
+
 from config import is_safe_name
 
 from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
@@ -83,6 +86,8 @@ __all__ = [
 #: The ``expires_at`` of a document whose memory has no expiry (9999-12-31T23:59:59Z),
 #: so that the field is always there and a numeric filter on it is possible.
 NO_EXPIRY = 253402300799
+
+_encode_json = msgspec.json.Encoder().encode
 
 #: Below the smallest normal float32 Typesense cannot parse a vector component
 #: ("one of the vector values is not a float"); it stores float32 anyway.
@@ -134,10 +139,17 @@ def lifecycle_filter(as_of: datetime | None) -> str:
     return f"created_at:<={_epoch(as_of)} && superseded_at:>{_micros(as_of)}"
 
 
-def vector_literal(values: Iterable[float]) -> str:
-    """A query vector as ``vector_query`` takes it: components too small for a
-    normal float32 are written as 0."""
-    return ",".join("0.0" if abs(x) < _FLOAT32_TINY else repr(float(x)) for x in values)
+def vector_literal(values: Iterable[float] | np.ndarray) -> str:
+    """A query vector as ``vector_query`` takes it: each component as its
+    shortest round-tripping decimal (Python's ``repr`` of the float), those too
+    small for a normal float32 written as 0. A NaN or infinite component is a
+    :class:`ValueError` (the API refuses such vectors before they get here)."""
+    array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
+    if not np.isfinite(array).all():
+        raise ValueError("a query vector component is NaN or infinite")
+    array = np.where(np.abs(array) < _FLOAT32_TINY, 0.0, array)
+    # msgspec writes the list in C, each float as repr does.
+    return _encode_json(array.tolist())[1:-1].decode()
 
 
 def document_id(tenant: str, memory_id: str) -> str:

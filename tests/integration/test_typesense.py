@@ -34,7 +34,7 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense.documents import combined_document, record_document, tenant_key, term_key
+from indexers.typesense.documents import combined_document, record_document, tenant_key, term_key, vector_literal
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -378,6 +378,27 @@ async def test_vector_search_ranks_the_nearest_first(index: TypesenseIndex, sour
         found = await ids(source, q("unrelated words", vector=near(VECTORS[target]), limit=3))
         assert found[0] == f"v{target}"
         assert len(found) == 3
+
+
+@pytest.mark.anyio
+async def test_a_query_vector_is_read_whatever_the_form_of_its_numbers(
+    index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    # Components as the literal writes them: plain decimals (1e-05 as 0.00001),
+    # exponents without a leading zero (1.5e-7), and one below the smallest
+    # normal float32 written as 0; then all of them 1e16 times larger.
+    target = np.array(VECTORS[5])
+    target[:4] = (1.5e-7, 1e-05, -2.5e-12, 1e-39)
+    await index.upsert(
+        [record(f"v{i}", f"memory number {i}", i=i) for i in range(10) if i != 5]
+        + [record("v5", "memory number 5", embedding=tuple(float(x) for x in target))]
+    )
+    for scale in (1.0, 1e16):
+        vector = tuple(float(x) for x in target * scale)
+        literal = vector_literal(vector)
+        if scale == 1.0:
+            assert literal.startswith("1.5e-7,0.00001,-2.5e-12,0.0,")
+        assert (await ids(source, q("unrelated words", vector=vector, limit=3)))[0] == "v5"
 
 
 @pytest.mark.anyio

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
+
 from indexers.typesense import idf_ranking, keyword_terms
+from indexers.typesense.documents import vector_literal
 
 
 def test_keyword_terms_drop_stopwords_and_normalise() -> None:
@@ -36,3 +40,21 @@ def test_idf_ranking_ties_go_to_best_position_then_id() -> None:
 def test_idf_ranking_empty() -> None:
     assert idf_ranking([], 0) == []
     assert idf_ranking([_result(0)], 10) == []
+
+
+def test_the_vector_literal_reads_back_as_the_floats_it_was_given() -> None:
+    rng = np.random.default_rng(11)
+    for scale in (1e-40, 1e-7, 1e-5, 1.0, 1e5, 1e17):
+        vector = (rng.standard_normal(384) * scale).astype(np.float32)
+        vector[:3] = 0.0
+        parsed = [float(x) for x in vector_literal(vector).split(",")]
+        expected = [0.0 if abs(x) < 1.1754944e-38 else float(x) for x in vector.tolist()]
+        assert parsed == expected
+        assert vector_literal(vector.tolist()) == vector_literal(vector)
+        assert vector_literal(iter(vector.tolist())) == vector_literal(vector)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_vector_literal_of_a_non_finite_component_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        vector_literal([0.5, bad, 0.1])
