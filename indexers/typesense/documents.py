@@ -140,15 +140,16 @@ def lifecycle_filter(as_of: datetime | None) -> str:
 
 
 def vector_literal(values: Iterable[float] | np.ndarray) -> str:
-    """A query vector as ``vector_query`` takes it: each component as its
-    shortest round-tripping decimal (Python's ``repr`` of the float), those too
-    small for a normal float32 written as 0. A NaN or infinite component is a
-    :class:`ValueError` (the API refuses such vectors before they get here)."""
+    """A query vector as ``vector_query`` takes it: each component as the
+    shortest decimal that reads back as the same float, in JSON's forms
+    (``0.00001``, ``1.5e-7``), those too small for a normal float32 written
+    as 0. A NaN or infinite component is a :class:`ValueError` (the API
+    refuses such vectors before they get here)."""
     array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
     if not np.isfinite(array).all():
         raise ValueError("a query vector component is NaN or infinite")
     array = np.where(np.abs(array) < _FLOAT32_TINY, 0.0, array)
-    # msgspec writes the list in C, each float as repr does.
+    # msgspec writes the whole list in C.
     return _encode_json(array.tolist())[1:-1].decode()
 
 
