@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+import yaml
 
 from deploy.embedded import free_port
 
@@ -129,9 +130,26 @@ class Service:
     the shipped config and the generated default keys are used. ``root`` is the
     source tree the service runs from (another checkout, e.g. a ``git worktree``
     of an older commit, to compare against).
+
+    :meth:`add_replica` starts another service process on the same Postgres
+    and Typesense, as the Kubernetes Deployment runs two
+    (``deploy/k8s/braid.yaml``); ``agent_key`` and ``ts_key`` are given to it
+    (it generates no keys and starts no Typesense of its own).
     """
 
-    def __init__(self, *, config_text: str | None = None, prefix: str = "braid-bench-", root: Path = ROOT) -> None:
+    def __init__(
+        self,
+        *,
+        config_text: str | None = None,
+        prefix: str = "braid-bench-",
+        root: Path = ROOT,
+        agent_key: str | None = None,
+        ts_key: str | None = None,
+    ) -> None:
+        self.root = root
+        self.config_text = config_text
+        #: The processes :meth:`add_replica` started, stopped before this one.
+        self.replicas: list[Service] = []
         self.home = Path(tempfile.mkdtemp(prefix=prefix))
         self.home.chmod(0o755)
         self.port = free_port()
@@ -139,7 +157,7 @@ class Service:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BRAID_")}
         env.update(BRAID_HOME=str(self.home), BRAID_PORT=str(self.port), BRAID_LOG_LEVEL="WARNING")
         # Generated keys are shown once and stored as digests: choose the agent key here.
-        self.agent_key = f"braid_bench_{secrets.token_urlsafe(24)}"
+        self.agent_key = agent_key or f"braid_bench_{secrets.token_urlsafe(24)}"
         env["BRAID_API_KEY"] = self.agent_key
         if config_text is not None:
             config = self.home / "braid.yaml"
@@ -162,7 +180,35 @@ class Service:
             self.stop()
             raise
         self.headers = {"Authorization": f"Bearer {self.agent_key}"}
-        self.ts_key = (self.home / "typesense" / "api-key").read_text().strip()
+        self.ts_key = ts_key if ts_key is not None else (self.home / "typesense" / "api-key").read_text().strip()
+
+    def add_replica(self) -> Service:
+        """Another ``python -m service`` on this one's Postgres and Typesense:
+        this one's config (the shipped one without ``config_text``) with their
+        addresses, so it starts neither, and this one's agent key. It runs
+        its own pools, caches and background workers, as a second pod of the
+        Deployment does. :meth:`processes` counts it as ``service``, and
+        :meth:`stop` stops it before this one."""
+        text = self.config_text if self.config_text is not None else (self.root / "config" / "braid.yaml").read_text()
+        cfg = yaml.safe_load(text)
+        cfg.setdefault("postgres", {})["dsn"] = self.postgres_dsn()
+        ts = cfg.setdefault("typesense", {})
+        ts["nodes"] = [f"http://127.0.0.1:{self.typesense_port()}"]
+        ts["apiKey"] = self.ts_key
+        replica = Service(
+            config_text=yaml.safe_dump(cfg, sort_keys=False),
+            prefix=f"{self.home.name}-replica-",
+            root=self.root,
+            agent_key=self.agent_key,
+            ts_key=self.ts_key,
+        )
+        self.replicas.append(replica)
+        return replica
+
+    @property
+    def urls(self) -> list[str]:
+        """This service's URL, then each replica's."""
+        return [self.url, *(r.url for r in self.replicas)]
 
     def log_tail(self) -> str:
         """The service log's last 4,000 characters."""
@@ -190,7 +236,11 @@ class Service:
         """The stack's processes by kind: ``service`` (``python -m service`` and
         its children), ``postgres``, ``typesense`` (told apart by name)."""
         # pg_ctl detaches the postmaster: it is not in the service's tree.
-        roots = [psutil.Process(self.proc.pid), psutil.Process(self.postmaster_pid())]
+        roots = [
+            psutil.Process(self.proc.pid),
+            *(psutil.Process(r.proc.pid) for r in self.replicas),
+            psutil.Process(self.postmaster_pid()),
+        ]
         found: dict[str, list[psutil.Process]] = {"service": [], "postgres": [], "typesense": []}
         for proc in dict.fromkeys(p for root in roots for p in (root, *root.children(recursive=True))):
             try:
@@ -201,6 +251,8 @@ class Service:
         return found
 
     def stop(self) -> None:
+        while self.replicas:
+            self.replicas.pop().stop()
         if self._watch >= 0:
             self._watchdog.kill()
             self._watchdog.wait()

@@ -45,6 +45,12 @@ def main() -> None:
         help="prepare the big tenant with an `import` admin job before the load (placed after it)",
     )
     parser.add_argument(
+        "--services",
+        type=int,
+        default=1,
+        help="service processes sharing the backends; the recall rows with vectors supplied go to them round robin",
+    )
+    parser.add_argument(
         "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
     )
     args = parser.parse_args()
@@ -66,6 +72,7 @@ def main() -> None:
             sets=args.set,
             place_at=args.place_at,
             bulk_import=args.bulk_import,
+            services=args.services,
         )
     )
     report.update(

@@ -14,10 +14,12 @@ compares the two clients' CPU per request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from types import TracebackType
+from typing import Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["LeanClient", "LeanClientError"]
+__all__ = ["LeanClient", "LeanClientError", "Requester", "Spread"]
 
 
 class LeanClientError(Exception):
@@ -214,3 +216,38 @@ class LeanClient:
     def _drop(self, conn: _Connection) -> None:
         conn.close()
         self._open.discard(conn)
+
+
+class Requester(Protocol):
+    """What the load's timed loops send through: a :class:`LeanClient` or a :class:`Spread`."""
+
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 60
+    ) -> tuple[int, bytes]: ...
+
+
+class Spread:
+    """Requests sent round robin over one :class:`LeanClient` per URL, as a
+    load balancer in front of several service processes would send them
+    (each request to the next process, whichever client sends it)."""
+
+    def __init__(self, urls: list[str], max_connections: int = 64) -> None:
+        if not urls:
+            raise ValueError("Spread needs at least one URL")
+        self.clients = [LeanClient(url, max_connections) for url in urls]
+        self._next = itertools.cycle(self.clients)
+
+    async def __aenter__(self) -> Spread:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 60
+    ) -> tuple[int, bytes]:
+        return await next(self._next).post(path, body, headers, timeout)

@@ -49,6 +49,7 @@ def attach(home: Path) -> Service:
     in ``home``, without starting or owning it (never ``stop()`` it)."""
     svc = Service.__new__(Service)
     svc.home = home
+    svc.replicas = []
     svc.ts_key = (home / "typesense" / "api-key").read_text().strip()
     postmaster = psutil.Process(svc.postmaster_pid())
     typesense = int((home / "typesense" / "typesense.pid").read_text())

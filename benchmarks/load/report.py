@@ -240,6 +240,18 @@ def _quiet_row(report: dict[str, Any]) -> str:
     )
 
 
+def _services_text(services: int) -> list[str]:
+    """What the recall rows were sent to, when more than one service process served them."""
+    if services <= 1:
+        return []
+    return [
+        "",
+        f"**{services} service processes** on the same Postgres and Typesense (`--services {services}`, the "
+        "Kubernetes Deployment's shape on one machine): the rows with vectors supplied go to them round robin, "
+        "the text-only rows to the first; `service` CPU is theirs together.",
+    ]
+
+
 def _markdown(report: dict[str, Any]) -> str:
     w, raw, d = report["write"], report["raw_typesense"], report["drain"]
     lines = [
@@ -310,6 +322,7 @@ def _markdown(report: dict[str, Any]) -> str:
         "`sources.<name>.ms`, over `ok` answers only. In rows with `degraded` requests a timed-out source "
         "(deadline 1000 ms) is not the slowest counted, so there overhead and ratio include the wait for it; "
         "`n`, percentiles and recalls/s count every 200 answer, degraded or not.",
+        *_services_text(report.get("services", 1)),
         "",
         "| config | embedding | clients | n | p50 ms | p95 ms | p99 ms | recalls/s | per-source p50 ms | overhead p50 ms | ratio p50 | embedding_ms p50 | non-200 | degraded |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",

@@ -31,7 +31,7 @@ from config.loader import parse_config
 from config.schema import BraidConfig, EmbeddingConfig
 from indexers.typesense.documents import vectors_alias as paired_vectors_alias
 
-from .client import LeanClient
+from .client import LeanClient, Requester, Spread
 from .corpus import BIG_TENANT, Corpus, Tenant
 from .hnsw import measure_hnsw
 from .report import MODEL_SUPPLIED
@@ -716,7 +716,7 @@ def _outbox_lag_ms(dsn: str, n: int, prefix: str = "fresh-") -> list[float]:
 
 
 async def timed(
-    client: LeanClient,
+    client: Requester,
     headers: dict[str, str],
     bodies: list[bytes],
     clients: int,
@@ -810,6 +810,7 @@ async def recall_latency(
     text_vectors: Sequence[Sequence[float]] = (),
     settle: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     sessions: Callable[[], int] | None = None,
+    spread: Requester | None = None,
 ) -> list[dict[str, Any]]:
     """The recall rows (the caller warms the pools first and waits for an
     idle stack before the first; ``settle``, when given, is awaited before
@@ -827,13 +828,19 @@ async def recall_latency(
     sessions Postgres has opened so far: each row keeps how many it opened
     (``pg_sessions``; once warm, the service's pool opens one only to
     replace a connection it closed (or one past its hour's lifetime), and
-    the CPU meter misses a backend that lived between two readings)."""
+    the CPU meter misses a backend that lived between two readings).
+    ``spread``, when given, sends the rows with vectors supplied instead
+    (to several service processes: :class:`~.client.Spread`); the rows
+    that embed stay on ``client``, whose process holds the embedding cache
+    the cached row reads."""
     rows: list[dict[str, Any]] = []
 
-    async def row(config: str, embedding: str, bodies: list[bytes], clients: int, seconds: float) -> None:
+    async def row(
+        config: str, embedding: str, bodies: list[bytes], clients: int, seconds: float, via: Requester = client
+    ) -> None:
         waited = await settle() if settle is not None and rows else None
         opened = sessions() if sessions is not None else None
-        res = await timed(client, headers, bodies, clients, seconds, cpu)
+        res = await timed(via, headers, bodies, clients, seconds, cpu)
         if sessions is not None and opened is not None:
             res["pg_sessions"] = sessions() - opened
         rows.append({"config": config, "clients": clients, "embedding": embedding, **res, "quiet_before": waited})
@@ -842,7 +849,7 @@ async def recall_latency(
     for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
         bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
         for c in clients:
-            await row(label, "supplied", bodies, c, seconds)
+            await row(label, "supplied", bodies, c, seconds, spread or client)
     texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
     if text_vectors:
         bodies = [_encode({"query": t, "embedding": list(v)}) for t, v in zip(texts, text_vectors, strict=True)]
@@ -1071,6 +1078,7 @@ async def run(
     sets: Sequence[Override] = (),
     place_at: int | None = None,
     bulk_import: bool = False,
+    services: int = 1,
 ) -> dict[str, Any]:
     """The whole load benchmark (the module docstring). The placement job
     runs after the load, or with ``place_at`` once the big tenant's first
@@ -1081,7 +1089,13 @@ async def run(
     the drain of the first part's outbox before it. With ``bulk_import``
     the big tenant is prepared by an ``import`` job before the load (as an
     operator would before loading a tenant known to be large) and placed
-    after it."""
+    after it. With ``services`` above 1, that many service processes
+    share the backends (the first starts them, the others are its
+    replicas: :meth:`~benchmarks.common.Service.add_replica`, started once
+    the stack is up) and the recall rows with vectors supplied are sent to
+    them round robin; everything else goes to the first."""
+    if services < 1:
+        raise ValueError(f"services must be at least 1, got {services}")
     if bulk_import and place_at is not None:
         raise ValueError("bulk_import places the big tenant after the load; place_at cannot apply")
     keys = {t.name: secrets.token_urlsafe(24) for t in corpus.tenants}
@@ -1091,7 +1105,10 @@ async def run(
     headers = {t: {"Authorization": f"Bearer {k}"} for t, k in keys.items()}
     report: dict[str, Any] = {}
     svc = Service(config_text=cfg_text, prefix="braid-load-")
+    report["services"] = services
     try:
+        for _ in range(services - 1):
+            svc.add_replica()
         dsn = svc.postgres_dsn()
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
@@ -1186,19 +1203,15 @@ async def run(
                     vectors,
                 )
             await wait_drained(client)
-            async with LeanClient(svc.url, max_connections=64) as lean:
+            async with LeanClient(svc.url, max_connections=64) as lean, Spread(svc.urls) as spread:
                 recall_headers = {**headers[BIG_TENANT], "content-type": "application/json"}
                 # Recalls before the wait for an idle stack: they warm the pools,
                 # and a tenant's first graph read (graph.cacheRows), which runs
                 # in the background, is waited out here, not counted in the first row.
                 warm = zip(corpus.queries[:50], corpus.query_vectors[:50])
-                await timed(
-                    lean,
-                    recall_headers,
-                    [_encode({"query": q["text"], "embedding": v.tolist()}) for q, v in warm],
-                    4,
-                    0,
-                )
+                warm_bodies = [_encode({"query": q["text"], "embedding": v.tolist()}) for q, v in warm]
+                for process in spread.clients:
+                    await timed(process, recall_headers, warm_bodies, 4, 0)
                 report["quiet_before_recalls"] = await quiet(meter)
                 report["graph_cache_before_recalls"] = (
                     (await client.get("/health")).json()["backends"]["graph"].get("cache")
@@ -1217,6 +1230,7 @@ async def run(
                         text_vectors,
                         lambda: quiet(meter),
                         functools.partial(postgres_sessions, stats_conn),
+                        spread if services > 1 else None,
                     )
             print("load: result cache", flush=True)
             cfg_path = svc.home / "braid.yaml"

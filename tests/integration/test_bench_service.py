@@ -3,7 +3,9 @@
 A benchmark process starts the real stack (the service, its embedded Postgres
 and Typesense), then is stopped from outside as a user stops a long run:
 SIGTERM stops the whole stack and removes its home; ``kill -9`` (no handler
-can run) still stops every process of the stack, through the watchdog.
+can run) still stops every process of the stack, through the watchdog. A
+replica (``Service.add_replica``, the load's ``--services``) serves the same
+memories from the same backends and stops with its primary.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, Service
 
 _BENCHMARK = """\
 import asyncio, json, sys
@@ -103,3 +106,31 @@ def test_a_killed_benchmark_leaves_no_process_of_its_stack_running() -> None:
     finally:
         _kill_left(pids)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_replica_serves_the_primarys_memories_and_stops_with_it() -> None:
+    svc = Service(prefix="braid-replica-")
+    replica = None
+    try:
+        replica = svc.add_replica()
+        assert svc.urls == [svc.url, replica.url] and replica.url != svc.url
+        # It started no backend of its own.
+        assert not (replica.home / "postgres").exists() and not (replica.home / "typesense").exists()
+        assert {svc.proc.pid, replica.proc.pid} <= {p.pid for p in svc.processes()["service"]}
+        body = {"memories": [{"content": "The replica reads the primary's Postgres.", "kind": "note"}]}
+        r = httpx.post(f"{svc.url}/v1/memories", json=body, headers=svc.headers, timeout=60)
+        assert r.status_code == 201, r.text
+        written = r.json()["ids"][0]
+        r = httpx.post(
+            f"{replica.url}/v1/recall",
+            json={"query": "which Postgres does the replica read?"},
+            headers=svc.headers,
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        assert written in [item["id"] for item in r.json()["items"]]
+    finally:
+        svc.stop()
+    assert replica is not None
+    assert replica.proc.poll() is not None, "the replica outlived its primary's stop()"
+    assert not replica.home.exists() and not svc.home.exists()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from benchmarks.load.client import LeanClient, LeanClientError
+from benchmarks.load.client import LeanClient, LeanClientError, Spread
 
 pytestmark = pytest.mark.anyio
 
@@ -197,3 +197,23 @@ async def test_timeout_raises_and_the_connection_is_not_reused() -> None:
         assert loop.time() - start < 1
         assert await c.post("/echo", b"y") == (201, b"y")
     assert [r.conn for r in srv.requests] == [1, 2]
+
+
+async def test_spread_sends_each_request_to_the_next_server() -> None:
+    async with serve() as one, serve() as two:
+        urls = [f"http://127.0.0.1:{one.port}", f"http://127.0.0.1:{two.port}"]
+        async with Spread(urls, max_connections=4) as spread:
+            answers = [await spread.post("/echo", b"%d" % i, {"X-I": str(i)}) for i in range(7)]
+            # Concurrent posts keep alternating too.
+            answers += await asyncio.gather(*(spread.post("/concurrent", b"c%d" % i) for i in range(6)))
+    assert answers[:7] == [(201, b"%d" % i) for i in range(7)]
+    assert answers[7:] == [(201, b"c%d" % i) for i in range(6)]
+    assert [r.body for r in one.requests[:4]] == [b"0", b"2", b"4", b"6"]
+    assert [r.body for r in two.requests[:3]] == [b"1", b"3", b"5"]
+    assert (len(one.requests), len(two.requests)) == (7, 6)
+    assert one.requests[1].headers["x-i"] == "2"
+
+
+def test_spread_needs_a_url() -> None:
+    with pytest.raises(ValueError, match="at least one URL"):
+        Spread([])
