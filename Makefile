@@ -50,7 +50,7 @@ bench-quality: install
 
 # Load: throughput, freshness and recall latency on a synthetic corpus; SIZE=<n> memories (default 10000).
 bench-load: install
-	$(PY) -m benchmarks.load $(if $(SIZE),--size $(SIZE))
+	$(PY) -m benchmarks.load $(if $(SIZE),--size $(SIZE)) $(if $(SERVICES),--services $(SERVICES))
 
 # Faults and abuse: every fault test (fast and slow) with its counts, then a soak of
 # SOAK_MINUTES (default 10); report in benchmarks/results/faults.md, last line `faults: ...`.

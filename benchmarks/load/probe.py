@@ -16,6 +16,11 @@ as ``python -m benchmarks.load`` measures them, on the rows written so far.
 The corpus is rebuilt from ``--size`` and ``--seed`` (the load's), for its
 queries. The figures are of a partial load: not a ``load-<n>`` report, and
 ``growth`` does not read them.
+
+``--services 1,2 --configs fused --rounds 3`` measures the fused rows sent to
+one service process and round robin to two (the load's and a replica of it on
+the same backends), alternated three times: on a shared machine whose speed
+drifts, only rows measured in turn compare.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ import psutil
 import psycopg
 import yaml
 
-from benchmarks.common import RESULTS, CpuMeter, Service
+from benchmarks.common import RESULTS, ROOT, CpuMeter, Service
 from config.loader import parse_config
 
-from .client import LeanClient
+from .client import LeanClient, Spread
 from .corpus import BIG_TENANT, build_corpus
 from .hnsw import measure_hnsw
 from .report import _direct_table, _f, _hnsw_table
@@ -49,7 +54,12 @@ def attach(home: Path) -> Service:
     in ``home``, without starting or owning it (never ``stop()`` it)."""
     svc = Service.__new__(Service)
     svc.home = home
+    svc.root = ROOT
     svc.replicas = []
+    # What a replica (Service.add_replica) starts from: the run's config; the
+    # agent key is the replica's own (the probe sends the big tenant's key).
+    svc.config_text = (home / "braid.yaml").read_text()
+    svc.agent_key = ""
     svc.ts_key = (home / "typesense" / "api-key").read_text().strip()
     postmaster = psutil.Process(svc.postmaster_pid())
     typesense = int((home / "typesense" / "typesense.pid").read_text())
@@ -66,9 +76,46 @@ def big_tenant_key(cfg_text: str) -> str:
     return str(next(k["key"] for k in yaml.safe_load(cfg_text)["auth"]["keys"] if k.get("tenant") == BIG_TENANT))
 
 
-async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seconds: float) -> dict[str, Any]:
+async def probe(
+    home: Path,
+    size: int,
+    seed: int,
+    clients: tuple[int, ...],
+    seconds: float,
+    services: tuple[int, ...] = (1,),
+    configs: tuple[str, ...] = ("fused", *SOURCES),
+    rounds: int = 1,
+) -> dict[str, Any]:
+    """The probe's report. Each of ``rounds`` measures the recall rows of
+    ``configs`` at each client count once per entry of ``services``, in
+    turn: the row is sent round robin to that many service processes, the
+    load's own and replicas on its backends (:meth:`Service.add_replica`,
+    started for the largest entry and stopped at the end)."""
+    if not services or min(services) < 1:
+        raise ValueError(f"services must be counts of 1 or more, got {services}")
     started = time.perf_counter()
     svc = attach(home)
+    try:
+        for _ in range(max(services) - 1):
+            svc.add_replica()
+        return await _probe(svc, size, seed, clients, seconds, services, configs, rounds, started)
+    finally:
+        while svc.replicas:
+            svc.replicas.pop().stop()
+
+
+async def _probe(
+    svc: Service,
+    size: int,
+    seed: int,
+    clients: tuple[int, ...],
+    seconds: float,
+    services: tuple[int, ...],
+    configs: tuple[str, ...],
+    rounds: int,
+    started: float,
+) -> dict[str, Any]:
+    home = svc.home
     cfg_text = (home / "braid.yaml").read_text()
     cfg = parse_config(cfg_text)
     key = big_tenant_key(cfg_text)
@@ -89,14 +136,31 @@ async def probe(home: Path, size: int, seed: int, clients: tuple[int, ...], seco
     headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
     base = [{"query": q["text"], "embedding": v.tolist()} for q, v in zip(corpus.queries, corpus.query_vectors)]
     rows = []
-    async with LeanClient(svc.url, max_connections=64) as lean:
-        await timed(lean, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
-        for label, sources in (("fused", None), *((s, [s]) for s in SOURCES)):
+    for url in svc.urls:
+        async with LeanClient(url, max_connections=64) as lean:
+            await timed(lean, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
+    for turn in range(rounds):
+        for label in configs:
+            sources = None if label == "fused" else [label]
             bodies = [_encode({**b, "sources": sources} if sources else b) for b in base]
-            for c in clients:
-                res = await timed(lean, headers, bodies, c, seconds, meter)
-                rows.append({"config": label, "clients": c, "embedding": "supplied", **res})
-                print(f"probe: {label} at {c}: p50 {res['p50']:.1f} ms", flush=True)
+            for n in services:
+                async with Spread(svc.urls[:n]) as spread:
+                    for c in clients:
+                        res = await timed(spread, headers, bodies, c, seconds, meter)
+                        rows.append(
+                            {
+                                "config": label,
+                                "clients": c,
+                                "services": n,
+                                "round": turn,
+                                "embedding": "supplied",
+                                **res,
+                            }
+                        )
+                        print(
+                            f"probe: {label} at {c}, {n} service(s): p50 {res['p50']:.1f} ms, {res['qps']:.0f}/s",
+                            flush=True,
+                        )
     report["recall"] = rows
     ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
     async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
@@ -123,16 +187,19 @@ def markdown(report: dict[str, Any], command: str) -> str:
         "",
         "## Recall latency (big tenant, closed loop, corpus vectors supplied)",
         "",
-        "| config | clients | n | p50 ms | p99 ms | recalls/s | per-source p50 ms | degraded |"
+        "Rows with more than one service process were sent round robin to the load's service and replicas of it"
+        " on the same backends (`--services`); `service` CPU is theirs together. Rounds alternate the counts.",
+        "",
+        "| config | service processes | round | clients | n | p50 ms | p99 ms | recalls/s | per-source p50 ms | degraded |"
         " CPU ms per recall (service / Postgres / Typesense / client) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["recall"]:
         src = ", ".join(f"{k} {_f(v)}" for k, v in r["sources_p50"].items())
         cpu = " / ".join(_f(r["cpu_ms"].get(k), 2) for k in ("service", "postgres", "typesense", "client"))
         lines.append(
-            f"| {r['config']} | {r['clients']} | {r['n']} | {_f(r['p50'])} | {_f(r['p99'])} | {_f(r['qps'], 0)}"
-            f" | {src} | {r['degraded']} | {cpu} |"
+            f"| {r['config']} | {r.get('services', 1)} | {r.get('round', 0)} | {r['clients']} | {r['n']}"
+            f" | {_f(r['p50'])} | {_f(r['p99'])} | {_f(r['qps'], 0)} | {src} | {r['degraded']} | {cpu} |"
         )
     lines += ["", *_direct_table(report["direct"]), "", *_hnsw_table(report["hnsw"]), ""]
     return "\n".join(lines)
@@ -145,11 +212,28 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--services", default="1", help="service processes per row, in turn (e.g. 1,2): the load's and replicas of it"
+    )
+    parser.add_argument("--configs", default=",".join(("fused", *SOURCES)), help="recall rows: fused and/or sources")
+    parser.add_argument("--rounds", type=int, default=1, help="times the rows are measured, alternating --services")
+    parser.add_argument("--name", default=None, help="report as load-probe-<memories>-<name>")
     args = parser.parse_args()
     clients = tuple(int(c) for c in args.clients.split(","))
-    report = asyncio.run(probe(args.home, args.size, args.seed, clients, args.seconds))
-    command = "python -m benchmarks.load.probe <home> " + f"--size {args.size} --clients {args.clients}"
-    stem = RESULTS / f"load-probe-{report['memories']}"
+    services = tuple(int(n) for n in args.services.split(","))
+    configs = tuple(args.configs.split(","))
+    unknown = set(configs) - {"fused", *SOURCES}
+    if unknown:
+        parser.error(f"--configs: unknown {sorted(unknown)} (fused, {', '.join(SOURCES)})")
+    report = asyncio.run(
+        probe(args.home, args.size, args.seed, clients, args.seconds, services, configs, max(args.rounds, 1))
+    )
+    command = (
+        "python -m benchmarks.load.probe <home> "
+        + f"--size {args.size} --clients {args.clients} --services {args.services} --configs {args.configs}"
+        + f" --rounds {args.rounds}"
+    )
+    stem = RESULTS / (f"load-probe-{report['memories']}" + (f"-{args.name}" if args.name else ""))
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     stem.with_suffix(".md").write_text(markdown(report, command))
     print(f"probe: report at {stem}.md", flush=True)
