@@ -40,7 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .documents import counts_reader, keyed_terms, quoted_list
+import numpy as np
+
+from .documents import counts_findall, keyed_terms, quoted_list
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf, normalised_text, term_count
 
 __all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
@@ -259,44 +261,67 @@ class Bm25Plan:
 
     def scores(self, docs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """The candidates' memory ids and BM25 scores over every query term,
-        best first (ties keep the order of ``docs``)."""
+        best first (ties keep the order of ``docs``): each score is
+        :func:`bm25_score`'s to the bit, computed a term at a time over
+        every candidate at once."""
         if not docs:
             return {}
         w = self.context_weight
+        terms = self.terms
         total = self.stats.total if self.stats is not None else len(docs)
-        idfs = {t: idf(self.dfs.get(t, 0), total) for t in self.terms}
-        tfs: list[dict[str, float]] = []
-        lengths: list[float] = []
-        read = counts_reader(self.terms)
-        for doc in docs:
+        # A term's row in tf (the terms are distinct: keyword_terms).
+        row = {t: i for i, t in enumerate(terms)}
+        n = len(docs)
+        lengths = np.empty(n)
+        # The tf of each (term, candidate) the candidate has: every other one is 0.
+        rows: list[int] = []
+        cols: list[int] = []
+        values: list[float] = []
+        findall = counts_findall(terms)
+        for i, doc in enumerate(docs):
             counts = doc.get("term_counts")
-            tf: dict[str, float]
             if counts is not None:
-                # Only the terms it has: bm25_score counts an absent one as 0.
-                tf = {t: own_tf + w * around_tf for t, (own_tf, around_tf) in read(counts).items()}
-                own, around = doc["length"], doc["context_length"]
+                if findall is not None:
+                    for term, own_tf, around_tf in findall(counts):
+                        rows.append(row[term])
+                        cols.append(i)
+                        values.append(int(own_tf) + w * int(around_tf))
+                lengths[i] = doc["length"] + w * doc["context_length"]
             else:
                 # Written before documents had counts (migration 14 rewrites them):
                 # counted in the texts fetched with it.
                 content = normalised_text(doc.get("content", ""))
                 context = normalised_text(doc.get("context") or "") if w else ""
-                tf = {t: term_count(content, t) for t in self.terms}
-                if context:
-                    for t in self.terms:
-                        tf[t] += w * term_count(context, t)
+                for t, j in row.items():
+                    f = term_count(content, t)
+                    if context:
+                        f += w * term_count(context, t)
+                    if f:
+                        rows.append(j)
+                        cols.append(i)
+                        values.append(f)
                 own = doc["length"] if "length" in doc else len(content.split())
                 around = doc["context_length"] if "context_length" in doc else len(context.split())
-            tfs.append(tf)
-            lengths.append(own + w * around)
+                lengths[i] = own + w * around
+        tf = np.zeros((len(terms), n))
+        tf[rows, cols] = values
         stats = self.stats
         if stats is not None and stats.avgdl is not None:
             avgdl = stats.avgdl + w * (stats.avg_context or 0.0)
         else:  # no document behind the filter had lengths: the candidates' mean
-            avgdl = sum(lengths) / len(lengths)
+            avgdl = sum(lengths.tolist()) / n
         avgdl = avgdl or 1.0
-        scores = [bm25_score(self.terms, tf, length, idfs, avgdl) for tf, length in zip(tfs, lengths, strict=True)]
-        order = sorted(range(len(docs)), key=lambda i: -scores[i])
-        return {docs[i]["memory_id"]: scores[i] for i in order}
+        k1, b = BM25_K1, BM25_B
+        # bm25_score's operations in its order, each over every candidate: a
+        # term a candidate lacks adds idf * 0.0, which leaves its sum as it was.
+        norm = k1 * (1 - b + b * lengths / avgdl)
+        scores = np.zeros(n)
+        for term in terms:
+            f = tf[row[term]]
+            scores += idf(self.dfs.get(term, 0), total) * (f * (k1 + 1) / (f + norm))
+        order = np.argsort(-scores, kind="stable").tolist()
+        ranked = scores.tolist()
+        return {docs[i]["memory_id"]: ranked[i] for i in order}
 
 
 class Bm25Keywords:

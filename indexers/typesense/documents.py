@@ -58,6 +58,7 @@ __all__ = [
     "KEY_FIELDS",
     "document_field",
     "document_terms",
+    "counts_findall",
     "counts_reader",
     "hit_from_document",
     "build_filter",
@@ -195,6 +196,14 @@ def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, 
         return lambda counts: {}
     finditer = _counts_pattern(tuple(terms)).finditer
     return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in finditer(counts)}
+
+
+def counts_findall(terms: Sequence[str]) -> Callable[[str], list[tuple[str, str, str]]] | None:
+    """What :func:`counts_reader` reads, as ``re.findall`` gives it: given a
+    document's ``term_counts``, each of ``terms`` it has as ``(term,
+    content count, context count)``, the counts as digits, in the order
+    stored (``None`` for no terms: nothing to find)."""
+    return _counts_pattern(tuple(terms)).findall if terms else None
 
 
 @functools.lru_cache(maxsize=1024)

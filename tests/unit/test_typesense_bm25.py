@@ -179,6 +179,73 @@ def _plan(
     return Bm25Plan("current_key:=k", "k", tuple(terms), budget, weight, "content", stats, dict(dfs))
 
 
+def _scores_one_by_one(plan: Bm25Plan, docs: list[dict[str, object]]) -> dict[str, float]:
+    """The scores as :func:`bm25_score` gives them, one candidate at a time
+    (what ``Bm25Plan.scores`` computed before it worked over every
+    candidate at once)."""
+    w = plan.context_weight
+    total = plan.stats.total if plan.stats is not None else len(docs)
+    idfs = {t: idf(plan.dfs.get(t, 0), total) for t in plan.terms}
+    read = counts_reader(plan.terms)
+    tfs, lengths = [], []
+    for doc in docs:
+        if "term_counts" in doc:
+            tfs.append({t: own + w * around for t, (own, around) in read(str(doc["term_counts"])).items()})
+            lengths.append(int(doc["length"]) + w * int(doc["context_length"]))  # type: ignore[call-overload]
+        else:
+            content = normalised_text(str(doc.get("content", "")))
+            context = normalised_text(str(doc.get("context") or "")) if w else ""
+            tf: dict[str, float] = {t: term_count(content, t) for t in plan.terms}
+            if context:
+                for t in plan.terms:
+                    tf[t] += w * term_count(context, t)
+            tfs.append(tf)
+            lengths.append(int(doc["length"]) + w * int(doc["context_length"]))  # type: ignore[call-overload]
+    if plan.stats is not None and plan.stats.avgdl is not None:
+        avgdl = plan.stats.avgdl + w * (plan.stats.avg_context or 0.0)
+    else:
+        avgdl = sum(lengths) / len(lengths)
+    avgdl = avgdl or 1.0
+    scores = [bm25_score(plan.terms, tf, length, idfs, avgdl) for tf, length in zip(tfs, lengths, strict=True)]
+    order = sorted(range(len(docs)), key=lambda i: -scores[i])
+    return {str(docs[i]["memory_id"]): scores[i] for i in order}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.text(alphabet="ab c,.1", max_size=60),
+            st.none() | st.text(alphabet="ab cd", max_size=40),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True),
+    weight=st.sampled_from([0.0, 0.3, 1.0]),
+    stats=st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10)),
+)
+def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
+    texts: list[tuple[str, str | None, bool]], query: list[str], weight: float, stats: CorpusStats | None
+) -> None:
+    """Every candidate at once scores as :func:`bm25_score` scores each one
+    (exactly, in the same order), with query terms in no document, none at
+    all, documents with stored counts or only their texts, and no corpus
+    stats."""
+    docs: list[dict[str, object]] = []
+    for i, (content, context, stored) in enumerate(texts):
+        _, counts, length, context_length = document_terms(content, context)
+        doc: dict[str, object] = {"memory_id": f"m{i}", "length": length, "context_length": context_length}
+        doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
+        docs.append(doc)
+    plan = _plan(query, {t: 2 for t in query[:2]}, stats=stats, weight=weight)
+    scores = plan.scores(docs)
+    expected = _scores_one_by_one(plan, docs)
+    assert list(scores) == list(expected)
+    assert scores == expected
+
+
 def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
     plan = _plan(["common", "rare"], {"common": 300, "rare": 2}, stats=CorpusStats(1000, 10.0))
     assert plan.searches() == [
