@@ -19,7 +19,7 @@ from fusion.factors import (
     with_usage,
 )
 from fusion.query import QueryPlan, addressed, analyze_query, asks_current, date_ranges
-from fusion.rrf import Fused, rrf
+from fusion.rrf import Fused, rrf, rrf_one
 from fusion.tokens import Encoding, get_encoding
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "format_block",
     "get_encoding",
     "rrf",
+    "rrf_one",
     "score_factors",
     "importance_factor",
     "memory_factors",

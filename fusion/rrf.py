@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-__all__ = ["Fused", "rrf"]
+__all__ = ["Fused", "rrf", "rrf_one"]
 
 
 class Fused(msgspec.Struct, frozen=True):
@@ -65,3 +65,28 @@ def rrf(
         fused.append(Fused(id=id_, score=score, ranks=by_source, contributions=contributions))
     fused.sort(key=lambda f: (-f.score, min(f.ranks.values()), f.id))
     return fused
+
+
+def rrf_one(
+    ids: Sequence[str], *, k: int = 60, weight: float = 1.0, limit: int | None = None
+) -> list[tuple[str, float]]:
+    """:func:`rrf` of one list, as ``(id, score)`` pairs: the same ids in the
+    same order with the same scores (``weight / (k + rank)``, an id listed
+    twice at its first rank), at most ``limit`` of them, without building a
+    :class:`Fused` for each."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k!r}")
+    if not (math.isfinite(weight) and weight >= 0):
+        raise ValueError(f"weight must be finite and >= 0, got {weight!r}")
+    wanted = len(ids) if limit is None else limit
+    seen: set[str] = set()
+    out: list[tuple[str, float]] = []
+    # Ranks only grow down the list, so its order is RRF's: scores fall with
+    # the rank (or all tie at weight 0 and go by rank).
+    for position, id_ in enumerate(ids, start=1):
+        if len(out) >= wanted:
+            break
+        if id_ not in seen:
+            seen.add(id_)
+            out.append((id_, weight / (k + position)))
+    return out

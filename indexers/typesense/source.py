@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from config import BraidConfig, TypesenseSourceConfig, source_defaults
-from fusion.rrf import rrf
+from fusion.rrf import rrf, rrf_one
 
 from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord, SearchQuery
 from ..lifecycle import Forgetting
@@ -296,7 +296,14 @@ class TypesenseSource:
                 results["vector"]["hits"], query, pending.values(), ts.min_similarity, candidates
             )
         weight = config.rrf.vector_weight
-        fused = rrf(rankings, k=config.rrf.k, weights={"vector": weight, "keyword": 1.0 - weight})
+        weights = {"vector": weight, "keyword": 1.0 - weight}
+        if len(rankings) == 1:
+            # One list (the keyword list, when pgvector covers the vectors):
+            # RRF keeps its order, so only the scores are computed.
+            ((role, ids),) = rankings.items()
+            one = rrf_one(ids, k=config.rrf.k, weight=weights[role], limit=query.limit)
+            return [hit_from_document(docs[memory_id], score) for memory_id, score in one]
+        fused = rrf(rankings, k=config.rrf.k, weights=weights)
         return [hit_from_document(docs[f.id], f.score) for f in fused[: query.limit]]
 
     async def _counted(

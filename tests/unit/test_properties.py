@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from config import load_config
 from config.schema import NAME_PATTERN
-from fusion import Block, BlockItem, Encoding, format_block, get_encoding, rrf
+from fusion import Block, BlockItem, Encoding, format_block, get_encoding, rrf, rrf_one
 from indexers.base import Filters
 from indexers.postgres import filter_clause
 from indexers.typesense import build_filter, narrow_filter
@@ -90,6 +90,14 @@ def test_rrf_scores_are_the_formula(rankings: dict[str, list[str]], k: int, weig
         assert f.score == float(sum(map(Fraction, f.contributions.values()), Fraction(0)))
         # ...and within rounding of the formula computed exactly.
         assert math.isclose(f.score, float(exact[f.id]), rel_tol=1e-12, abs_tol=0.0)
+
+
+@PROPS
+@given(st.lists(ids, max_size=25), ks, weight, st.none() | st.integers(1, 30))
+def test_rrf_of_one_list_is_rrf(listed: list[str], k: int, w: float, limit: int | None) -> None:
+    """rrf_one gives what rrf gives for that one list: ids, order and scores to the bit."""
+    fused = rrf({"keyword": listed}, k=k, weights={"keyword": w})
+    assert rrf_one(listed, k=k, weight=w, limit=limit) == [(f.id, f.score) for f in fused][:limit]
 
 
 @PROPS
