@@ -54,6 +54,8 @@ def main() -> None:
         "--name", default=None, help="report as load-<size>-<name> (default load-<size>, which growth reads)"
     )
     args = parser.parse_args()
+    if args.services < 1:
+        parser.error(f"--services must be at least 1, got {args.services}")
     started = time.perf_counter()
     corpus = build_corpus(args.size, seed=args.seed)
     corpus_s = time.perf_counter() - started

@@ -248,7 +248,8 @@ def _services_text(services: int) -> list[str]:
         "",
         f"**{services} service processes** on the same Postgres and Typesense (`--services {services}`, the "
         "Kubernetes Deployment's shape on one machine): the rows with vectors supplied go to them round robin, "
-        "the text-only rows to the first; `service` CPU is theirs together.",
+        "the text-only rows and every write to the first (the replica's background workers, such as the outbox's, "
+        "run as the first's do); `service` CPU is theirs together.",
     ]
 
 
