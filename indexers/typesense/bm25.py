@@ -293,7 +293,7 @@ class Bm25Plan:
                 content = normalised_text(doc.get("content", ""))
                 context = normalised_text(doc.get("context") or "") if w else ""
                 for t, j in row.items():
-                    f = term_count(content, t)
+                    f: float = term_count(content, t)
                     if context:
                         f += w * term_count(context, t)
                     if f:
