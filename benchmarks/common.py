@@ -250,9 +250,13 @@ class Service:
             found["typesense" if "typesense" in name else "postgres" if "postgres" in name else "service"].append(proc)
         return found
 
-    def stop(self) -> None:
+    def stop_replicas(self) -> None:
+        """Stop the processes :meth:`add_replica` started (this one runs on)."""
         while self.replicas:
             self.replicas.pop().stop()
+
+    def stop(self) -> None:
+        self.stop_replicas()
         if self._watch >= 0:
             self._watchdog.kill()
             self._watchdog.wait()

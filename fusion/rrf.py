@@ -44,12 +44,8 @@ def rrf(
     The result is ordered by score descending, then by the id's best rank over
     all sources ascending, then by id, so equal inputs give equal outputs.
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k!r}")
     weights = weights or {}
-    for source, weight in weights.items():
-        if not (math.isfinite(weight) and weight >= 0):
-            raise ValueError(f"weight of source {source!r} must be finite and >= 0, got {weight!r}")
+    _check(k, weights)
 
     ranks: dict[str, dict[str, int]] = {}
     for source, ids in rankings.items():
@@ -74,10 +70,7 @@ def rrf_one(
     same order with the same scores (``weight / (k + rank)``, an id listed
     twice at its first rank), at most ``limit`` of them, without building a
     :class:`Fused` for each."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k!r}")
-    if not (math.isfinite(weight) and weight >= 0):
-        raise ValueError(f"weight must be finite and >= 0, got {weight!r}")
+    _check(k, {"the list": weight})
     wanted = len(ids) if limit is None else limit
     seen: set[str] = set()
     out: list[tuple[str, float]] = []
@@ -90,3 +83,12 @@ def rrf_one(
             seen.add(id_)
             out.append((id_, weight / (k + position)))
     return out
+
+
+def _check(k: int, weights: Mapping[str, float]) -> None:
+    """A :class:`ValueError` unless ``k`` is at least 1 and every weight finite and >= 0."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k!r}")
+    for source, weight in weights.items():
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"weight of source {source!r} must be finite and >= 0, got {weight!r}")

@@ -100,8 +100,7 @@ async def probe(
             svc.add_replica()
         return await _probe(svc, size, seed, clients, seconds, services, configs, rounds, started)
     finally:
-        while svc.replicas:
-            svc.replicas.pop().stop()
+        svc.stop_replicas()
 
 
 async def _probe(

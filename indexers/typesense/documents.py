@@ -192,10 +192,10 @@ def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, 
     context counts of those of ``terms`` it has (one pass over it; a term
     it lacks is not in the answer). Terms are alphanumerics only, so ``;``
     and ``:`` never occur in one."""
-    if not terms:
+    findall = counts_findall(terms)
+    if findall is None:
         return lambda counts: {}
-    finditer = _counts_pattern(tuple(terms)).finditer
-    return lambda counts: {m[1]: (int(m[2]), int(m[3])) for m in finditer(counts)}
+    return lambda counts: {term: (int(own), int(around)) for term, own, around in findall(counts)}
 
 
 def counts_findall(terms: Sequence[str]) -> Callable[[str], list[tuple[str, str, str]]] | None:
