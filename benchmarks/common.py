@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -55,6 +55,7 @@ __all__ = [
     "pyplot",
     "speed_probe",
     "wait_healthy",
+    "tree_worker",
     "write_results",
 ]
 
@@ -325,6 +326,25 @@ def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[st
 def cpu_per_call(before: Mapping[str, float], after: Mapping[str, float], calls: int) -> dict[str, float]:
     """ms of CPU per call by kind (sorted) between two :class:`CpuMeter` readings."""
     return {k: v * 1000 / max(calls, 1) for k, v in sorted(cpu_used(before, after).items())}
+
+
+def tree_worker(tree: Path, script: Path, args: Sequence[str]) -> dict[str, Any]:
+    """Run ``script`` (a benchmark's own file) with ``args`` and ``--worker``
+    in a fresh process importing the source ``tree`` (another checkout, e.g.
+    a ``git worktree`` of an older commit, or :data:`ROOT`), and return the
+    JSON object of its last line of output, with ``tree`` added: how a
+    benchmark measures two trees in turn on one stack."""
+    out = subprocess.run(
+        [sys.executable, str(script), *args, "--worker"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["tree"] = str(tree)
+    return result
 
 
 def speed_probe(rounds: int = 5) -> float:

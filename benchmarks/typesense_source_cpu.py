@@ -31,15 +31,13 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, write_results
+from benchmarks.common import ROOT, tree_worker, write_results
 
 __all__ = ["markdown", "summary_line"]
 
@@ -109,26 +107,7 @@ async def _worker(home: Path, size: int, queries: int) -> dict[str, Any]:
 
 def _measure(tree: Path, home: Path, size: int, queries: int) -> dict[str, Any]:
     """A worker process for ``tree``: its answer."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            str(home),
-            "--size",
-            str(size),
-            "--queries",
-            str(queries),
-            "--worker",
-        ],
-        cwd=tree,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["tree"] = str(tree)
+    result = tree_worker(tree, Path(__file__).resolve(), [str(home), "--size", str(size), "--queries", str(queries)])
     print(f"typesense-source-cpu: {tree}: {' '.join(f'{m:.3f}' for m in result['ms'])} ms", flush=True)
     return result
 
