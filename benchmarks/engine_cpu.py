@@ -1,24 +1,28 @@
-"""A fused recall's CPU without HTTP, two source trees compared in turn on one stack.
+"""A fused recall's CPU without HTTP, two source trees compared turn by turn on one stack.
 
-``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--rounds K] [--against TREE] [--name X]``
+``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--against TREE] [--name X]``
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
-its writes paused as for :mod:`benchmarks.load.probe`). Each measurement is
-a fresh process that opens a Braid runtime of this tree (or of ``TREE``, a
-``git worktree`` of another commit) on the stack's Postgres and Typesense
-with the stack's config, as :mod:`benchmarks.recall_cpu` does, and sends
-the load's first ``R`` queries as fused recalls, one at a time, with their
-vectors supplied, ``track`` off and one ``reference_time`` (:data:`_BODY`). After two warm-up passes (and the tenant's
-graph loaded into the process' copy), its heap settled and its
-collector set as a serving process' (``service.app``), it times three passes: CPU ms per
-recall of that process (the engine, its sources, fusion and the block),
-of Postgres and of Typesense. With ``--against``, each of ``K`` rounds
-measures this tree and then that one: the machine's speed drifts, so only
-figures measured in turn compare. Each process hashes its last pass'
-answers (the items' ids and scores to the bit, and the block): equal hashes
-mean both trees answer alike.
+its writes paused as for :mod:`benchmarks.load.probe`). Each tree (this
+one and, with ``--against``, ``TREE``: a ``git worktree`` of another
+commit) gets a worker process that opens a Braid runtime of that tree on
+the stack's Postgres and Typesense with the stack's config, as
+:mod:`benchmarks.recall_cpu` does. Its recalls are the load's first ``R``
+queries as fused recalls, one at a time, vectors supplied, ``track`` off
+and one ``reference_time`` (:data:`_BODY`). Each worker warms up
+:data:`WARMUP` passes (and loads the tenant's graph into its copy), then
+settles its heap and sets its collector as a serving process does
+(``service.app``) and waits. The workers then take ``T`` turns each, in
+alternating order (AB, BA, ...): one pass over the ``R`` recalls while the
+other waits, timed as CPU ms per recall of that worker (the engine, its
+sources, fusion and the block), of Postgres and of Typesense. This
+machine's speed drifts by tens of percent within minutes, so only passes
+run side by side compare: the report gives each tree's median and the
+median of the turns' ratios. Each worker hashes its last pass' answers
+(the items' ids and scores to the bit, and the block): equal hashes mean
+both trees answer alike.
 
 Report: ``benchmarks/results/engine-cpu[-<name>].{md,json}``. Last line:
-``engine-cpu: recalls=<r> ms=<median> postgres_ms=<x> typesense_ms=<x> [against_ms=<x> against_postgres_ms=<x> against_typesense_ms=<x>] same_answers=<bool>``.
+``engine-cpu: recalls=<r> ms=<median> postgres_ms=<x> typesense_ms=<x> [against_ms=<x> against_postgres_ms=<x> against_typesense_ms=<x> ratio=<median of ms / against_ms>] same_answers=<bool>``.
 """
 
 from __future__ import annotations
@@ -28,18 +32,19 @@ import asyncio
 import gc
 import hashlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from benchmarks.common import ROOT, tree_worker, write_results
+from benchmarks.common import ROOT, write_results
 
 __all__ = ["markdown", "summary_line"]
 
-#: Passes timed after the warm-up, and the warm-up's.
-PASSES = 3
+#: Warm-up passes of each worker before its turns.
 WARMUP = 2
 #: What every recall sends besides its query and vector: no recall changes the
 #: usage counts the next one ranks by, and "now" of the time-based factors is
@@ -47,10 +52,17 @@ WARMUP = 2
 _BODY = {"track": False, "reference_time": "2026-06-01T00:00:00Z"}
 #: How long the warm-up waits at most for the tenant's graph to be loaded.
 GRAPH_LOAD_S = 120.0
+#: A worker's answers are the lines of its output that start with this.
+_ANSWER = "engine-cpu-answer "
 
 
-async def _worker(home: Path, size: int, seed: int, recalls: int) -> dict[str, Any]:
-    """One measurement in this process, with the tree on ``sys.path``."""
+def _say(answer: dict[str, Any]) -> None:
+    print(_ANSWER + json.dumps(answer), flush=True)
+
+
+async def _worker(home: Path, size: int, seed: int, recalls: int) -> None:
+    """A worker with the tree on ``sys.path``: ready once warm, then a timed
+    pass for each ``pass`` line on its input, its answers' hash at ``done``."""
     import msgspec
 
     from benchmarks.common import CpuMeter
@@ -82,9 +94,9 @@ async def _worker(home: Path, size: int, seed: int, recalls: int) -> dict[str, A
         engine = rt.engine
         graph = getattr(engine.sources.get("graph"), "cache", None)
         deadline = time.monotonic() + GRAPH_LOAD_S
+        answers = []
         for turn in range(WARMUP):
-            for opts in options:
-                await engine.recall(BIG_TENANT, opts)
+            answers = [await engine.recall(BIG_TENANT, opts) for opts in options]
             # The graph source walks in Postgres until the process' copy is loaded.
             while turn == 0 and graph is not None and graph.get(BIG_TENANT) is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
@@ -92,12 +104,14 @@ async def _worker(home: Path, size: int, seed: int, recalls: int) -> dict[str, A
         gc.collect()
         gc.freeze()
         gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
-        used: list[dict[str, float]] = []
-        for _ in range(PASSES):
+        _say({"ready": True})
+        for line in sys.stdin:
+            if line.strip() != "pass":
+                break
             before, start = meter(), time.process_time()
             answers = [await engine.recall(BIG_TENANT, opts) for opts in options]
             after, spent = meter(), time.process_time() - start
-            used.append(
+            _say(
                 {
                     "engine": spent * 1000 / recalls,
                     "postgres": (after["postgres"] - before["postgres"]) * 1000 / recalls,
@@ -109,52 +123,80 @@ async def _worker(home: Path, size: int, seed: int, recalls: int) -> dict[str, A
         for item in answer.items:
             digest.update(f"{item.id}\0{item.score!r}\n".encode())
         digest.update(answer.block.encode() + b"\0")
-    return {"passes": used, "items": sum(len(a.items) for a in answers), "digest": digest.hexdigest()}
+    _say({"items": sum(len(a.items) for a in answers), "digest": digest.hexdigest()})
 
 
-def _measure(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """A worker process for ``tree``: its answer."""
-    result = tree_worker(
-        tree,
-        Path(__file__).resolve(),
-        [str(args.home), "--size", str(args.size), "--seed", str(args.seed), "--recalls", str(args.recalls)],
-    )
-    shown = " / ".join(f"{p['engine']:.2f}" for p in result["passes"])
-    print(f"engine-cpu: {tree}: {shown} ms", flush=True)
-    return result
+class _Worker:
+    """A worker process of ``tree``, driven a line at a time."""
+
+    def __init__(self, tree: Path, args: argparse.Namespace) -> None:
+        self.tree = tree
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), str(args.home), "--size", str(args.size)]
+            + ["--seed", str(args.seed), "--recalls", str(args.recalls), "--worker"],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def answer(self) -> dict[str, Any]:
+        out: IO[str] | None = self.proc.stdout
+        assert out is not None
+        for line in out:
+            if line.startswith(_ANSWER):
+                result: dict[str, Any] = json.loads(line[len(_ANSWER) :])
+                return result
+        raise RuntimeError(f"engine-cpu: the worker of {self.tree} ended (exit {self.proc.wait()})")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.answer()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
-def _median(runs: list[dict[str, Any]], kind: str) -> float:
-    return statistics.median(p[kind] for r in runs for p in r["passes"])
+def _median(turns: list[dict[str, Any]], tree: str, kind: str) -> float:
+    return statistics.median(t[kind] for t in turns if t["tree"] == tree)
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        "# A fused recall's CPU without HTTP (trees in turn)",
+        "# A fused recall's CPU without HTTP (trees turn by turn)",
         "",
         f"Command: `{report['command']}`  ",
         f"Stack: a paused `benchmarks.load --size {report['size']}` run's Postgres and Typesense; "
         f"{report['recalls']} of its queries as fused recalls, vectors supplied, `track` off, one at a time. "
-        f"Each process warms up {WARMUP} passes (and loads the tenant's graph), then times {PASSES} passes: "
-        "CPU ms per recall of that process (engine, sources, fusion, block), of Postgres and of Typesense.",
+        f"Each tree's worker warmed up {WARMUP} passes (and loaded the tenant's graph), then took its turns "
+        "in alternating order, the other waiting: CPU ms per recall of that worker (engine, sources, fusion, "
+        "block), of Postgres and of Typesense, a pass each turn.",
         "",
-        "| round | tree | this process, each pass | Postgres | Typesense | answers' SHA-256 |",
-        "|---|---|---|---|---|---|",
+        "| turn | tree | this process | Postgres | Typesense |",
+        "|---|---|---|---|---|",
     ]
-    for r in report["runs"]:
-        cells = [" / ".join(f"{p[kind]:.2f}" for p in r["passes"]) for kind in ("engine", "postgres", "typesense")]
-        lines.append(f"| {r['round']} | `{r['tree']}` | {' | '.join(cells)} | `{r['digest'][:16]}` |")
+    for t in report["turns"]:
+        lines.append(
+            f"| {t['turn']} | `{t['tree']}` | {t['engine']:.2f} | {t['postgres']:.2f} | {t['typesense']:.2f} |"
+        )
     m = report["medians"]
     lines += [
         "",
         f"Medians (`{report['tree']}`): this process **{m['engine']:.2f} ms**, Postgres {m['postgres']:.2f}, "
-        f"Typesense {m['typesense']:.2f}.",
+        f"Typesense {m['typesense']:.2f}; answers' SHA-256 `{report['digests'][report['tree']][:16]}`.",
     ]
     if report.get("against") is not None:
         a = report["against_medians"]
         lines += [
             f"Against (`{report['against']}`): this process **{a['engine']:.2f} ms**, Postgres {a['postgres']:.2f}, "
-            f"Typesense {a['typesense']:.2f}. The same answers: {'yes' if report['same_answers'] else '**no**'}."
+            f"Typesense {a['typesense']:.2f}; answers' SHA-256 `{report['digests'][report['against']][:16]}`.",
+            f"Median of the turns' ratios (this process, this tree / that one): **{report['ratio']:.3f}**. "
+            f"The same answers: {'yes' if report['same_answers'] else '**no**'}.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -169,7 +211,7 @@ def summary_line(report: dict[str, Any]) -> str:
         a = report["against_medians"]
         line += (
             f" against_ms={a['engine']:.2f} against_postgres_ms={a['postgres']:.2f}"
-            f" against_typesense_ms={a['typesense']:.2f}"
+            f" against_typesense_ms={a['typesense']:.2f} ratio={report['ratio']:.3f}"
         )
     return line + f" same_answers={str(report['same_answers']).lower()}"
 
@@ -179,32 +221,57 @@ def main() -> None:
     parser.add_argument("home", type=Path, help="the load run's home (/tmp/braid-load-*)")
     parser.add_argument("--size", type=int, default=10000, help="the load run's --size")
     parser.add_argument("--seed", type=int, default=7, help="the load run's --seed")
-    parser.add_argument("--recalls", type=int, default=200, help="fused recalls a pass")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--against", type=Path, default=None, help="another source tree, measured in turn")
+    parser.add_argument("--recalls", type=int, default=100, help="fused recalls a pass")
+    parser.add_argument("--turns", type=int, default=10, help="timed passes of each tree")
+    parser.add_argument("--against", type=Path, default=None, help="another source tree, measured turn by turn")
     parser.add_argument("--name", default=None)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(asyncio.run(_worker(args.home, args.size, args.seed, args.recalls))))
+        asyncio.run(_worker(args.home, args.size, args.seed, args.recalls))
         return
-    if args.recalls < 1 or args.rounds < 1:
-        parser.error("--recalls and --rounds must be at least 1")
+    if args.recalls < 1 or args.turns < 1:
+        parser.error("--recalls and --turns must be at least 1")
     trees = [ROOT] + ([args.against.resolve()] if args.against is not None else [])
-    runs = [{"round": turn, **_measure(tree, args)} for turn in range(args.rounds) for tree in trees]
-    mine = [r for r in runs if r["tree"] == str(ROOT)]
-    other = [r for r in runs if r["tree"] != str(ROOT)]
+    workers = [_Worker(tree, args) for tree in trees]
+    turns: list[dict[str, Any]] = []
+    digests: dict[str, str] = {}
+    try:
+        for w in workers:
+            w.answer()
+            print(f"engine-cpu: {w.tree} ready", flush=True)
+        for turn in range(args.turns):
+            for w in workers if turn % 2 == 0 else workers[::-1]:
+                turns.append({"turn": turn, "tree": str(w.tree), **w.ask("pass")})
+                print(f"engine-cpu: turn {turn} {w.tree}: {turns[-1]['engine']:.2f} ms", flush=True)
+        for w in workers:
+            digests[str(w.tree)] = w.ask("done")["digest"]
+    finally:
+        for w in workers:
+            w.stop()
     kinds = ("engine", "postgres", "typesense")
+    mine, other = str(ROOT), (str(trees[1]) if len(trees) > 1 else None)
     report: dict[str, Any] = {
         "command": "python -m benchmarks.engine_cpu " + " ".join(sys.argv[1:]),
         "size": args.size,
         "recalls": args.recalls,
-        "tree": str(ROOT),
-        "medians": {k: _median(mine, k) for k in kinds},
-        "against": None if not other else str(trees[1]),
-        "against_medians": {k: _median(other, k) for k in kinds} if other else None,
-        "same_answers": len({r["digest"] for r in runs}) == 1,
-        "runs": runs,
+        "tree": mine,
+        "medians": {k: _median(turns, mine, k) for k in kinds},
+        "against": other,
+        "against_medians": {k: _median(turns, other, k) for k in kinds} if other else None,
+        "ratio": (
+            statistics.median(
+                a["engine"] / b["engine"]
+                for a, b in zip(
+                    [t for t in turns if t["tree"] == mine], [t for t in turns if t["tree"] == other], strict=True
+                )
+            )
+            if other
+            else None
+        ),
+        "same_answers": len(set(digests.values())) == 1,
+        "digests": digests,
+        "turns": turns,
     }
     name = "engine-cpu" + (f"-{args.name}" if args.name else "")
     print(f"engine-cpu: report at {write_results(name, markdown(report), report)}")

@@ -1,6 +1,6 @@
-"""benchmarks.engine_cpu: its report and last line say which tree cost what
-and whether the two answered alike; benchmarks.common.tree_worker runs a
-script against another tree and reads its answer."""
+"""benchmarks.engine_cpu: its report and last line say which tree cost what,
+turn by turn, and whether the two answered alike; benchmarks.common.tree_worker
+runs a script against another tree and reads its answer."""
 
 from __future__ import annotations
 
@@ -11,41 +11,42 @@ from benchmarks.common import tree_worker
 from benchmarks.engine_cpu import markdown, summary_line
 
 
-def _passes(engine: float) -> list[dict[str, float]]:
-    return [{"engine": engine + d, "postgres": 5.0 + d, "typesense": 4.0 + d} for d in (0.0, -0.5, 0.5)]
-
-
 def _report(digests: tuple[str, str]) -> dict[str, Any]:
-    runs = [
-        {"round": 0, "tree": "/new", "passes": _passes(8.0), "items": 2000, "digest": digests[0]},
-        {"round": 0, "tree": "/old", "passes": _passes(9.0), "items": 2000, "digest": digests[1]},
+    turns = [
+        {"turn": 0, "tree": "/new", "engine": 8.0, "postgres": 5.0, "typesense": 4.0},
+        {"turn": 0, "tree": "/old", "engine": 9.0, "postgres": 5.1, "typesense": 4.2},
+        {"turn": 1, "tree": "/old", "engine": 9.5, "postgres": 5.2, "typesense": 4.3},
+        {"turn": 1, "tree": "/new", "engine": 8.5, "postgres": 5.0, "typesense": 4.1},
     ]
     return {
         "command": "python -m benchmarks.engine_cpu <home> --against /old",
         "size": 10000,
-        "recalls": 200,
+        "recalls": 100,
         "tree": "/new",
-        "medians": {"engine": 8.0, "postgres": 5.0, "typesense": 4.0},
+        "medians": {"engine": 8.25, "postgres": 5.0, "typesense": 4.05},
         "against": "/old",
-        "against_medians": {"engine": 9.0, "postgres": 5.1, "typesense": 4.2},
+        "against_medians": {"engine": 9.25, "postgres": 5.15, "typesense": 4.25},
+        "ratio": 0.892,
         "same_answers": digests[0] == digests[1],
-        "runs": runs,
+        "digests": {"/new": digests[0], "/old": digests[1]},
+        "turns": turns,
     }
 
 
-def test_the_last_line_names_both_trees_medians_and_the_answers() -> None:
+def test_the_last_line_names_both_trees_medians_their_ratio_and_the_answers() -> None:
     assert summary_line(_report(("a" * 64, "a" * 64))) == (
-        "engine-cpu: recalls=200 ms=8.00 postgres_ms=5.00 typesense_ms=4.00"
-        " against_ms=9.00 against_postgres_ms=5.10 against_typesense_ms=4.20 same_answers=true"
+        "engine-cpu: recalls=100 ms=8.25 postgres_ms=5.00 typesense_ms=4.05"
+        " against_ms=9.25 against_postgres_ms=5.15 against_typesense_ms=4.25 ratio=0.892 same_answers=true"
     )
-    alone = {**_report(("a" * 64, "a" * 64)), "against": None, "against_medians": None}
-    assert summary_line(alone) == "engine-cpu: recalls=200 ms=8.00 postgres_ms=5.00 typesense_ms=4.00 same_answers=true"
+    alone = {**_report(("a" * 64, "a" * 64)), "against": None, "against_medians": None, "ratio": None}
+    assert summary_line(alone) == "engine-cpu: recalls=100 ms=8.25 postgres_ms=5.00 typesense_ms=4.05 same_answers=true"
 
 
-def test_the_report_lists_each_pass_and_says_when_the_answers_differ() -> None:
+def test_the_report_lists_each_turn_and_says_when_the_answers_differ() -> None:
     same = markdown(_report(("a" * 64, "a" * 64)))
-    assert "| 0 | `/new` | 8.00 / 7.50 / 8.50 | 5.00 / 4.50 / 5.50 | 4.00 / 3.50 / 4.50 | `aaaaaaaaaaaaaaaa` |" in same
-    assert "| 0 | `/old` | 9.00 / 8.50 / 9.50 |" in same
+    assert "| 0 | `/new` | 8.00 | 5.00 | 4.00 |" in same
+    assert "| 1 | `/old` | 9.50 | 5.20 | 4.30 |" in same
+    assert "Median of the turns' ratios (this process, this tree / that one): **0.892**." in same
     assert "The same answers: yes." in same
     assert "The same answers: **no**." in markdown(_report(("a" * 64, "b" * 64)))
 
