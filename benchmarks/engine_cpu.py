@@ -1,12 +1,15 @@
 """A fused recall's CPU without HTTP, two source trees compared turn by turn on one stack.
 
-``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--against TREE] [--name X]``
+``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--against TREE]
+[--set KEY=VALUE ...] [--against-set KEY=VALUE ...] [--name X]``
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
 its writes paused as for :mod:`benchmarks.load.probe`). Each tree (this
 one and, with ``--against``, ``TREE``: a ``git worktree`` of another
 commit) gets a worker process that opens a Braid runtime of that tree on
-the stack's Postgres and Typesense with the stack's config, as
-:mod:`benchmarks.recall_cpu` does. Its recalls are the load's first ``R``
+the stack's Postgres and Typesense with the stack's config (and
+that worker's ``--set`` or ``--against-set`` overrides, dotted keys as
+:mod:`benchmarks.quality` takes them; ``--against-set`` alone compares this
+tree with itself under other settings), as :mod:`benchmarks.recall_cpu` does. Its recalls are the load's first ``R``
 queries as fused recalls, one at a time, vectors supplied, ``track`` off
 and one ``reference_time`` (:data:`_BODY`). Each worker warms up
 :data:`WARMUP` passes (and loads the tenant's graph into its copy), then
@@ -60,14 +63,16 @@ def _say(answer: dict[str, Any]) -> None:
     print(_ANSWER + json.dumps(answer), flush=True)
 
 
-async def _worker(home: Path, size: int, seed: int, recalls: int) -> None:
+async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str]) -> None:
     """A worker with the tree on ``sys.path``: ready once warm, then a timed
     pass for each ``pass`` line on its input, its answers' hash at ``done``."""
     import msgspec
+    import yaml
 
     from benchmarks.common import CpuMeter
     from benchmarks.load.corpus import BIG_TENANT, build_corpus
     from benchmarks.load.probe import attach
+    from benchmarks.quality.tuning import apply_sets, parse_set
     from config.holder import ConfigHolder
     from config.loader import parse_config
     from indexers.runtime import Backends, open_runtime
@@ -78,7 +83,10 @@ async def _worker(home: Path, size: int, seed: int, recalls: int) -> None:
 
     one_blas_thread()
     svc = attach(home)
-    cfg = parse_config((home / "braid.yaml").read_text())
+    text = (home / "braid.yaml").read_text()
+    if sets:
+        text = yaml.safe_dump(apply_sets(yaml.safe_load(text), [parse_set(s) for s in sets]))
+    cfg = parse_config(text)
     corpus = build_corpus(size, seed=seed)
     backends = Backends(
         postgres_dsn=svc.postgres_dsn(),
@@ -129,11 +137,13 @@ async def _worker(home: Path, size: int, seed: int, recalls: int) -> None:
 class _Worker:
     """A worker process of ``tree``, driven a line at a time."""
 
-    def __init__(self, tree: Path, args: argparse.Namespace) -> None:
+    def __init__(self, tree: Path, args: argparse.Namespace, sets: list[str]) -> None:
         self.tree = tree
+        self.label = str(tree) + "".join(f" {s}" for s in sets)
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(args.home), "--size", str(args.size)]
-            + ["--seed", str(args.seed), "--recalls", str(args.recalls), "--worker"],
+            + ["--seed", str(args.seed), "--recalls", str(args.recalls), "--worker"]
+            + [f"--set={s}" for s in sets],
             cwd=tree,
             env={**os.environ, "PYTHONPATH": str(tree)},
             stdin=subprocess.PIPE,
@@ -148,7 +158,7 @@ class _Worker:
             if line.startswith(_ANSWER):
                 result: dict[str, Any] = json.loads(line[len(_ANSWER) :])
                 return result
-        raise RuntimeError(f"engine-cpu: the worker of {self.tree} ended (exit {self.proc.wait()})")
+        raise RuntimeError(f"engine-cpu: the worker of {self.label} ended (exit {self.proc.wait()})")
 
     def ask(self, command: str) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -224,33 +234,45 @@ def main() -> None:
     parser.add_argument("--recalls", type=int, default=100, help="fused recalls a pass")
     parser.add_argument("--turns", type=int, default=10, help="timed passes of each tree")
     parser.add_argument("--against", type=Path, default=None, help="another source tree, measured turn by turn")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for this tree's worker"
+    )
+    parser.add_argument(
+        "--against-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the other worker (alone: this tree again, with these overrides)",
+    )
     parser.add_argument("--name", default=None)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(_worker(args.home, args.size, args.seed, args.recalls))
+        asyncio.run(_worker(args.home, args.size, args.seed, args.recalls, args.set))
         return
     if args.recalls < 1 or args.turns < 1:
         parser.error("--recalls and --turns must be at least 1")
-    trees = [ROOT] + ([args.against.resolve()] if args.against is not None else [])
-    workers = [_Worker(tree, args) for tree in trees]
+    workers = [_Worker(ROOT, args, args.set)]
+    if args.against is not None or args.against_set:
+        other_tree = ROOT if args.against is None else args.against.resolve()
+        workers.append(_Worker(other_tree, args, args.against_set))
     turns: list[dict[str, Any]] = []
     digests: dict[str, str] = {}
     try:
         for w in workers:
             w.answer()
-            print(f"engine-cpu: {w.tree} ready", flush=True)
+            print(f"engine-cpu: {w.label} ready", flush=True)
         for turn in range(args.turns):
             for w in workers if turn % 2 == 0 else workers[::-1]:
-                turns.append({"turn": turn, "tree": str(w.tree), **w.ask("pass")})
-                print(f"engine-cpu: turn {turn} {w.tree}: {turns[-1]['engine']:.2f} ms", flush=True)
+                turns.append({"turn": turn, "tree": w.label, **w.ask("pass")})
+                print(f"engine-cpu: turn {turn} {w.label}: {turns[-1]['engine']:.2f} ms", flush=True)
         for w in workers:
-            digests[str(w.tree)] = w.ask("done")["digest"]
+            digests[w.label] = w.ask("done")["digest"]
     finally:
         for w in workers:
             w.stop()
     kinds = ("engine", "postgres", "typesense")
-    mine, other = str(ROOT), (str(trees[1]) if len(trees) > 1 else None)
+    mine, other = workers[0].label, (workers[1].label if len(workers) > 1 else None)
     report: dict[str, Any] = {
         "command": "python -m benchmarks.engine_cpu " + " ".join(sys.argv[1:]),
         "size": args.size,
