@@ -20,7 +20,14 @@ queries. The figures are of a partial load: not a ``load-<n>`` report, and
 ``--services 1,2 --configs fused --rounds 3`` measures the fused rows sent to
 one service process and round robin to two (the load's and a replica of it on
 the same backends), alternated three times: on a shared machine whose speed
-drifts, only rows measured in turn compare.
+drifts, only rows measured in turn compare. For the same reason each round
+measures the direct baselines too, right after its recall rows, and issue
+16's ratios (:func:`.report.targets`: CPU per fused recall against the two
+direct queries, fused recalls/s and p50 against the multi_search's) are
+computed per round from that round's rows with one service process; the
+last line gives their medians and ranges:
+
+    probe: rounds=<r> qps_ratio=<median> (<min>-<max>) p50_ratio=... cpu_ratio=... service_cpu_ms=...
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ from config.loader import parse_config
 from .client import LeanClient, Spread
 from .corpus import BIG_TENANT, build_corpus
 from .hnsw import measure_hnsw
-from .report import _direct_table, _f, _hnsw_table
+from .report import _direct_table, _f, _hnsw_table, targets
 from .run import SOURCES, _encode, _quiet_text, direct_baselines, quiet, search_aliases, timed
 
-__all__ = ["attach", "big_tenant_key", "probe"]
+__all__ = ["RATIOS", "attach", "big_tenant_key", "probe", "round_ratios", "summary_line"]
+
+#: Issue 16's figures computed per round, as :func:`.report.targets` names them.
+RATIOS = ("qps_ratio", "p50_ratio", "cpu_ratio", "service_cpu_ms")
 
 
 def attach(home: Path) -> Service:
@@ -138,6 +148,10 @@ async def _probe(
     for url in svc.urls:
         async with LeanClient(url, max_connections=64) as lean:
             await timed(lean, headers, [_encode(b) for b in base[:50]], 4, 0)  # warm the pools
+    ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
+    async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
+        keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
+    report["direct_rounds"] = []
     for turn in range(rounds):
         for label in configs:
             sources = None if label == "fused" else [label]
@@ -160,18 +174,46 @@ async def _probe(
                             f"probe: {label} at {c}, {n} service(s): p50 {res['p50']:.1f} ms, {res['qps']:.0f}/s",
                             flush=True,
                         )
+        # The round's baselines right after its recall rows: the ratios compare rows measured together.
+        report["quiet_before_direct"] = await quiet(meter)
+        report["direct_rounds"].append(
+            await direct_baselines(dsn, ts_url, svc.ts_key, cfg, corpus, clients, seconds, meter, keyword, vectors)
+        )
+        print(f"probe: round {turn} direct baselines", flush=True)
     report["recall"] = rows
-    ts_url = f"http://127.0.0.1:{svc.typesense_port()}"
-    async with httpx.AsyncClient(base_url=ts_url, headers={"X-TYPESENSE-API-KEY": svc.ts_key}) as ts:
-        keyword, vectors = await search_aliases(ts, dsn, BIG_TENANT)
-    report["quiet_before_direct"] = await quiet(meter)
-    report["direct"] = await direct_baselines(
-        dsn, ts_url, svc.ts_key, cfg, corpus, clients, seconds, meter, keyword, vectors
-    )
+    report["direct"] = report["direct_rounds"][-1]
+    report["ratios"] = round_ratios(report)
     print("probe: hnsw", flush=True)
     report["hnsw"] = await measure_hnsw(dsn, cfg, BIG_TENANT, corpus.query_vectors)
     report["seconds"] = time.perf_counter() - started
     return report
+
+
+def round_ratios(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 16's figures (:data:`RATIOS`) of each round, from that round's
+    fused rows sent to one service process and its direct baselines (``None``
+    where the round lacks a row they need: 1 and 8 clients, fused)."""
+    out = []
+    for turn, direct in enumerate(report.get("direct_rounds", [])):
+        recall = [r for r in report["recall"] if r.get("round", 0) == turn and r.get("services", 1) == 1]
+        t = targets({"recall": recall, "direct": direct})
+        out.append({"round": turn, **{k: t.get(k) for k in RATIOS}})
+    return out
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The last line: each figure's median over the rounds and its range."""
+    rounds = report.get("ratios", [])
+    parts = [f"probe: rounds={len(rounds)}"]
+    for k in RATIOS:
+        values = sorted(r[k] for r in rounds if r.get(k) is not None)
+        if not values:
+            parts.append(f"{k}=n/a")
+            continue
+        n = len(values)
+        median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+        parts.append(f"{k}={median:.2f} ({values[0]:.2f}-{values[-1]:.2f})")
+    return " ".join(parts)
 
 
 def markdown(report: dict[str, Any], command: str) -> str:
@@ -200,7 +242,30 @@ def markdown(report: dict[str, Any], command: str) -> str:
             f"| {r['config']} | {r.get('services', 1)} | {r.get('round', 0)} | {r['clients']} | {r['n']}"
             f" | {_f(r['p50'])} | {_f(r['p99'])} | {_f(r['qps'], 0)} | {src} | {r['degraded']} | {cpu} |"
         )
-    lines += ["", *_direct_table(report["direct"]), "", *_hnsw_table(report["hnsw"]), ""]
+    lines += ["", *_direct_table(report["direct"])]
+    if len(report.get("direct_rounds", [])) > 1:
+        lines += ["", "The table is the last round's; each round measured its own (the JSON report holds them)."]
+    ratios = report.get("ratios", [])
+    if ratios:
+        lines += [
+            "",
+            "## Issue 16's ratios, round by round",
+            "",
+            "Each round's fused rows with one service process against that round's direct baselines"
+            " (`benchmarks.load.report.targets`): CPU per fused recall at 8 clients / (direct multi_search +"
+            " direct pgvector), fused recalls/s at 8 clients / the multi_search's, fused p50 / its p50 at 1"
+            " client, and the service's CPU ms per fused recall at 8 clients.",
+            "",
+            "| round | qps_ratio | p50_ratio | cpu_ratio | service CPU ms |",
+            "|---|---|---|---|---|",
+        ]
+        for r in ratios:
+            lines.append(
+                f"| {r['round']} | {_f(r['qps_ratio'], 2)} | {_f(r['p50_ratio'], 2)} | {_f(r['cpu_ratio'], 2)}"
+                f" | {_f(r['service_cpu_ms'], 2)} |"
+            )
+        lines += ["", f"`{summary_line(report)}`"]
+    lines += ["", *_hnsw_table(report["hnsw"]), ""]
     return "\n".join(lines)
 
 
@@ -236,6 +301,7 @@ def main() -> None:
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     stem.with_suffix(".md").write_text(markdown(report, command))
     print(f"probe: report at {stem}.md", flush=True)
+    print(summary_line(report), flush=True)
 
 
 if __name__ == "__main__":
