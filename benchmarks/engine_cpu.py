@@ -97,6 +97,8 @@ async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str
         recall_options(msgspec.convert({**_BODY, "query": q["text"], "embedding": v.tolist()}, RecallIn), cfg)
         for q, v in list(zip(corpus.queries, corpus.query_vectors, strict=True))[:recalls]
     ]
+    if len(options) < recalls:
+        raise SystemExit(f"engine-cpu: the corpus has {len(options)} queries, fewer than --recalls {recalls}")
     meter = CpuMeter(svc.processes)
     async with open_runtime(ConfigHolder(cfg), backends) as rt:
         engine = rt.engine
