@@ -3,26 +3,26 @@
 ``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--against TREE]
 [--set KEY=VALUE ...] [--against-set KEY=VALUE ...] [--name X]``
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
-its writes paused as for :mod:`benchmarks.load.probe`). Each tree (this
-one and, with ``--against``, ``TREE``: a ``git worktree`` of another
-commit) gets a worker process that opens a Braid runtime of that tree on
-the stack's Postgres and Typesense with the stack's config (and
-that worker's ``--set`` or ``--against-set`` overrides, dotted keys as
-:mod:`benchmarks.quality` takes them; ``--against-set`` alone compares this
-tree with itself under other settings), as :mod:`benchmarks.recall_cpu` does. Its recalls are the load's first ``R``
-queries as fused recalls, one at a time, vectors supplied, ``track`` off
-and one ``reference_time`` (:data:`_BODY`). Each worker warms up
-:data:`WARMUP` passes (and loads the tenant's graph into its copy), then
-settles its heap and sets its collector as a serving process does
-(``service.app``) and waits. The workers then take ``T`` turns each, in
-alternating order (AB, BA, ...): one pass over the ``R`` recalls while the
-other waits, timed as CPU ms per recall of that worker (the engine, its
-sources, fusion and the block), of Postgres and of Typesense. This
-machine's speed drifts by tens of percent within minutes, so only passes
-run side by side compare: the report gives each tree's median and the
-median of the turns' ratios. Each worker hashes its last pass' answers
-(the items' ids and scores to the bit, and the block): equal hashes mean
-both trees answer alike.
+its writes paused as for :mod:`benchmarks.load.probe`). Each side gets a
+worker process that opens a Braid runtime on the stack's Postgres and
+Typesense with the stack's config, as :mod:`benchmarks.recall_cpu` does:
+this tree, and ``TREE`` (a ``git worktree`` of another commit) with
+``--against``; ``--set`` and ``--against-set`` override the config of each
+(dotted keys as :mod:`benchmarks.quality` takes them; ``--against-set``
+alone compares this tree with itself under other settings). Its recalls
+are the load's first ``R`` queries as fused recalls, one at a time,
+vectors supplied, ``track`` off and one ``reference_time`` (:data:`_BODY`).
+Each worker warms up :data:`WARMUP` passes (and loads the tenant's graph
+into its copy), then settles its heap and sets its collector as a serving
+process does (``service.app``) and waits. The workers then take ``T``
+turns each, in alternating order (AB, BA, ...): one pass over the ``R``
+recalls while the other waits, timed as CPU ms per recall of that worker
+(the engine, its sources, fusion and the block), of Postgres and of
+Typesense. This machine's speed drifts by tens of percent within minutes,
+so only passes run side by side compare: the report gives each side's
+median and the median of the turns' ratios. Each worker hashes its last
+pass' answers (the items' ids and scores to the bit, and the block):
+equal hashes mean both sides answer alike.
 
 Report: ``benchmarks/results/engine-cpu[-<name>].{md,json}``. Last line:
 ``engine-cpu: recalls=<r> ms=<median> postgres_ms=<x> typesense_ms=<x> [against_ms=<x> against_postgres_ms=<x> against_typesense_ms=<x> ratio=<median of ms / against_ms>] same_answers=<bool>``.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,7 @@ async def _probe(
                         )
         # The round's baselines right after its recall rows: the ratios compare rows measured together.
         report["quiet_before_direct"] = await quiet(meter)
+        report.setdefault("quiet_before_direct_rounds", []).append(report["quiet_before_direct"])
         report["direct_rounds"].append(
             await direct_baselines(dsn, ts_url, svc.ts_key, cfg, corpus, clients, seconds, meter, keyword, vectors)
         )
@@ -210,9 +212,7 @@ def summary_line(report: dict[str, Any]) -> str:
         if not values:
             parts.append(f"{k}=n/a")
             continue
-        n = len(values)
-        median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-        parts.append(f"{k}={median:.2f} ({values[0]:.2f}-{values[-1]:.2f})")
+        parts.append(f"{k}={statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})")
     return " ".join(parts)
 
 
