@@ -115,6 +115,9 @@ async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str
         gc.freeze()
         gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
         _say({"ready": True})
+        # Blocking on purpose: while the other side runs its pass, this
+        # runtime's background work (outbox polls, flushes) waits too, so no
+        # Postgres or Typesense CPU of this side is metered in the other's pass.
         for line in sys.stdin:
             if line.strip() != "pass":
                 break
@@ -176,6 +179,15 @@ class _Worker:
 
 def _median(turns: list[dict[str, Any]], tree: str, kind: str) -> float:
     return statistics.median(t[kind] for t in turns if t["tree"] == tree)
+
+
+def _turn_ratio(turns: list[dict[str, Any]], mine: str, other: str) -> float:
+    """The median over the turns of this side's engine CPU over the other's
+    (each turn measures both, so each ratio compares passes run together)."""
+    by_turn: dict[int, dict[str, float]] = {}
+    for t in turns:
+        by_turn.setdefault(t["turn"], {})[t["tree"]] = t["engine"]
+    return statistics.median(pair[mine] / pair[other] for pair in by_turn.values())
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -254,6 +266,8 @@ def main() -> None:
         return
     if args.recalls < 1 or args.turns < 1:
         parser.error("--recalls and --turns must be at least 1")
+    if args.against is not None and args.against.resolve() == ROOT and args.set == args.against_set:
+        parser.error("--against names this tree with the same settings: the two sides would be one")
     workers = [_Worker(ROOT, args, args.set)]
     if args.against is not None or args.against_set:
         other_tree = ROOT if args.against is None else args.against.resolve()
@@ -283,16 +297,7 @@ def main() -> None:
         "medians": {k: _median(turns, mine, k) for k in kinds},
         "against": other,
         "against_medians": {k: _median(turns, other, k) for k in kinds} if other else None,
-        "ratio": (
-            statistics.median(
-                a["engine"] / b["engine"]
-                for a, b in zip(
-                    [t for t in turns if t["tree"] == mine], [t for t in turns if t["tree"] == other], strict=True
-                )
-            )
-            if other
-            else None
-        ),
+        "ratio": _turn_ratio(turns, mine, other) if other else None,
         "same_answers": len(set(digests.values())) == 1,
         "digests": digests,
         "turns": turns,

@@ -176,8 +176,7 @@ async def _probe(
                             flush=True,
                         )
         # The round's baselines right after its recall rows: the ratios compare rows measured together.
-        report["quiet_before_direct"] = await quiet(meter)
-        report.setdefault("quiet_before_direct_rounds", []).append(report["quiet_before_direct"])
+        report.setdefault("quiet_before_direct_rounds", []).append(await quiet(meter))
         report["direct_rounds"].append(
             await direct_baselines(dsn, ts_url, svc.ts_key, cfg, corpus, clients, seconds, meter, keyword, vectors)
         )

@@ -61,3 +61,11 @@ def test_a_tree_worker_imports_that_tree_and_its_last_line_is_the_answer(tmp_pat
     )
     result = tree_worker(tree, script, ["a", "--b", "1"])
     assert result == {"who": "other tree", "args": ["a", "--b", "1", "--worker"], "tree": str(tree)}
+
+
+def test_the_ratio_compares_the_two_sides_of_each_turn_whatever_order_they_ran_in() -> None:
+    from benchmarks.engine_cpu import _turn_ratio
+
+    turns = _report(("a" * 64, "a" * 64))["turns"]
+    # Turn 0: 8.0 / 9.0; turn 1 (the other side first): 8.5 / 9.5.
+    assert _turn_ratio(turns, "/new", "/old") == (8.0 / 9.0 + 8.5 / 9.5) / 2
