@@ -63,9 +63,9 @@ from psycopg.rows import dict_row
 from config import BraidConfig, GraphSourceConfig
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
-from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, best
+from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, Walked, best
 from .lifecycle import Forgetting
-from .pagerank import columns, pagerank_columns, personalized_pagerank
+from .pagerank import pagerank_columns, personalized_pagerank
 from .pgvector import nearest_sql, search_settings
 from .postgres import (
     HIT_COLUMNS,
@@ -103,14 +103,13 @@ def fact_sentence(source: str, relation: str, target: str) -> str:
 _THREAD_FROM_EDGES = 1000
 
 
-async def _pagerank(edges: list[_Edge], seeds: dict[int, float], damping: float) -> dict[int, float]:
-    """PPR over the walked relations (ends and weights taken as columns)."""
-    sources, targets, weights = columns(edges, 1, 2, 4)
+async def _pagerank(walked: Walked, seeds: dict[int, float], damping: float) -> dict[int, float]:
+    """PPR over the walked relations (their ends and weights as arrays)."""
 
     def run() -> dict[int, float]:
-        return pagerank_columns(sources, targets, weights, seeds, damping=damping)
+        return pagerank_columns(walked.sources, walked.targets, walked.weights, seeds, damping=damping)
 
-    return run() if len(edges) < _THREAD_FROM_EDGES else await anyio.to_thread.run_sync(run)
+    return run() if len(walked) < _THREAD_FROM_EDGES else await anyio.to_thread.run_sync(run)
 
 
 #: Relations already logged as unreadable (each is logged once per process).
@@ -359,13 +358,13 @@ class GraphSource(PoolSource):
     ) -> list[Hit] | None:
         """The hits, unsorted; None when the copy walked with ``assume`` (taken
         to be current) was not: its generation, read with the memories, had moved."""
-        seeds, edges, kept, assumed = await self._walk(cfg, query, assume=assume, changed=changed)
+        seeds, walked, kept, assumed = await self._walk(cfg, query, assume=assume, changed=changed)
         if not seeds:
             return [] if assumed is None or await self._current(query.tenant, assumed) else None
-        ppr = await _pagerank(edges, seeds, cfg.graph.damping)
+        ppr = await _pagerank(walked, seeds, cfg.graph.damping)
         section = cfg.source(self.name)
         share = section.relative_floor if isinstance(section, GraphSourceConfig) else 0.0
-        stated = self._stated(cfg, query, edges)
+        stated = self._stated(cfg, query, walked)
         unnamed = sorted({end for e in stated if e[6] is None for end in (e[1], e[2])})
         found = await self._memories(cfg, query, ppr, unnamed, kept, assumed)
         if found is None:
@@ -384,7 +383,7 @@ class GraphSource(PoolSource):
 
     async def _walk(
         self, cfg: BraidConfig, query: SearchQuery, *, assume: bool, changed: bool
-    ) -> tuple[dict[int, float], list[_Edge], tuple[TenantGraph, Overlay | None] | None, Refresh | None]:
+    ) -> tuple[dict[int, float], Walked, tuple[TenantGraph, Overlay | None] | None, Refresh | None]:
         """The seeds (entity id -> weight) and the relations the walk reached,
         heaviest first: walked here from the tenant's relations kept in this
         process when the cache takes the recall (then also the copy walked,
@@ -451,7 +450,7 @@ class GraphSource(PoolSource):
                     min_similarity=cfg.graph.seed_min_similarity,
                     overlay=overlay,
                 )
-                edges: list[_Edge] = graph.walk(
+                walked = graph.walked(
                     seeds,
                     hops=hops,
                     fanout=cfg.graph.fanout,
@@ -459,7 +458,7 @@ class GraphSource(PoolSource):
                     now=now,
                     overlay=overlay,
                 )
-                return seeds, edges, taken, assumed
+                return seeds, walked, taken, assumed
         self.cache.walks["postgres"] += 1
         (rows,) = await tenant_reads(
             self._pool,
@@ -475,9 +474,9 @@ class GraphSource(PoolSource):
             else:
                 edges.append(row)
         # In id order: PageRank's sums (and so exact ties) do not depend on the plan's row order.
-        return dict(sorted(seeds.items())), edges, None, None
+        return dict(sorted(seeds.items())), Walked.of_rows(edges), None, None
 
-    def _stated(self, cfg: BraidConfig, query: SearchQuery, edges: list[_Edge]) -> list[_Edge]:
+    def _stated(self, cfg: BraidConfig, query: SearchQuery, walked: Walked) -> list[_Edge]:
         """The walked relations a client wrote, when the recall's filters let facts in."""
         f = query.filters
         # Facts have no session, tags, metadata, importance or memory tier: a
@@ -488,7 +487,7 @@ class GraphSource(PoolSource):
             return []
         if f.tiers is not None and cfg.entity_tier not in f.tiers:
             return []
-        return [e for e in edges if not e[8]]
+        return walked.edges(stated=True)
 
     def _facts(
         self,

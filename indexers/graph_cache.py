@@ -104,6 +104,7 @@ __all__ = [
     "Refresh",
     "Shares",
     "TenantGraph",
+    "Walked",
     "best",
 ]
 
@@ -393,6 +394,88 @@ class Overlay:
             self.mentions.setdefault(eid, dict(graph.mentions.get(eid, {})))[mid] = at
 
 
+class _Top:
+    """An entity's walked relations: their ids and ends as one ``(3, n)``
+    int64 array (id, source, target), their weights (float64, as read), and
+    the entities at their other ends."""
+
+    __slots__ = ("ends", "others", "weights")
+
+    def __init__(self, ends: np.ndarray, weights: np.ndarray, others: list[int]) -> None:
+        self.ends = ends
+        self.weights = weights
+        self.others = others
+
+    @classmethod
+    def of(cls, entity: int, walked: Sequence[tuple[int, Rel]]) -> _Top:
+        ends = np.array(
+            [[rid for rid, _ in walked], [rel[_SRC] for _, rel in walked], [rel[_DST] for _, rel in walked]],
+            dtype=np.int64,
+        )
+        weights = np.array([rel[_W] for _, rel in walked], dtype=np.float64)
+        others = [rel[_DST] if rel[_SRC] == entity else rel[_SRC] for _, rel in walked]
+        return cls(ends, weights, others)
+
+
+class Walked:
+    """The relations a walk read, heaviest first: their ends and weights as
+    arrays (what PageRank takes), and the relations as :data:`Edge` rows on
+    demand (:meth:`edges`): from ``rels`` (by id) when walked in this
+    process, or the rows as the walk statement read them."""
+
+    __slots__ = ("ids", "rels", "rows", "sources", "targets", "weights")
+
+    def __init__(
+        self,
+        sources: np.ndarray,
+        targets: np.ndarray,
+        weights: np.ndarray,
+        ids: np.ndarray,
+        rels: Mapping[int, Rel],
+        rows: Sequence[Edge] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.targets = targets
+        self.weights = weights
+        self.ids = ids
+        self.rels = rels
+        self.rows = rows
+
+    @classmethod
+    def none(cls) -> Walked:
+        """No relation walked."""
+        return cls(_NO_INDEXES, _NO_INDEXES, _NO_SCORES, _NO_INDEXES, {})
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Edge]) -> Walked:
+        """The relations the walk statement read, as it read them (in its order)."""
+        if not rows:
+            return cls.none()
+        ids, sources, targets, weights = (
+            np.fromiter((row[i] for row in rows), dtype=dtype, count=len(rows))
+            for i, dtype in ((0, np.int64), (1, np.int64), (2, np.int64), (4, np.float64))
+        )
+        return cls(sources, targets, weights, ids, {}, rows)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def edges(self, *, stated: bool = False) -> list[Edge]:
+        """The relations as :data:`Edge` rows in order (walked in this process:
+        without names, which were not read); with ``stated``, only those a
+        client wrote (not derived)."""
+        if self.rows is not None:
+            return [row for row in self.rows if not (stated and row[8])]
+        rels = self.rels
+        rows: list[Edge] = []
+        for rid in self.ids.tolist():
+            rel = rels[rid]
+            if stated and rel[_DERIVED]:
+                continue
+            rows.append((rid, rel[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED]))
+        return rows
+
+
 class TenantGraph:
     """One tenant's relations, mentions and entities, each entity's incident
     relations, and the cursor they are current to."""
@@ -436,9 +519,9 @@ class TenantGraph:
         #: :data:`ORDERED_ABOVE` mentions that :meth:`shares` has read: kept in step by :meth:`apply`,
         #: so a write that mentions such an entity does not sort all its mentions again.
         self.ordered: dict[int, list[tuple[float, str]]] = {}
-        #: Entity -> (fanout, its walked relations' ids, the entities at their other ends), kept
-        #: while no relation it looked at has a validity window (the lists cannot age).
-        self.tops: dict[int, tuple[int, list[int], list[int]]] = {}
+        #: Entity -> (fanout, its walked relations as a :class:`_Top`), kept while no
+        #: relation it looked at has a validity window (the lists cannot age).
+        self.tops: dict[int, tuple[int, _Top]] = {}
         #: Every memory id met, and its index (for scoring with numpy).
         self.memory_ids: list[str] = []
         self.memory_index: dict[str, int] = {}
@@ -665,18 +748,17 @@ class TenantGraph:
         ids.sort(key=lambda r: (-(ov.get(r) or self.rels[r])[_W], r))
         return ids
 
-    def _top(self, entity: int, fanout: int, now: float, overlay: Overlay | None) -> tuple[list[int], list[int]]:
+    def _top(self, entity: int, fanout: int, now: float, overlay: Overlay | None) -> _Top:
         """``entity``'s ``fanout`` heaviest relations valid at ``now``: their
-        ids, and the entities at their other ends."""
+        ids, ends and weights, and the entities at their other ends."""
         cached = overlay is None or entity not in overlay.incident
         if cached:
             kept = self.tops.get(entity)
             if kept is not None and kept[0] == fanout:
-                return kept[1], kept[2]
+                return kept[1]
         own = overlay.rels if overlay is not None else {}
         rels = self.rels
-        ids: list[int] = []
-        others: list[int] = []
+        walked: list[tuple[int, Rel]] = []
         ageless = True
         for rid in self._sorted(entity, overlay):
             rel = own.get(rid) or rels[rid]
@@ -684,13 +766,13 @@ class TenantGraph:
                 ageless = False
             if not _valid(rel, now):
                 continue
-            ids.append(rid)
-            others.append(rel[_DST] if rel[_SRC] == entity else rel[_SRC])
-            if len(ids) == fanout:
+            walked.append((rid, rel))
+            if len(walked) == fanout:
                 break
+        top = _Top.of(entity, walked)
         if cached and ageless:
-            self.tops[entity] = (fanout, ids, others)
-        return ids, others
+            self.tops[entity] = (fanout, top)
+        return top
 
     def walk(
         self,
@@ -702,6 +784,19 @@ class TenantGraph:
         now: float,
         overlay: Overlay | None = None,
     ) -> list[Edge]:
+        """:meth:`walked`'s relations as :data:`Edge` rows, heaviest first."""
+        return self.walked(seeds, hops=hops, fanout=fanout, max_edges=max_edges, now=now, overlay=overlay).edges()
+
+    def walked(
+        self,
+        seeds: Iterable[int],
+        *,
+        hops: int,
+        fanout: int,
+        max_edges: int,
+        now: float,
+        overlay: Overlay | None = None,
+    ) -> Walked:
         """The relations the walk statement reads (its bounded form,
         ``graph.fanout`` > 0), heaviest first, ties by id, at most
         ``max_edges``: from the seeds, each entity short of ``hops`` is
@@ -711,32 +806,38 @@ class TenantGraph:
         seeds = set(seeds)
         seen = set(seeds)
         frontier: Iterable[int] = seeds
-        walked: set[int] = set()
+        tops: list[_Top] = []
         for _ in range(max(hops, 1)):
             # Each hop walks every entity reached first by the one before (the
             # relations walked are a union: the order entities are walked in
             # does not matter).
             reached: set[int] = set()
             for entity in frontier:
-                ids, others = self._top(entity, fanout, now, overlay)
-                walked.update(ids)
-                reached.update(others)
+                top = self._top(entity, fanout, now, overlay)
+                tops.append(top)
+                reached.update(top.others)
             frontier = reached - seen
             if not frontier:
                 break
             seen |= frontier
+        if not tops:
+            return Walked.none()
+        ends = np.concatenate([t.ends for t in tops], axis=1)
+        weights = np.concatenate([t.weights for t in tops])
+        # Each relation once (walked from both its ends, it is in two tops).
+        ids, first = np.unique(ends[0], return_index=True)
+        ends, weights = ends[:, first], weights[first]
+        if hops == 0:
+            among = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
+            keep = np.isin(ends[1], among) & np.isin(ends[2], among)
+            ids, ends, weights = ids[keep], ends[:, keep], weights[keep]
+        # Heaviest first, ties by id (ids are unique: nothing further is compared).
+        order = np.lexsort((ids, -weights))[:max_edges]
         rels: Mapping[int, Rel] = self.rels
         if overlay is not None:
             own = overlay.rels
-            rels = {rid: own.get(rid) or self.rels[rid] for rid in walked}
-        if hops == 0:
-            walked = {rid for rid in walked if rels[rid][_SRC] in seeds and rels[rid][_DST] in seeds}
-        # Heaviest first, ties by id (ids are unique: nothing further is compared).
-        keyed = sorted([(-rels[rid][_W], rid) for rid in walked])
-        return [
-            (rid, (rel := rels[rid])[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED])
-            for _, rid in keyed[:max_edges]
-        ]
+            rels = {rid: own.get(rid) or self.rels[rid] for rid in ids[order].tolist()}
+        return Walked(ends[1, order], ends[2, order], weights[order], ids[order], rels)
 
     def _index(self, mids: Iterable[str]) -> np.ndarray:
         index, ids = self.memory_index, self.memory_ids

@@ -68,9 +68,9 @@ def columns(rows: Sequence[Sequence[Any]], *which: int) -> list[Sequence[Any]]:
 
 
 def pagerank_columns(
-    sources: Sequence[int],
-    targets: Sequence[int],
-    weights: Sequence[float],
+    sources: Sequence[int] | np.ndarray,
+    targets: Sequence[int] | np.ndarray,
+    weights: Sequence[float] | np.ndarray,
     seeds: dict[int, float],
     *,
     damping: float,
@@ -78,7 +78,8 @@ def pagerank_columns(
     tol: float = 1e-6,
 ) -> dict[int, float]:
     """:func:`personalized_pagerank` of the edges ``sources[i] -- targets[i]``
-    weighing ``weights[i]``, taken as columns (the same numbers, to the bit)."""
+    weighing ``weights[i]``, taken as columns or arrays (the same numbers, to
+    the bit)."""
     total = sum(seeds.values())
     if total <= 0:
         return {}

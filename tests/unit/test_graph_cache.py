@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexers.graph_cache import Delta, GraphCache, Refresh, Shares, TenantGraph, best
+from indexers.graph_cache import Delta, GraphCache, Refresh, Shares, TenantGraph, Walked, best
 
 
 def rel(rid: int, src: int, dst: int, weight: float = 1.0, **kw: Any) -> tuple[Any, ...]:
@@ -128,6 +128,39 @@ def test_the_walk_takes_each_entitys_heaviest_valid_relations_ties_by_id() -> No
     assert walked(graph, {1}, fanout=2) == [(2, 4.0), (3, 1.0), (5, 1.0)]
     assert [e[0] for e in graph.walk({1}, hops=0, fanout=16, max_edges=10, now=1.0)] == []
     assert [e[0] for e in graph.walk({1, 2}, hops=0, fanout=16, max_edges=10, now=1.0)] == [5]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 11), st.integers(0, 11), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.booleans()),
+        max_size=40,
+    ),
+    st.sets(st.integers(0, 11), min_size=1, max_size=3),
+    st.integers(0, 3),
+    st.sampled_from([1, 2, 16]),
+    st.sampled_from([3, 100]),
+)
+def test_the_walks_arrays_are_its_edges_columns(
+    pairs: list[tuple[int, int, float, bool]], seeds: set[int], hops: int, fanout: int, max_edges: int
+) -> None:
+    graph = TenantGraph()
+    rows = [rel(100 + i, a, b, w, derived=d) for i, (a, b, w, d) in enumerate(pairs)]
+    graph.apply(Delta(1, rows, []))
+    walked = graph.walked(seeds, hops=hops, fanout=fanout, max_edges=max_edges, now=1.0)
+    edges = walked.edges()
+    assert len(edges) == len(walked) <= max_edges
+    assert walked.ids.tolist() == [e[0] for e in edges]
+    assert walked.sources.tolist() == [e[1] for e in edges]
+    assert walked.targets.tolist() == [e[2] for e in edges]
+    assert walked.weights.tolist() == [e[4] for e in edges]
+    # Heaviest first, ties by id, each relation once.
+    assert [(-e[4], e[0]) for e in edges] == sorted({(-e[4], e[0]) for e in edges})
+    assert walked.edges(stated=True) == [e for e in edges if not e[8]]
+    again = Walked.of_rows(edges)
+    assert again.edges() == edges and again.weights.tolist() == walked.weights.tolist()
+    if hops == 0:
+        assert all(e[1] in seeds and e[2] in seeds for e in edges)
 
 
 def test_a_tenant_or_a_change_over_the_limit_is_refused_for_a_while() -> None:
