@@ -220,13 +220,25 @@ def apply_factors(
     then the id, as in :func:`fusion.rrf`.
     """
     scored = []
-    query_factors = _QueryFactors(plan.speakers, plan.dates, weights.speaker_boost, weights.time_boost)
+    query = _QueryFactors(plan.speakers, plan.dates, weights.speaker_boost, weights.time_boost)
+    # score_factors and memory_factors inlined, term for term (the same
+    # numbers): this loop runs for every candidate of every recall.
+    wanted, dates, speaker_factor, time_factor = query.wanted, query.dates, query.speaker, query.time
+    recency, half_life, importance_weight = weights.recency, weights.recency_half_life_days, weights.importance
     for f in fused:
         speaker, created_at, importance = memory[f.id]
-        factors = query_factors(speaker, created_at)
-        factors.update(
-            memory_factors(created_at=created_at, importance=importance, reference_time=reference_time, weights=weights)
-        )
+        factors: dict[str, float] = {}
+        if wanted and speaker is not None and speaker.casefold() in wanted:
+            factors["speaker"] = speaker_factor
+        if dates:
+            day = created_at.date()
+            if any(first <= day <= last for first, last in dates):
+                factors["time"] = time_factor
+        if recency:
+            age = max(0.0, (reference_time - created_at).total_seconds() / _DAY_S)
+            factors["recency"] = 1.0 + recency * half_life / (half_life + age)
+        if importance_weight and importance is not None:
+            factors["importance"] = 1.0 + importance_weight * (2.0 * importance - 1.0)
         scored.append(Scored(f, factors, f.score * math.prod(factors.values())))
     scored.sort(key=_order)
     if weights.order and plan.current:

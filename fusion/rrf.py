@@ -50,14 +50,26 @@ def rrf(
     ranks: dict[str, dict[str, int]] = {}
     for source, ids in rankings.items():
         for position, id_ in enumerate(ids, start=1):
-            ranks.setdefault(id_, {}).setdefault(source, position)
+            by_source = ranks.get(id_)
+            if by_source is None:
+                ranks[id_] = {source: position}
+            elif source not in by_source:
+                by_source[source] = position
 
+    weight_of = {s: weights.get(s, 1.0) for s in rankings}
     fused: list[Fused] = []
     for id_, by_source in ranks.items():
-        contributions = {s: weights.get(s, 1.0) / (k + r) for s, r in by_source.items()}
+        contributions = {s: weight_of[s] / (k + r) for s, r in by_source.items()}
         # fsum is correctly rounded, so the score does not depend on the order
-        # of the terms and equal rank patterns give exactly equal scores.
-        score = math.fsum(contributions.values())
+        # of the terms and equal rank patterns give exactly equal scores. So is
+        # one IEEE addition: for one or two terms it is fsum's number.
+        if len(contributions) == 1:
+            (score,) = contributions.values()
+        elif len(contributions) == 2:
+            first, second = contributions.values()
+            score = first + second
+        else:
+            score = math.fsum(contributions.values())
         fused.append(Fused(id=id_, score=score, ranks=by_source, contributions=contributions))
     fused.sort(key=lambda f: (-f.score, min(f.ranks.values()), f.id))
     return fused

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fusion import FactorWeights, QueryPlan, assemble, get_encoding, rank
-from fusion.factors import importance_factor, memory_factors, recency_factor, states_change, usage_factor
+from fusion.factors import (
+    apply_factors,
+    importance_factor,
+    memory_factors,
+    recency_factor,
+    score_factors,
+    states_change,
+    usage_factor,
+)
+from fusion.rrf import rrf
 
 NOW = datetime(2026, 1, 15, 12, tzinfo=UTC)
 ENC = get_encoding("cl100k_base")
@@ -314,3 +325,50 @@ def test_asks_current(question: str, current: bool) -> None:
     from fusion import asks_current
 
     assert asks_current(question) is current
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "Ana", "ana", "Bo"]),
+            st.integers(-400, 400),
+            st.none() | st.floats(0.0, 1.0),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([0.0, 0.3]),
+    st.sampled_from([0.0, 0.5]),
+    st.sampled_from([0.0, 0.2]),
+    st.sampled_from([0.0, 0.4]),
+)
+def test_apply_factors_are_score_factors_times_memory_factors(
+    memories: list[tuple[str | None, int, float | None]],
+    speaker_boost: float,
+    time_boost: float,
+    recency: float,
+    importance: float,
+) -> None:
+    """The loop over the candidates gives each the factors score_factors and
+    memory_factors name, and the fused score times their product, to the bit."""
+    weights = FactorWeights(speaker_boost=speaker_boost, time_boost=time_boost, recency=recency, importance=importance)
+    plan = QueryPlan(text="q", speakers=("ANA",), dates=((date(2026, 1, 1), date(2026, 1, 10)),))
+    memory = {
+        f"m{i}": (speaker, NOW + timedelta(hours=7 * hours), imp) for i, (speaker, hours, imp) in enumerate(memories)
+    }
+    fused = rrf({"a": list(memory), "b": list(reversed(memory))[::2]}, k=60)
+    for s in apply_factors(fused, memory, plan, weights, NOW):
+        speaker, created_at, imp = memory[s.fused.id]
+        expected = score_factors(
+            speaker=speaker,
+            created_at=created_at,
+            speakers=plan.speakers,
+            dates=plan.dates,
+            speaker_boost=speaker_boost,
+            time_boost=time_boost,
+        )
+        expected.update(memory_factors(created_at=created_at, importance=imp, reference_time=NOW, weights=weights))
+        assert s.factors == expected
+        assert list(s.factors) == list(expected)
+        assert s.score == s.fused.score * math.prod(expected.values())
