@@ -396,14 +396,15 @@ class Overlay:
 
 class _Top:
     """An entity's walked relations: their ids and ends as one ``(3, n)``
-    int64 array (id, source, target), their weights (float64, as read), and
-    the entities at their other ends."""
+    int64 array (id, source, target), their weights (float64, as read),
+    whether each is derived, and the entities at their other ends."""
 
-    __slots__ = ("ends", "others", "weights")
+    __slots__ = ("derived", "ends", "others", "weights")
 
-    def __init__(self, ends: np.ndarray, weights: np.ndarray, others: list[int]) -> None:
+    def __init__(self, ends: np.ndarray, weights: np.ndarray, derived: np.ndarray, others: list[int]) -> None:
         self.ends = ends
         self.weights = weights
+        self.derived = derived
         self.others = others
 
     @classmethod
@@ -413,17 +414,18 @@ class _Top:
             dtype=np.int64,
         )
         weights = np.array([rel[_W] for _, rel in walked], dtype=np.float64)
+        derived = np.array([bool(rel[_DERIVED]) for _, rel in walked], dtype=bool)
         others = [rel[_DST] if rel[_SRC] == entity else rel[_SRC] for _, rel in walked]
-        return cls(ends, weights, others)
+        return cls(ends, weights, derived, others)
 
 
 class Walked:
     """The relations a walk read, heaviest first: their ends and weights as
-    arrays (what PageRank takes), and the relations as :data:`Edge` rows on
-    demand (:meth:`edges`): from ``rels`` (by id) when walked in this
-    process, or the rows as the walk statement read them."""
+    arrays (what PageRank takes), whether each is derived, and the relations
+    as :data:`Edge` rows on demand (:meth:`edges`): from ``rels`` (by id)
+    when walked in this process, or the rows as the walk statement read them."""
 
-    __slots__ = ("ids", "rels", "rows", "sources", "targets", "weights")
+    __slots__ = ("derived", "ids", "rels", "rows", "sources", "targets", "weights")
 
     def __init__(
         self,
@@ -431,6 +433,7 @@ class Walked:
         targets: np.ndarray,
         weights: np.ndarray,
         ids: np.ndarray,
+        derived: np.ndarray,
         rels: Mapping[int, Rel],
         rows: Sequence[Edge] | None = None,
     ) -> None:
@@ -438,24 +441,25 @@ class Walked:
         self.targets = targets
         self.weights = weights
         self.ids = ids
+        self.derived = derived
         self.rels = rels
         self.rows = rows
 
     @classmethod
     def none(cls) -> Walked:
         """No relation walked."""
-        return cls(_NO_INDEXES, _NO_INDEXES, _NO_SCORES, _NO_INDEXES, {})
+        return cls(_NO_INDEXES, _NO_INDEXES, _NO_SCORES, _NO_INDEXES, _NO_FLAGS, {})
 
     @classmethod
     def of_rows(cls, rows: Sequence[Edge]) -> Walked:
         """The relations the walk statement read, as it read them (in its order)."""
         if not rows:
             return cls.none()
-        ids, sources, targets, weights = (
+        ids, sources, targets, weights, derived = (
             np.fromiter((row[i] for row in rows), dtype=dtype, count=len(rows))
-            for i, dtype in ((0, np.int64), (1, np.int64), (2, np.int64), (4, np.float64))
+            for i, dtype in ((0, np.int64), (1, np.int64), (2, np.int64), (4, np.float64), (8, bool))
         )
-        return cls(sources, targets, weights, ids, {}, rows)
+        return cls(sources, targets, weights, ids, derived, {}, rows)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -464,14 +468,14 @@ class Walked:
         """The relations as :data:`Edge` rows in order (walked in this process:
         without names, which were not read); with ``stated``, only those a
         client wrote (not derived)."""
+        which = np.flatnonzero(~self.derived).tolist() if stated else range(len(self.ids))
         if self.rows is not None:
-            return [row for row in self.rows if not (stated and row[8])]
-        rels = self.rels
+            return [self.rows[i] for i in which]
+        rels, ids = self.rels, self.ids.tolist()
         rows: list[Edge] = []
-        for rid in self.ids.tolist():
+        for i in which:
+            rid = ids[i]
             rel = rels[rid]
-            if stated and rel[_DERIVED]:
-                continue
             rows.append((rid, rel[_SRC], rel[_DST], rel[_REL], rel[_W], rel[_AT], None, None, rel[_DERIVED]))
         return rows
 
@@ -824,20 +828,21 @@ class TenantGraph:
             return Walked.none()
         ends = np.concatenate([t.ends for t in tops], axis=1)
         weights = np.concatenate([t.weights for t in tops])
+        derived = np.concatenate([t.derived for t in tops])
         # Each relation once (walked from both its ends, it is in two tops).
         ids, first = np.unique(ends[0], return_index=True)
-        ends, weights = ends[:, first], weights[first]
+        ends, weights, derived = ends[:, first], weights[first], derived[first]
         if hops == 0:
             among = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
             keep = np.isin(ends[1], among) & np.isin(ends[2], among)
-            ids, ends, weights = ids[keep], ends[:, keep], weights[keep]
+            ids, ends, weights, derived = ids[keep], ends[:, keep], weights[keep], derived[keep]
         # Heaviest first, ties by id (ids are unique: nothing further is compared).
         order = np.lexsort((ids, -weights))[:max_edges]
         rels: Mapping[int, Rel] = self.rels
         if overlay is not None:
             own = overlay.rels
             rels = {rid: own.get(rid) or self.rels[rid] for rid in ids[order].tolist()}
-        return Walked(ends[1, order], ends[2, order], weights[order], ids[order], rels)
+        return Walked(ends[1, order], ends[2, order], weights[order], ids[order], derived[order], rels)
 
     def _index(self, mids: Iterable[str]) -> np.ndarray:
         index, ids = self.memory_index, self.memory_ids
@@ -899,6 +904,7 @@ class TenantGraph:
 
 _NO_INDEXES: Final = np.zeros(0, dtype=np.int64)
 _NO_SCORES: Final = np.zeros(0, dtype=np.float64)
+_NO_FLAGS: Final = np.zeros(0, dtype=bool)
 
 
 class Shares:

@@ -154,11 +154,13 @@ def test_the_walks_arrays_are_its_edges_columns(
     assert walked.sources.tolist() == [e[1] for e in edges]
     assert walked.targets.tolist() == [e[2] for e in edges]
     assert walked.weights.tolist() == [e[4] for e in edges]
+    assert walked.derived.tolist() == [e[8] for e in edges]
     # Heaviest first, ties by id, each relation once.
     assert [(-e[4], e[0]) for e in edges] == sorted({(-e[4], e[0]) for e in edges})
     assert walked.edges(stated=True) == [e for e in edges if not e[8]]
     again = Walked.of_rows(edges)
     assert again.edges() == edges and again.weights.tolist() == walked.weights.tolist()
+    assert again.edges(stated=True) == walked.edges(stated=True)
     if hops == 0:
         assert all(e[1] in seeds and e[2] in seeds for e in edges)
 
