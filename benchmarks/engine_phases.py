@@ -19,7 +19,11 @@ concurrently), so that each one's CPU is its own; the read of memories not
 yet indexed runs beside them, and its CPU counts to whichever source is
 running. ``other`` is the recall's CPU outside the top-level phases. Each
 wrapper costs about a microsecond a call: the phases add up to a little
-more than a recall without them.
+more than a recall without them. For scale, each pass also times
+:data:`BARE` bare round trips of each kind this process makes: a
+``tenant_reads`` of ``SELECT 1`` to Postgres, and a ``multi_search`` of
+``per_page`` 0 to Typesense (``bare.postgres``, ``bare.typesense``: CPU ms
+each).
 
 Report: ``benchmarks/results/engine-phases[-<name>].{md,json}``. Last line:
 ``engine-phases: recalls=<r> ms=<median recall> <phase>=<median ms> ...`` (top-level phases).
@@ -46,6 +50,8 @@ __all__ = ["PHASES", "Phases", "markdown", "medians", "summary_line", "top_level
 
 #: Passes before the timed ones (the second once the tenant's graph is kept).
 WARMUP = 2
+#: Bare round trips of each kind a pass times.
+BARE = 200
 #: How long the warm-up waits at most for the tenant's graph to be loaded.
 GRAPH_LOAD_S = 120.0
 _BODY = {"track": False, "reference_time": "2026-06-01T00:00:00Z"}
@@ -143,6 +149,7 @@ async def _measure(home: Path, size: int, seed: int, recalls: int, passes: int) 
     from benchmarks.load.probe import attach
     from config.holder import ConfigHolder
     from config.loader import parse_config
+    from indexers.postgres import Read, tenant_reads
     from indexers.runtime import Backends, open_runtime
     from service.__main__ import one_blas_thread
     from service.app import GEN0_THRESHOLD
@@ -193,6 +200,16 @@ async def _measure(home: Path, size: int, seed: int, recalls: int, passes: int) 
                     await engine.recall(BIG_TENANT, opts)
                 spent = {"recall": time.process_time() - start, **phases.spent}
                 passes_out.append({phase: seconds * 1000 / recalls for phase, seconds in spent.items()})
+                client, alias = engine.sources["typesense"].route(BIG_TENANT)  # type: ignore[attr-defined]
+                bare: dict[str, Callable[[], Any]] = {
+                    "bare.postgres": lambda: tenant_reads(engine.store.pool, BIG_TENANT, [Read("SELECT 1")]),
+                    "bare.typesense": lambda: client.multi_search([{"collection": alias, "q": "*", "per_page": 0}]),
+                }
+                for phase, trip in bare.items():
+                    start = time.process_time()
+                    for _ in range(BARE):
+                        await trip()
+                    passes_out[-1][phase] = (time.process_time() - start) * 1000 / BARE
                 print(f"engine-phases: pass {n}: {passes_out[-1]['recall']:.2f} ms a recall", flush=True)
     return passes_out
 
@@ -230,7 +247,13 @@ def markdown(report: dict[str, Any]) -> str:
     for phase in sorted(top, key=lambda k: -m[k]):
         lines.append(f"| {phase} | {m[phase]:.3f} | {m[phase] / m['recall']:.0%} |")
     lines.append(f"| **recall** | **{m['recall']:.3f}** | 100% |")
-    lines += ["", "Inside the sources:", "", "| phase | CPU ms a recall |", "|---|---|"]
+    lines += [
+        "",
+        "Inside the sources (CPU ms a recall), and a bare round trip (`bare.*`, CPU ms each):",
+        "",
+        "| phase | CPU ms |",
+        "|---|---|",
+    ]
     for phase in sorted(k for k in m if k != "recall" and not top_level(k)):
         lines.append(f"| {phase} | {m[phase]:.3f} |")
     return "\n".join(lines) + "\n"
