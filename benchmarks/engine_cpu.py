@@ -40,12 +40,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.common import ROOT, write_results
 
-__all__ = ["markdown", "summary_line"]
+__all__ = ["markdown", "summary_line", "warm_runtime"]
 
 #: Warm-up passes of each worker before its turns.
 WARMUP = 2
@@ -63,13 +65,19 @@ def _say(answer: dict[str, Any]) -> None:
     print(_ANSWER + json.dumps(answer), flush=True)
 
 
-async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str]) -> None:
-    """A worker with the tree on ``sys.path``: ready once warm, then a timed
-    pass for each ``pass`` line on its input, its answers' hash at ``done``."""
+@asynccontextmanager
+async def warm_runtime(
+    home: Path, size: int, seed: int, recalls: int, sets: list[str], *, prog: str
+) -> AsyncIterator[tuple[Any, list[Any], Any]]:
+    """A Braid runtime's engine on the paused stack in ``home``, with the
+    stack's config (``sets`` applied), the load's first ``recalls`` queries
+    as fused recall options (:data:`_BODY`) and the stack's handle: warmed
+    up :data:`WARMUP` passes (the tenant's graph loaded into its copy), then
+    the heap settled and the collector set as ``python -m service`` does.
+    BLAS is held to one thread first, as the service holds it."""
     import msgspec
     import yaml
 
-    from benchmarks.common import CpuMeter
     from benchmarks.load.corpus import BIG_TENANT, build_corpus
     from benchmarks.load.probe import attach
     from benchmarks.quality.tuning import apply_sets, parse_set
@@ -98,15 +106,14 @@ async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str
         for q, v in list(zip(corpus.queries, corpus.query_vectors, strict=True))[:recalls]
     ]
     if len(options) < recalls:
-        raise SystemExit(f"engine-cpu: the corpus has {len(options)} queries, fewer than --recalls {recalls}")
-    meter = CpuMeter(svc.processes)
+        raise SystemExit(f"{prog}: the corpus has {len(options)} queries, fewer than --recalls {recalls}")
     async with open_runtime(ConfigHolder(cfg), backends) as rt:
         engine = rt.engine
         graph = getattr(engine.sources.get("graph"), "cache", None)
         deadline = time.monotonic() + GRAPH_LOAD_S
-        answers = []
         for turn in range(WARMUP):
-            answers = [await engine.recall(BIG_TENANT, opts) for opts in options]
+            for opts in options:
+                await engine.recall(BIG_TENANT, opts)
             # The graph source walks in Postgres until the process' copy is loaded.
             while turn == 0 and graph is not None and graph.get(BIG_TENANT) is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
@@ -114,6 +121,18 @@ async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str
         gc.collect()
         gc.freeze()
         gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
+        yield engine, options, svc
+
+
+async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str]) -> None:
+    """A worker with the tree on ``sys.path``: ready once warm, then a timed
+    pass for each ``pass`` line on its input, its answers' hash at ``done``."""
+    from benchmarks.common import CpuMeter
+    from benchmarks.load.corpus import BIG_TENANT
+
+    async with warm_runtime(home, size, seed, recalls, sets, prog="engine-cpu") as (engine, options, svc):
+        meter = CpuMeter(svc.processes)
+        answers: list[Any] = []
         _say({"ready": True})
         # Blocking on purpose: while the other side runs its pass, this
         # runtime's background work (outbox polls, flushes) waits too, so no

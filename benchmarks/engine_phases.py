@@ -32,9 +32,7 @@ Report: ``benchmarks/results/engine-phases[-<name>].{md,json}``. Last line:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
-import gc
 import inspect
 import statistics
 import sys
@@ -45,16 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_results
+from benchmarks.engine_cpu import WARMUP, warm_runtime
 
 __all__ = ["PHASES", "Phases", "markdown", "medians", "summary_line", "top_level"]
 
-#: Passes before the timed ones (the second once the tenant's graph is kept).
-WARMUP = 2
 #: Bare round trips of each kind a pass times.
 BARE = 200
-#: How long the warm-up waits at most for the tenant's graph to be loaded.
-GRAPH_LOAD_S = 120.0
-_BODY = {"track": False, "reference_time": "2026-06-01T00:00:00Z"}
 
 #: Phase -> (module, attribute path) of what is timed; a top-level phase has no dot.
 PHASES: dict[str, tuple[str, str]] = {
@@ -142,49 +136,18 @@ def _sources_in_turn(phases: Phases, search_all: Callable[..., Any]) -> Callable
 
 
 async def _measure(home: Path, size: int, seed: int, recalls: int, passes: int) -> list[dict[str, float]]:
-    import msgspec
-
     import indexers.engine
-    from benchmarks.load.corpus import BIG_TENANT, build_corpus
-    from benchmarks.load.probe import attach
-    from config.holder import ConfigHolder
-    from config.loader import parse_config
+    from benchmarks.load.corpus import BIG_TENANT
     from indexers.postgres import Read, tenant_reads
-    from indexers.runtime import Backends, open_runtime
-    from service.__main__ import one_blas_thread
-    from service.app import GEN0_THRESHOLD
-    from service.schemas import RecallIn
-    from service.validate import recall_options
 
-    one_blas_thread()
-    svc = attach(home)
-    cfg = parse_config((home / "braid.yaml").read_text())
-    corpus = build_corpus(size, seed=seed)
-    backends = Backends(
-        postgres_dsn=svc.postgres_dsn(),
-        typesense_nodes=(f"http://127.0.0.1:{svc.typesense_port()}",),
-        typesense_api_key=svc.ts_key,
-    )
-    options = [
-        recall_options(msgspec.convert({**_BODY, "query": q["text"], "embedding": v.tolist()}, RecallIn), cfg)
-        for q, v in list(zip(corpus.queries, corpus.query_vectors, strict=True))[:recalls]
-    ]
-    if len(options) < recalls:
-        raise SystemExit(f"engine-phases: the corpus has {len(options)} queries, fewer than --recalls {recalls}")
     phases = Phases()
     passes_out: list[dict[str, float]] = []
-    async with open_runtime(ConfigHolder(cfg), backends) as rt:
-        engine = rt.engine
-        graph = getattr(engine.sources.get("graph"), "cache", None)
-        deadline = time.monotonic() + GRAPH_LOAD_S
-        for turn in range(WARMUP):
-            for opts in options:
-                await engine.recall(BIG_TENANT, opts)
-            while turn == 0 and graph is not None and graph.get(BIG_TENANT) is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    async with warm_runtime(home, size, seed, recalls, [], prog="engine-phases") as (engine, options, _):
+        client, alias = engine.sources["typesense"].route(BIG_TENANT)
+        bare: dict[str, Callable[[], Any]] = {
+            "bare.postgres": lambda: tenant_reads(engine.store.pool, BIG_TENANT, [Read("SELECT 1")]),
+            "bare.typesense": lambda: client.multi_search([{"collection": alias, "q": "*", "per_page": 0}]),
+        }
         with ExitStack() as stack:
             for phase, (module, path) in PHASES.items():
                 owner, attribute = _owner(module, path)
@@ -200,11 +163,6 @@ async def _measure(home: Path, size: int, seed: int, recalls: int, passes: int) 
                     await engine.recall(BIG_TENANT, opts)
                 spent = {"recall": time.process_time() - start, **phases.spent}
                 passes_out.append({phase: seconds * 1000 / recalls for phase, seconds in spent.items()})
-                client, alias = engine.sources["typesense"].route(BIG_TENANT)  # type: ignore[attr-defined]
-                bare: dict[str, Callable[[], Any]] = {
-                    "bare.postgres": lambda: tenant_reads(engine.store.pool, BIG_TENANT, [Read("SELECT 1")]),
-                    "bare.typesense": lambda: client.multi_search([{"collection": alias, "q": "*", "per_page": 0}]),
-                }
                 for phase, trip in bare.items():
                     start = time.process_time()
                     for _ in range(BARE):
