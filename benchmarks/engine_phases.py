@@ -1,9 +1,9 @@
 """Where a fused recall's CPU goes in the engine, phase by phase, on a paused load stack.
 
-``python -m benchmarks.engine_phases <home> [--size N] [--seed S] [--recalls R] [--passes P] [--name X]``
+``python -m benchmarks.engine_phases <home> [--size N] [--seed S] [--recalls R] [--passes P] [--set k=v ...] [--name X]``
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
 its writes paused as for :mod:`benchmarks.load.probe`), opens a Braid
-runtime on it with the stack's config in this process (on uvloop, as
+runtime on it with the stack's config (``--set`` overrides applied) in this process (on uvloop, as
 ``python -m service`` runs; BLAS on one thread, the heap settled and the
 collector set as a serving process has them) and asks the load's first
 ``R`` queries as fused recalls (vectors supplied, ``track`` off), one at a
@@ -135,14 +135,16 @@ def _sources_in_turn(phases: Phases, search_all: Callable[..., Any]) -> Callable
     return one_by_one
 
 
-async def _measure(home: Path, size: int, seed: int, recalls: int, passes: int) -> list[dict[str, float]]:
+async def _measure(
+    home: Path, size: int, seed: int, recalls: int, passes: int, sets: list[str]
+) -> list[dict[str, float]]:
     import indexers.engine
     from benchmarks.load.corpus import BIG_TENANT
     from indexers.postgres import Read, tenant_reads
 
     phases = Phases()
     passes_out: list[dict[str, float]] = []
-    async with warm_runtime(home, size, seed, recalls, [], prog="engine-phases") as (engine, options, _):
+    async with warm_runtime(home, size, seed, recalls, sets, prog="engine-phases") as (engine, options, _):
         client, alias = engine.sources["typesense"].route(BIG_TENANT)
         bare: dict[str, Callable[[], Any]] = {
             "bare.postgres": lambda: tenant_reads(engine.store.pool, BIG_TENANT, [Read("SELECT 1")]),
@@ -230,13 +232,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="the load run's --seed")
     parser.add_argument("--recalls", type=int, default=200, help="fused recalls a pass")
     parser.add_argument("--passes", type=int, default=3, help="timed passes")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (dotted YAML key)"
+    )
     parser.add_argument("--name", default=None)
     args = parser.parse_args()
     if args.recalls < 1 or args.passes < 1:
         parser.error("--recalls and --passes must be at least 1")
     import uvloop
 
-    passes = uvloop.run(_measure(args.home, args.size, args.seed, args.recalls, args.passes))
+    passes = uvloop.run(_measure(args.home, args.size, args.seed, args.recalls, args.passes, args.set))
     report = {
         "command": "python -m benchmarks.engine_phases " + " ".join(sys.argv[1:]),
         "size": args.size,
