@@ -425,6 +425,11 @@ class ServerConfig(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     max_body_bytes: Annotated[int, Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
+    #: Service processes serving the port (``service.workers``): one serves in
+    #: the process ``python -m service`` starts; more are started as its
+    #: children, each with its own pools, caches and background workers (as
+    #: pods of a Deployment have), the kernel spreading connections among them.
+    workers: Annotated[int, Meta(ge=1, le=64)] = 1
 
 
 class LimitsConfig(_Base, frozen=True):

@@ -14,9 +14,12 @@ from psycopg import sql
 
 from config import BraidError
 
-__all__ = ["MIGRATIONS", "SchemaMismatch", "TENANT_ROLE", "TENANT_TABLES", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_LOCK", "SchemaMismatch", "TENANT_ROLE", "TENANT_TABLES", "migrate"]
 
-_LOCK_KEY = 0x42524149  # "BRAI"
+#: The advisory lock start-up DDL is run under (migrations, the tiers' HNSW
+#: indexes), so processes starting at once on one database take turns.
+SCHEMA_LOCK = 0x42524149  # "BRAI"
+_LOCK_KEY = SCHEMA_LOCK
 
 
 class SchemaMismatch(BraidError):

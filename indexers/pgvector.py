@@ -48,6 +48,7 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
+from .migrations import SCHEMA_LOCK
 from .own_index import REFRESH_S as OWN_INDEXES_S
 from .own_index import (
     OwnIndexes,
@@ -158,32 +159,44 @@ async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[st
     configured ``decayed`` that holds no memory yet gets its fold here: its
     half-life and anchor are recorded now. One that already holds memories
     keeps ranking as Postgres records until a reindex of the tier (logged).
+    Under :data:`~indexers.migrations.SCHEMA_LOCK`: service processes
+    starting at once on one database (``server.workers``, pods) take turns,
+    and each finds what the one before created.
     """
-    created = []
+    created: list[str] = []
     async with pool.connection() as conn:
-        epochs = await read_epochs(conn)
-        for tier, t in cfg.tiers.items():
-            live = epochs.get(tier, [])
-            if t.objective == "decayed" and not live and not await _holds_rows(conn, tier):
-                live = [await open_epoch(conn, tier, t.half_life_days, filling=False, only_if_none=True)]
-            wanted = [
-                (
-                    fold_index_name(tier, e.epoch),
-                    fold_index_ddl(tier, e.epoch, t, fold_index_name(tier, e.epoch), concurrently=False),
-                )
-                for e in live
-            ]
-            if not live or live[0].filling:
-                name = index_name(tier, cfg)
-                wanted.append((name, index_ddl(tier, cfg, name, concurrently=False)))
-            for name, ddl in wanted:
-                if await _index_exists(conn, name):
-                    continue
-                async with build_memory(conn, cfg.postgres.index_build_memory_mb):
-                    await conn.execute(ddl)
-                created.append(name)
-            _log_pending(tier, t, live)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        try:
+            await _ensure_indexes(conn, cfg, created)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
     return created
+
+
+async def _ensure_indexes(conn: psycopg.AsyncConnection, cfg: BraidConfig, created: list[str]) -> None:
+    """:func:`ensure_indexes`' work, on ``conn`` holding the lock; the names created go to ``created``."""
+    epochs = await read_epochs(conn)
+    for tier, t in cfg.tiers.items():
+        live = epochs.get(tier, [])
+        if t.objective == "decayed" and not live and not await _holds_rows(conn, tier):
+            live = [await open_epoch(conn, tier, t.half_life_days, filling=False, only_if_none=True)]
+        wanted = [
+            (
+                fold_index_name(tier, e.epoch),
+                fold_index_ddl(tier, e.epoch, t, fold_index_name(tier, e.epoch), concurrently=False),
+            )
+            for e in live
+        ]
+        if not live or live[0].filling:
+            name = index_name(tier, cfg)
+            wanted.append((name, index_ddl(tier, cfg, name, concurrently=False)))
+        for name, ddl in wanted:
+            if await _index_exists(conn, name):
+                continue
+            async with build_memory(conn, cfg.postgres.index_build_memory_mb):
+                await conn.execute(ddl)
+            created.append(name)
+        _log_pending(tier, t, live)
 
 
 def _log_pending(tier: str, t: TierConfig, live: list[Epoch]) -> None:

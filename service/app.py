@@ -88,6 +88,10 @@ class AppSettings(msgspec.Struct):
     #: youngest generation is then collected every :data:`GEN0_THRESHOLD`
     #: new containers instead of 700.
     settle_heap: bool = False
+    #: Called after the admin route reloaded the config (not after SIGHUP):
+    #: in a child of a service with ``server.workers`` above 1, it has the
+    #: other children reload too (``service.__main__.reload_siblings``).
+    on_reload: Callable[[], None] | None = None
 
 
 #: The youngest generation's threshold in a serving process (CPython's is
@@ -371,11 +375,13 @@ async def reindex_status(job_id: FromPath[str], state: State) -> JobOut:
     summary="Re-read the YAML config without a restart",
     responses=problem_responses(400, 401, 403, 429),
 )
-async def reload_config(engine: NamedDependency[Engine]) -> ReloadOut:
+async def reload_config(engine: NamedDependency[Engine], state: State) -> ReloadOut:
     try:
         report = await engine.reload_config()
     except ConfigError as exc:
         raise InputError(f"config not reloaded, the running config stays: {exc}") from None
+    if (siblings := state.get("on_reload")) is not None:
+        siblings()
     return ReloadOut(
         reloaded=True,
         path=str(engine.config.path),
@@ -501,6 +507,11 @@ def create_app(settings: AppSettings) -> Litestar:
             if metrics is not None:
                 metrics.runtime = rt
                 rt.engine.observer = metrics
+                if metrics.shared:
+                    # One of several processes: its runtime's counts go to the shared directory.
+                    publishers = await stack.enter_async_context(anyio.create_task_group())
+                    publishers.start_soon(metrics.publishing)
+                    stack.callback(publishers.cancel_scope.cancel)
             app.state.runtime = rt
             if settings.settle_heap:
                 gc.collect()
@@ -534,7 +545,7 @@ def create_app(settings: AppSettings) -> Litestar:
             "principal": Provide(provide_principal),
         },
         lifespan=[lifespan],
-        state=State({"keyring": settings.keyring, "rate_limiter": RateLimiter()}),
+        state=State({"keyring": settings.keyring, "rate_limiter": RateLimiter(), "on_reload": settings.on_reload}),
         exception_handlers=exception_handlers(),
         request_class=BraidRequest,
         request_max_body_size=cfg.server.max_body_bytes,

@@ -38,11 +38,21 @@ on the request path), plus two small Postgres queries bounded by 2 s:
   ``braid_bookkeeping_dropped_total{reason}`` (``queue_full``, ``write_failed``).
 - ``braid_memories_swept_total``: expired memories this process's sweeper removed.
 - ``process_*`` and ``python_gc_*``: the process's CPU, memory, descriptors.
+
+With ``server.workers`` above 1 the service is several processes on one
+port, and a scrape reaches one of them: each keeps its counts in the
+directory ``PROMETHEUS_MULTIPROC_DIR`` names (set by the parent), and every
+``/metrics`` answers with the sums over them (prometheus-client's
+multiprocess mode). The counts each process reads from its runtime (the
+second list above, Postgres' aside) are written there too, at least every
+:data:`PUBLISH_S`, as gauges summed over the live processes (``*_up``: the
+lowest); ``process_*`` and ``python_gc_*`` are left out (they are per process).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -50,7 +60,7 @@ from typing import TYPE_CHECKING
 import anyio
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from prometheus_client import CollectorRegistry, Counter, GCCollector, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, GCCollector, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -64,6 +74,10 @@ if TYPE_CHECKING:
 __all__ = ["Metrics"]
 
 log = logging.getLogger("braid.metrics")
+
+#: How often a process of a multi-process service writes the counts it reads
+#: from its runtime to the shared directory (seconds).
+PUBLISH_S = 1.0
 
 #: Request durations: 1 ms to 10 s.
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -93,9 +107,14 @@ class Metrics:
     :meth:`wrote`; :meth:`exposition` answers a scrape."""
 
     def __init__(self) -> None:
+        #: One of several service processes, counting in PROMETHEUS_MULTIPROC_DIR.
+        self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.registry = CollectorRegistry()
-        ProcessCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        if not self.shared:
+            ProcessCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        #: The gauges the runtime's counts are written to when ``shared``, by sample name.
+        self._published: dict[str, Gauge] = {}
         r = self.registry
         self._requests = Histogram(
             "braid_http_request_duration_seconds",
@@ -206,9 +225,41 @@ class Metrics:
         """The body and content type answering a scrape with this ``Accept`` header."""
         encode, content_type = choose_encoder(accept)
         read = await self._read() if self.runtime is not None else []
-        return encode(_Scrape(self.registry, read)), content_type
+        if not self.shared:
+            return encode(_Scrape(self.registry, [*read, *self._local()])), content_type
+        from prometheus_client import multiprocess
+
+        self.publish()
+        summed = CollectorRegistry()
+        multiprocess.MultiProcessCollector(summed)  # type: ignore[no-untyped-call]
+        return encode(_Scrape(summed, read)), content_type
+
+    def publish(self) -> None:
+        """Write the counts this process reads from its runtime to the shared
+        directory (when ``shared``), as gauges summed over the live processes."""
+        if not self.shared or self.runtime is None:
+            return
+        for family in self._local():
+            for sample in family.samples:
+                gauge = self._published.get(sample.name)
+                if gauge is None:
+                    gauge = self._published[sample.name] = Gauge(
+                        sample.name,
+                        family.documentation,
+                        tuple(sample.labels),
+                        registry=None,
+                        multiprocess_mode="livemin" if family.name.endswith("_up") else "livesum",
+                    )
+                (gauge.labels(**sample.labels) if sample.labels else gauge).set(sample.value)
+
+    async def publishing(self) -> None:
+        """:meth:`publish` every :data:`PUBLISH_S` seconds, until cancelled."""
+        while True:
+            self.publish()
+            await anyio.sleep(PUBLISH_S)
 
     async def _read(self) -> list[Metric]:
+        """What a scrape reads from Postgres: the same whichever process reads it."""
         assert self.runtime is not None
         rt = self.runtime
         read: list[Metric] = []
@@ -237,7 +288,14 @@ class Metrics:
                 ),
                 _gauge("braid_reindex_jobs_active", "Reindex jobs queued or running (any process)", active),
             ]
-        read += [
+        return read
+
+    def _local(self) -> list[Metric]:
+        """What this process counts in its runtime (none before it started)."""
+        if self.runtime is None:
+            return []
+        rt = self.runtime
+        read: list[Metric] = [
             _counter("braid_outbox_applied", "Outbox rows this process's worker applied to Typesense", rt.sync.applied),
             _gauge(
                 "braid_outbox_sync_up",
