@@ -425,7 +425,7 @@ class ServerConfig(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     max_body_bytes: Annotated[int, Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
-    #: Service processes serving the port (``service.workers``): one serves in
+    #: Service processes serving the port (``service.__main__.Workers``): one serves in
     #: the process ``python -m service`` starts; more are started as its
     #: children, each with its own pools, caches and background workers (as
     #: pods of a Deployment have), the kernel spreading connections among them.
