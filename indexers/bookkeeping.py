@@ -25,7 +25,7 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .postgres import Read, tenant_reads
+from .postgres import Read, TextArray, tenant_reads
 
 __all__ = ["Bookkeeper", "BookkeepingStats"]
 
@@ -158,7 +158,7 @@ class Bookkeeper:
             [
                 Read(
                     "SELECT memory_id, usage_count FROM memory_usage WHERE tenant = %s AND memory_id = ANY(%s)",
-                    (tenant, list(ids)),
+                    (tenant, TextArray(ids)),
                 )
             ],
         )

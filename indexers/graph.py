@@ -71,6 +71,7 @@ from .postgres import (
     HIT_COLUMNS,
     PoolSource,
     Read,
+    TextArray,
     by_ids_sql,
     current_generation,
     filter_clause,
@@ -599,7 +600,7 @@ class GraphSource(PoolSource):
         start = 0
         while True:
             part = ranked[start : start + step]
-            reads = [Read(sql, {**params, "ids": [mid for mid, _ in part]}, dict_row)]
+            reads = [Read(sql, {**params, "ids": TextArray(mid for mid, _ in part)}, dict_row)]
             if start == 0:
                 if unnamed:
                     reads.append(Read(_NAMES_SQL, {"tenant": query.tenant, "ids": unnamed}))

@@ -29,6 +29,7 @@ One job a module:
 
 from __future__ import annotations
 
+from .arrays import TextArray
 from .generations import bump_generations, current_generation, read_generation
 from .lifecycle import Deleted, Written
 from .models import EntityInput, MemoryInput, RelationInput
@@ -93,6 +94,7 @@ __all__ = [
     "primary_lsn",
     "read_generation",
     "record_from_row",
+    "TextArray",
     "scope_to_tenant",
     "tenant_counts",
     "tenant_reads",

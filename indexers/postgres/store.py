@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..base import Filters, Hit, MemoryRecord
 from ..extraction import Extraction
 from ..lifecycle import Forgetting
+from .arrays import TextArray
 from .derived import SupportRow, count_mentions, count_support, link_mentions, replace_support, unlink
 from .fold import folds_for_write
 from .generations import BUMP_SQL, bump_generations
@@ -334,7 +335,9 @@ class PostgresStore(GraphWrites):
             return set()
         cond, params = lifecycle_clause(as_of)
         sql = by_ids_sql("m.id", cond)
-        (rows,) = await tenant_reads(self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": list(ids), **params})])
+        (rows,) = await tenant_reads(
+            self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": TextArray(ids), **params})]
+        )
         return {row[0] for row in rows}
 
     async def tiers_in_use(self, tiers: Sequence[str]) -> list[str]:
@@ -364,7 +367,7 @@ class PostgresStore(GraphWrites):
             return {}
         sql = by_ids_sql("m.id, m.embedding", "m.model = %(model)s AND m.embedding IS NOT NULL")
         (rows,) = await tenant_reads(
-            self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": list(ids), "model": model})]
+            self.pool, tenant, [Read(sql, {"tenant": tenant, "ids": TextArray(ids), "model": model})]
         )
         # pgvector's loader gives a Vector; its to_numpy() is float32 already.
         return {row[0]: row[1].to_numpy() for row in rows}
