@@ -18,7 +18,8 @@ alone, and the others once it serves (it migrates the database and creates
 what is missing); if it exits before it serves, everything stops and the
 exit status is 1. A child that dies is started again, unless it died within
 :data:`CRASH_S` of its start :data:`CRASHES` times in a row (then everything
-stops, status 1); Ctrl-C or SIGTERM stops the children, then the stack.
+stops, status 1); Ctrl-C or SIGTERM stops the children, then the stack. A
+child whose parent is gone (killed) stops by itself.
 With metrics on, the children keep their counts in one directory
 (``PROMETHEUS_MULTIPROC_DIR``, made here and removed at the end), which every
 child's ``/metrics`` sums (:mod:`service.metrics`).
@@ -59,6 +60,9 @@ log = logging.getLogger("braid")
 WORKER_ENV = "BRAID_WORKER"
 #: The stack a child serves on: :class:`indexers.runtime.Backends` as JSON.
 BACKENDS_ENV = "BRAID_WORKER_BACKENDS"
+#: The parent's pid, as the child was started: a child that finds another
+#: parent (its own was killed, even before it began serving) stops.
+PARENT_ENV = "BRAID_WORKER_PARENT"
 #: A child that died this soon after its start, :data:`CRASHES` times in a
 #: row, is not started again: the service stops (a bad config or a port
 #: taken would only die again).
@@ -66,6 +70,8 @@ CRASH_S = 10.0
 CRASHES = 3
 #: How long stopping children may take before they are killed.
 STOP_S = 30.0
+#: How often a child checks that its parent is still there (seconds).
+ORPHAN_CHECK_S = 1.0
 
 
 def one_blas_thread() -> None:
@@ -108,7 +114,7 @@ def main() -> int:
             on_reload=reload_siblings,
         )
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve(settings, cfg.server.host, port))
+            runner.run(_serve(settings, cfg.server.host, port, parent=int(os.environ.get(PARENT_ENV, os.getppid()))))
         return 0
 
     postgres = typesense = supervisor = None
@@ -194,7 +200,7 @@ class Workers:
         self.count = count
         #: Where the first child is asked for /health before the others start.
         self.health = f"http://{_loopback(host)}:{port}/health"
-        self.env = {**os.environ, BACKENDS_ENV: msgspec.json.encode(backends).decode()}
+        self.env = {**os.environ, BACKENDS_ENV: msgspec.json.encode(backends).decode(), PARENT_ENV: str(os.getpid())}
         self.metrics_dir: Path | None = None
         if metrics:
             self.metrics_dir = Path(tempfile.mkdtemp(prefix="metrics-", dir=home))
@@ -303,7 +309,10 @@ def _loopback(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _serve(settings: AppSettings, host: str, port: int) -> None:
+async def _serve(settings: AppSettings, host: str, port: int, *, parent: int | None = None) -> None:
+    """Serve ``settings``' app until SIGINT or SIGTERM (SIGHUP reloads the
+    config); a child of a multi-process service (``parent``: its parent's
+    pid) also stops once that parent is gone, as when it was killed."""
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
@@ -330,6 +339,15 @@ async def _serve(settings: AppSettings, host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)
     loop.add_signal_handler(signal.SIGHUP, reload)
+    if parent is not None:
+
+        async def orphaned() -> None:
+            while os.getppid() == parent:
+                await asyncio.sleep(ORPHAN_CHECK_S)
+            log.error("the parent service process is gone: stopping")
+            server.stop()  # type: ignore[no-untyped-call]
+
+        pending.add(loop.create_task(orphaned()))
     log.info("Braid listening on http://%s:%d", host, port)
     await server.serve()
 

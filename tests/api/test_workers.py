@@ -160,3 +160,25 @@ def test_a_child_that_cannot_start_stops_the_service(home: Path) -> None:
     assert "service process 1 exited" in output
     time.sleep(0.5)
     assert descendants_and_servers(proc, home) == []
+
+
+def test_children_stop_when_the_parent_is_killed(home: Path) -> None:
+    _config(home)
+    port = free_port()
+    proc = start(home, port)
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}")
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while len(workers := _workers(parent)) < 2:
+            assert time.monotonic() < deadline, read_output(proc)
+            time.sleep(0.2)
+        proc.kill()  # no chance to stop its children
+        proc.wait()
+        gone, alive = psutil.wait_procs(list(workers.values()), timeout=30)
+        assert alive == [], read_output(proc)
+        assert "the parent service process is gone: stopping" in "\n".join(read_output(proc))
+    finally:
+        # The killed parent left the embedded Postgres and Typesense running.
+        for p in descendants_and_servers(proc, home):
+            p.kill()
