@@ -1,0 +1,38 @@
+"""Service processes starting at once on one new database (``server.workers``,
+pods of a Deployment): the tiers' HNSW indexes are created once, by whichever
+takes the schema lock first; the other finds them."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from config import load_config
+from deploy.embedded import EmbeddedPostgres
+from indexers.pgvector import ensure_indexes
+from indexers.postgres import open_pool
+from tests.api.conftest import fresh_database
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_processes_starting_at_once_create_each_index_once(postgres: EmbeddedPostgres) -> None:
+    dsn = fresh_database(postgres)
+    cfg = load_config()
+    pools = [await open_pool(dsn, dim=384, min_size=1, max_size=2) for _ in range(3)]
+    created: list[list[str]] = []
+    try:
+
+        async def start(pool: object) -> None:
+            created.append(await ensure_indexes(pool, cfg))  # type: ignore[arg-type]
+
+        async with anyio.create_task_group() as tg:
+            for pool in pools:
+                tg.start_soon(start, pool)
+    finally:
+        for pool in pools:
+            await pool.close()
+    names = [name for made in created for name in made]
+    assert len(created) == 3
+    assert sorted(names) == sorted(set(names)), "an index was created twice"
+    assert {"memories_hnsw_rag", "entities_hnsw"} <= set(names)
