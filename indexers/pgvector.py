@@ -48,7 +48,6 @@ from config import BraidConfig, PgvectorSourceConfig, TierConfig, is_safe_name
 
 from .base import Filters, Hit, SearchQuery, SourceUnavailable
 from .lifecycle import Forgetting
-from .migrations import SCHEMA_LOCK
 from .own_index import REFRESH_S as OWN_INDEXES_S
 from .own_index import (
     OwnIndexes,
@@ -59,7 +58,7 @@ from .own_index import (
     tenant_sql,
     tier_builds,
 )
-from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, tenant_reads
+from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, schema_lock, tenant_reads
 from .postgres.fold import (
     EPOCHS_SQL,
     NEUTRAL_IMPORTANCE,
@@ -164,12 +163,8 @@ async def ensure_indexes(pool: AsyncConnectionPool, cfg: BraidConfig) -> list[st
     and each finds what the one before created.
     """
     created: list[str] = []
-    async with pool.connection() as conn:
-        await conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
-        try:
-            await _ensure_indexes(conn, cfg, created)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
+    async with schema_lock(pool) as conn:
+        await _ensure_indexes(conn, cfg, created)
     return created
 
 

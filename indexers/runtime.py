@@ -33,7 +33,15 @@ from .engine import Engine, ReplicaReads
 from .extraction import Extractors
 from .pgvector import ensure_indexes
 from .placement import PlacementWatcher
-from .postgres import PostgresStore, ReplicaRouter, end_given_up, open_pool, open_replica_pool, primary_lsn
+from .postgres import (
+    PostgresStore,
+    ReplicaRouter,
+    end_given_up,
+    open_pool,
+    open_replica_pool,
+    primary_lsn,
+    schema_lock,
+)
 from .registry import SourceDeps, SourceSpec, build_sources, registered
 from .reindex import ReindexBusy, ReindexJobs
 from .sweep import Sweeper
@@ -163,7 +171,11 @@ async def _open_runtime(
         )
         made: list[str] = []
         try:
-            made = await index.ensure()
+            # Under the schema lock: processes starting at once on one database
+            # (server.workers, pods) would each make a collection and point the
+            # alias at theirs, the last one winning.
+            async with schema_lock(pool):
+                made = await index.ensure()
         except SourceUnavailable as exc:
             # Postgres is the truth: Braid starts and serves without Typesense,
             # and the outbox fills it in when it is back.

@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import BraidConfig, source_defaults
 
 from ..base import Hit, SearchQuery, SourceUnavailable
-from ..migrations import TENANT_ROLE, migrate
+from ..migrations import SCHEMA_LOCK, TENANT_ROLE, migrate
 from ..registry import BOTH, Match, SourceSpec
 
 __all__ = [
@@ -227,6 +227,19 @@ async def scope_to_tenant(
     names = tuple(settings or ())
     values = [settings[n] for n in names] if settings else []
     await conn.execute(_scope_sql(names), (TENANT_ROLE, tenant, *values))
+
+
+@asynccontextmanager
+async def schema_lock(pool: AsyncConnectionPool) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A connection of ``pool`` holding :data:`~indexers.migrations.SCHEMA_LOCK`
+    (a session advisory lock) for the block: the start-up steps that make
+    what is missing, so processes starting at once take turns."""
+    async with pool.connection() as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        try:
+            yield conn
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
 
 
 @asynccontextmanager
