@@ -346,6 +346,11 @@ async def _serve(settings: AppSettings, host: str, port: int, *, parent: int | N
                 await asyncio.sleep(ORPHAN_CHECK_S)
             log.error("the parent service process is gone: stopping")
             server.stop()  # type: ignore[no-untyped-call]
+            # A start-up still waiting (on a stack that went with the parent)
+            # would hold the stop off: past STOP_S the process ends anyway.
+            await asyncio.sleep(STOP_S)
+            log.error("still not stopped after %.0f s: exiting", STOP_S)
+            os._exit(1)
 
         pending.add(loop.create_task(orphaned()))
     log.info("Braid listening on http://%s:%d", host, port)
