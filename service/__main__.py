@@ -105,16 +105,7 @@ def main() -> int:
         backends = msgspec.json.decode(given, type=Backends)
         # The keys the parent made (keys.json) or the environment names: nothing to print.
         given_keys = default_keys(home, cfg.auth.default_tenant)[0] if _default_keys_wanted(cfg) else {}
-        config = ConfigHolder(cfg, str(config_path()))
-        settings = AppSettings(
-            config=config,
-            backends=backends,
-            keyring=Keyring.from_config(config, given_keys),
-            settle_heap=True,
-            on_reload=reload_siblings,
-        )
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve(settings, cfg.server.host, port, parent=int(os.environ.get(PARENT_ENV, os.getppid()))))
+        _serve_on(cfg, backends, given_keys, port, parent=int(os.environ.get(PARENT_ENV, os.getppid())))
         return 0
 
     postgres = typesense = supervisor = None
@@ -157,17 +148,7 @@ def main() -> int:
             return Workers(
                 cfg.server.workers, backends, metrics=cfg.metrics.enabled, home=home, host=cfg.server.host, port=port
             ).run()
-        config = ConfigHolder(cfg, str(config_path()))
-        settings = AppSettings(
-            config=config,
-            backends=backends,
-            keyring=Keyring.from_config(config, extra),
-            settle_heap=True,
-        )
-        # uvloop: asyncio's loop in C (measured with the other service-side changes in
-        # benchmarks/results/load-tuning.md, not alone).
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve(settings, cfg.server.host, port))
+        _serve_on(cfg, backends, extra, port)
     finally:
         if supervisor is not None:
             supervisor.stop()
@@ -178,6 +159,26 @@ def main() -> int:
             postgres.stop()
             log.info("embedded Postgres stopped")
     return 0
+
+
+def _serve_on(
+    cfg: BraidConfig, backends: Backends, keys: dict[str, Principal], port: int, *, parent: int | None = None
+) -> None:
+    """Serve the app on ``backends`` until stopped (:func:`_serve`): one
+    service process, or a child of several (``parent``: its parent's pid,
+    told of every successful admin reload so its siblings reload too)."""
+    config = ConfigHolder(cfg, str(config_path()))
+    settings = AppSettings(
+        config=config,
+        backends=backends,
+        keyring=Keyring.from_config(config, keys),
+        settle_heap=True,
+        on_reload=reload_siblings if parent is not None else None,
+    )
+    # uvloop: asyncio's loop in C (measured with the other service-side changes in
+    # benchmarks/results/load-tuning.md, not alone).
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_serve(settings, cfg.server.host, port, parent=parent))
 
 
 def _default_keys_wanted(cfg: BraidConfig) -> bool:
