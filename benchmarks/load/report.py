@@ -217,6 +217,24 @@ def _row_waits(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _flush_row(report: dict[str, Any]) -> str | None:
+    """How long Typesense took to compact its store before the recall rows
+    and before the direct baselines (:func:`~.run.flush_typesense`; absent
+    from older reports, whose rows read a store with however many write
+    requests it held then)."""
+    flushes = (
+        ("before the recall rows", report.get("flush_before_recalls")),
+        ("before the direct baselines", report.get("flush_before_direct")),
+    )
+    seen = [f"{label}: {f['seconds']:.1f} s" for label, f in flushes if f is not None]
+    if not seen:
+        return None
+    return (
+        "| Typesense store compacted (memtable flushed), so both read phases read it in the same state"
+        f' (docs/design.md, "Write requests tax every hit until a flush") | {"; ".join(seen)} |'
+    )
+
+
 def _quiet_row(report: dict[str, Any]) -> str:
     """What the stack spent on its own after the load's drain, before the
     recall rows and before the direct baselines, waited out so no row is
@@ -285,6 +303,7 @@ def _markdown(report: dict[str, Any]) -> str:
         *filter(None, [_import_row(report.get("import"))]),
         _placement_row(report.get("placement")),
         _settle_row(report.get("settle")),
+        *filter(None, [_flush_row(report)]),
         _quiet_row(report),
         "",
         "## Freshness (single writes at a steady rate; ack → visible)",

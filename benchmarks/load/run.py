@@ -382,6 +382,22 @@ async def quiet(
     }
 
 
+async def flush_typesense(ts: httpx.AsyncClient) -> dict[str, Any]:
+    """Have Typesense compact its store (``POST /operations/db/compact``,
+    which flushes its memtable first) before a metered read phase, and how
+    long it took. Until a flush, the write requests since the last one tax
+    every document a search reads (0.24.1's range tombstones: docs/design.md,
+    "Write requests tax every hit until a flush"), and the node flushes on
+    its own only about once a minute. So the recall rows, which follow the
+    load's writes, and the direct baselines, minutes later, read the store
+    in the same state, not one with a minute of writes and one without;
+    what unflushed writes add to a search is measured apart
+    (:mod:`benchmarks.load.tombstones`)."""
+    start = time.perf_counter()
+    (await ts.post("/operations/db/compact", timeout=600)).raise_for_status()
+    return {"seconds": time.perf_counter() - start}
+
+
 def _quiet_text(q: dict[str, Any]) -> str:
     spent = ", ".join(f"{k} {v:.0f}" for k, v in q["cpu_ms"].items())
     return f"(after {q['seconds']:.0f} s {'idle' if q['idle'] else 'still busy'}; CPU ms spent waiting: {spent})"
@@ -1212,6 +1228,7 @@ async def run(
                 warm_bodies = [_encode({"query": q["text"], "embedding": v.tolist()}) for q, v in warm]
                 for process in spread.clients:
                     await timed(process, recall_headers, warm_bodies, 4, 0)
+                report["flush_before_recalls"] = await flush_typesense(ts)
                 report["quiet_before_recalls"] = await quiet(meter)
                 report["graph_cache_before_recalls"] = (
                     (await client.get("/health")).json()["backends"]["graph"].get("cache")
@@ -1245,6 +1262,7 @@ async def run(
                 report["cache"] = await result_cache(lean, recall_headers, corpus, seconds, meter, cache_on)
             cfg_path.write_text(cfg_text)
             svc.proc.send_signal(signal.SIGHUP)
+            report["flush_before_direct"] = await flush_typesense(ts)
             report["quiet_before_direct"] = await quiet(meter)
             print(f"load: direct baselines {_quiet_text(report['quiet_before_direct'])}", flush=True)
             direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from benchmarks.load.report import _quiet_row
+from benchmarks.load.report import _flush_row, _quiet_row
 from benchmarks.load.run import quiet
 
 
@@ -57,3 +57,10 @@ def test_the_report_row_names_each_wait_and_older_reports_say_they_had_none() ->
     assert "under 5% of a core for 3 s" in row
     assert "after the drain: 12 s, CPU ms 0.00 / 0.00 / 830.00 / 0.00" in row
     assert "before the recall rows: 12 s (still busy)" in row and "direct" not in row
+
+
+def test_the_flush_row_names_both_flushes_and_older_reports_have_none() -> None:
+    assert _flush_row({}) is None
+    row = _flush_row({"flush_before_recalls": {"seconds": 0.21}, "flush_before_direct": {"seconds": 2.04}})
+    assert row is not None
+    assert "before the recall rows: 0.2 s; before the direct baselines: 2.0 s" in row
