@@ -1233,7 +1233,11 @@ async def run(
                 report["graph_cache_before_recalls"] = (
                     (await client.get("/health")).json()["backends"]["graph"].get("cache")
                 )
-                print(f"load: recall latency {_quiet_text(report['quiet_before_recalls'])}", flush=True)
+                print(
+                    f"load: recall latency (Typesense compacted in {report['flush_before_recalls']['seconds']:.1f} s)"
+                    f" {_quiet_text(report['quiet_before_recalls'])}",
+                    flush=True,
+                )
                 texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
                 text_vectors = await model_vectors(cfg.embedding, texts)
                 with psycopg.connect(svc.postgres_dsn(), autocommit=True) as stats_conn:
@@ -1264,7 +1268,11 @@ async def run(
             svc.proc.send_signal(signal.SIGHUP)
             report["flush_before_direct"] = await flush_typesense(ts)
             report["quiet_before_direct"] = await quiet(meter)
-            print(f"load: direct baselines {_quiet_text(report['quiet_before_direct'])}", flush=True)
+            print(
+                f"load: direct baselines (Typesense compacted in {report['flush_before_direct']['seconds']:.1f} s)"
+                f" {_quiet_text(report['quiet_before_direct'])}",
+                flush=True,
+            )
             direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)
             report["direct"] = await direct_baselines(
                 dsn, ts_url, svc.ts_key, cfg, corpus, direct_clients, seconds, meter, keyword, vectors
