@@ -165,8 +165,9 @@ def _serve_on(
     cfg: BraidConfig, backends: Backends, keys: dict[str, Principal], port: int, *, parent: int | None = None
 ) -> None:
     """Serve the app on ``backends`` until stopped (:func:`_serve`): one
-    service process, or a child of several (``parent``: its parent's pid,
-    told of every successful admin reload so its siblings reload too)."""
+    service process, or a child of several (``parent``: its parent's pid;
+    after a successful ``POST /admin/config/reload`` the child sends the
+    parent SIGHUP, which the parent passes to every child)."""
     config = ConfigHolder(cfg, str(config_path()))
     settings = AppSettings(
         config=config,
