@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import sys
 import tempfile
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import yaml
 
 from benchmarks.common import LOCOMO_DATA, ROOT, write_results
 from fusion import apply_factors, rrf
+from fusion.factors import FactorWeights
 from fusion.query import QueryPlan
 
 from .locomo import MappingOptions, load_conversations
@@ -103,9 +104,12 @@ async def collect(data: Path, config: Path, concurrency: int) -> list[Row]:
 
 def fuse(row: Row, weights: dict[str, float], k: int, speaker_boost: float, time_boost: float) -> list[str]:
     """The engine's fusion and factors over the stored lists."""
-    meta = {d: (s, datetime.fromisoformat(t.replace("Z", "+00:00"))) for src in weights for d, s, t in row[src]}
+    meta = {d: (s, datetime.fromisoformat(t.replace("Z", "+00:00")), None) for src in weights for d, s, t in row[src]}
     fused = rrf({src: [d for d, _, _ in row[src]] for src in weights}, k=k, weights=weights)
-    ranked = apply_factors(fused, meta.__getitem__, row["plan"], speaker_boost=speaker_boost, time_boost=time_boost)
+    factors = FactorWeights(speaker_boost=speaker_boost, time_boost=time_boost)
+    # Recency and importance stay off (FactorWeights' defaults): the reference time is never read.
+    latest = max((created for _, created, _ in meta.values()), default=datetime.now(UTC))
+    ranked = apply_factors(fused, meta, row["plan"], factors, latest)
     return [s.fused.id for s in ranked]
 
 
