@@ -29,6 +29,7 @@ from benchmarks.common import ROOT, CpuMeter, Service, cpu_per_call, cpu_used, p
 from benchmarks.quality.tuning import Override, apply_sets
 from config.loader import parse_config
 from config.schema import BraidConfig, EmbeddingConfig
+from indexers.typesense.client import TypesenseClient
 from indexers.typesense.documents import vectors_alias as paired_vectors_alias
 
 from .client import LeanClient, Requester, Spread
@@ -382,11 +383,12 @@ async def quiet(
     }
 
 
-async def flush_typesense(ts: httpx.AsyncClient) -> dict[str, Any]:
-    """Have Typesense compact its store (``POST /operations/db/compact``,
-    which flushes its memtable first) before a metered read phase, and how
-    long it took. Until a flush, the write requests since the last one tax
-    every document a search reads (0.24.1's range tombstones: docs/design.md,
+async def flush_typesense(url: str, api_key: str) -> dict[str, Any]:
+    """Have the Typesense node at ``url`` compact its store
+    (:meth:`TypesenseClient.compact`, which flushes the memtable first)
+    before a metered read phase, and how long it took; a node that does not
+    raises. Until a flush, the write requests since the last one tax every
+    document a search reads (0.24.1's range tombstones: docs/design.md,
     "Write requests tax every hit until a flush"), and the node flushes on
     its own only about once a minute. So the recall rows, which follow the
     load's writes, and the direct baselines, minutes later, read the store
@@ -394,13 +396,20 @@ async def flush_typesense(ts: httpx.AsyncClient) -> dict[str, Any]:
     what unflushed writes add to a search is measured apart
     (:mod:`benchmarks.load.tombstones`)."""
     start = time.perf_counter()
-    (await ts.post("/operations/db/compact", timeout=600)).raise_for_status()
+    client = TypesenseClient([url], api_key)
+    try:
+        answers = await client.compact()
+    finally:
+        await client.aclose()
+    if answers != {url: "ok"}:
+        raise RuntimeError(f"Typesense did not compact its store: {answers}")
     return {"seconds": time.perf_counter() - start}
 
 
-def _quiet_text(q: dict[str, Any]) -> str:
+def _quiet_text(q: dict[str, Any], flush: dict[str, Any] | None = None) -> str:
     spent = ", ".join(f"{k} {v:.0f}" for k, v in q["cpu_ms"].items())
-    return f"(after {q['seconds']:.0f} s {'idle' if q['idle'] else 'still busy'}; CPU ms spent waiting: {spent})"
+    compacted = "" if flush is None else f"(Typesense compacted in {flush['seconds']:.1f} s) "
+    return f"{compacted}(after {q['seconds']:.0f} s {'idle' if q['idle'] else 'still busy'}; CPU ms spent waiting: {spent})"
 
 
 async def raw_typesense_import(
@@ -1228,16 +1237,13 @@ async def run(
                 warm_bodies = [_encode({"query": q["text"], "embedding": v.tolist()}) for q, v in warm]
                 for process in spread.clients:
                     await timed(process, recall_headers, warm_bodies, 4, 0)
-                report["flush_before_recalls"] = await flush_typesense(ts)
+                report["flush_before_recalls"] = await flush_typesense(ts_url, svc.ts_key)
                 report["quiet_before_recalls"] = await quiet(meter)
                 report["graph_cache_before_recalls"] = (
                     (await client.get("/health")).json()["backends"]["graph"].get("cache")
                 )
-                print(
-                    f"load: recall latency (Typesense compacted in {report['flush_before_recalls']['seconds']:.1f} s)"
-                    f" {_quiet_text(report['quiet_before_recalls'])}",
-                    flush=True,
-                )
+                waited = _quiet_text(report["quiet_before_recalls"], report["flush_before_recalls"])
+                print(f"load: recall latency {waited}", flush=True)
                 texts = list(dict.fromkeys(q["text"] for q in corpus.queries))
                 text_vectors = await model_vectors(cfg.embedding, texts)
                 with psycopg.connect(svc.postgres_dsn(), autocommit=True) as stats_conn:
@@ -1266,13 +1272,10 @@ async def run(
                 report["cache"] = await result_cache(lean, recall_headers, corpus, seconds, meter, cache_on)
             cfg_path.write_text(cfg_text)
             svc.proc.send_signal(signal.SIGHUP)
-            report["flush_before_direct"] = await flush_typesense(ts)
+            report["flush_before_direct"] = await flush_typesense(ts_url, svc.ts_key)
             report["quiet_before_direct"] = await quiet(meter)
-            print(
-                f"load: direct baselines (Typesense compacted in {report['flush_before_direct']['seconds']:.1f} s)"
-                f" {_quiet_text(report['quiet_before_direct'])}",
-                flush=True,
-            )
+            waited = _quiet_text(report["quiet_before_direct"], report["flush_before_direct"])
+            print(f"load: direct baselines {waited}", flush=True)
             direct_clients = tuple(c for c in clients if c in (1, 8)) or (1,)
             report["direct"] = await direct_baselines(
                 dsn, ts_url, svc.ts_key, cfg, corpus, direct_clients, seconds, meter, keyword, vectors

@@ -108,8 +108,7 @@ def fuse(row: Row, weights: dict[str, float], k: int, speaker_boost: float, time
     fused = rrf({src: [d for d, _, _ in row[src]] for src in weights}, k=k, weights=weights)
     factors = FactorWeights(speaker_boost=speaker_boost, time_boost=time_boost)
     # Recency and importance stay off (FactorWeights' defaults): the reference time is never read.
-    latest = max((created for _, created, _ in meta.values()), default=datetime.now(UTC))
-    ranked = apply_factors(fused, meta, row["plan"], factors, latest)
+    ranked = apply_factors(fused, meta, row["plan"], factors, datetime.now(UTC))
     return [s.fused.id for s in ranked]
 
 
