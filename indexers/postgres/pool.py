@@ -14,7 +14,7 @@ import anyio
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import RowFactory, tuple_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from config import BraidConfig, source_defaults
 
@@ -274,6 +274,50 @@ async def tenant_reads(
     repeatable_read: bool = False,
 ) -> list[list[Any]]:
     """The rows of each of ``reads``, run in order in one transaction scoped
+    to ``tenant`` (:func:`scope_to_tenant`, with ``settings``), in one round
+    trip (:func:`_reads_in_one`), which other reads of ``tenant`` on ``pool``
+    asked for in the same turn of the event loop may share.
+
+    A recall's sources and its own reads start together: the read of the
+    memories not yet indexed and the pgvector search, for one, are asked for
+    in one turn, and went to Postgres as two transactions before. Reads that
+    share a round trip run in one transaction, under the strongest
+    isolation any of them asked for, in the order they were asked for except
+    that those without ``settings`` come first, before any settings are set; at most one set
+    of ``settings`` is in a shared transaction (a read with other settings
+    waits for the next one), set by one statement right before its reads,
+    so a read never runs under settings it did not ask for. When the shared
+    transaction fails on a statement, each read runs again alone, so an
+    error is raised to the read whose statement it is and to none of the
+    others. A caller that stops waiting leaves the others theirs; the round
+    trip is given up (:func:`on_connection`) once no caller waits for it.
+    """
+    key = (pool, tenant)
+    batch = _open_batches.get(key)
+    if batch is not None and batch.admits(settings):
+        return await batch.join(_Asked(reads, settings, repeatable_read))
+    batch = _open_batches[key] = _Batch(key, _Asked(reads, settings, repeatable_read))
+    try:
+        await asyncio.sleep(0)  # the reads asked for in this turn join
+    except BaseException:
+        batch.close()
+        batch.alone()
+        raise
+    batch.close()
+    if not batch.joined:
+        return await _reads_in_one(pool, tenant, reads, settings=settings, repeatable_read=repeatable_read)
+    return await batch.send()
+
+
+async def _reads_in_one(
+    pool: AsyncConnectionPool,
+    tenant: str,
+    reads: Sequence[Read],
+    *,
+    settings: Mapping[str, str] | None = None,
+    repeatable_read: bool = False,
+) -> list[list[Any]]:
+    """The rows of each of ``reads``, run in order in one transaction scoped
     to ``tenant`` (:func:`scope_to_tenant`, with ``settings``), in one round trip.
 
     The scope and the statements go out together in pipeline mode and their
@@ -291,22 +335,29 @@ async def tenant_reads(
     before any query", four recalls in a row.) A caller that stops waiting
     leaves the round trip to finish (:func:`on_connection`).
     """
+    return await on_connection(pool, functools.partial(_pipelined, tenant, reads, settings, repeatable_read))
 
-    async def run(conn: psycopg.AsyncConnection) -> list[list[Any]]:
-        try:
-            async with conn.pipeline():
-                if repeatable_read:
-                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                cursors = await _scoped(conn, tenant, reads, settings)
-                if repeatable_read:
-                    await conn.execute("COMMIT")
-        except psycopg.Error:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-            raise
-        return [await cur.fetchall() for cur in cursors]
 
-    return await on_connection(pool, run)
+async def _pipelined(
+    tenant: str,
+    reads: Sequence[Read],
+    settings: Mapping[str, str] | None,
+    repeatable_read: bool,
+    conn: psycopg.AsyncConnection,
+) -> list[list[Any]]:
+    """:func:`_reads_in_one`'s work on its connection."""
+    try:
+        async with conn.pipeline():
+            if repeatable_read:
+                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            cursors = await _scoped(conn, tenant, reads, settings)
+            if repeatable_read:
+                await conn.execute("COMMIT")
+    except psycopg.Error:
+        with anyio.CancelScope(shield=True):
+            await conn.close()
+        raise
+    return [await cur.fetchall() for cur in cursors]
 
 
 async def _scoped(
@@ -315,6 +366,132 @@ async def _scoped(
     """The scope, then ``reads``, queued on ``conn``'s pipeline: their cursors, in order."""
     await scope_to_tenant(conn, tenant, settings)
     return [await conn.cursor(row_factory=r.row_factory).execute(r.sql, r.params) for r in reads]
+
+
+class _Asked:
+    """One caller's part of a :class:`_Batch`."""
+
+    __slots__ = ("reads", "repeatable_read", "settings")
+
+    def __init__(self, reads: Sequence[Read], settings: Mapping[str, str] | None, repeatable_read: bool) -> None:
+        self.reads = reads
+        self.settings = settings
+        self.repeatable_read = repeatable_read
+
+
+#: The batch of each (pool, tenant) that still takes reads: until the turn of
+#: the event loop its first read was asked for in ends (:func:`tenant_reads`).
+_open_batches: dict[tuple[AsyncConnectionPool, str], _Batch] = {}
+
+#: A joined read's answer when its batch was not sent or failed: ask alone.
+_ALONE: Any = object()
+
+
+class _Batch:
+    """The reads of one tenant asked for in one turn of the event loop. Its
+    first caller sends them in one round trip (:meth:`send`) and the others
+    wait for their part (:meth:`join`)."""
+
+    __slots__ = ("first", "joined", "key", "started")
+
+    def __init__(self, key: tuple[AsyncConnectionPool, str], first: _Asked) -> None:
+        self.key = key
+        self.first = first
+        self.joined: list[tuple[_Asked, asyncio.Future[Any]]] = []
+        self.started = False
+
+    def admits(self, settings: Mapping[str, str] | None) -> bool:
+        """Whether a read with ``settings`` may join: at most one set of settings a batch."""
+        if not settings:
+            return True
+        return all(not a.settings or a.settings == settings for a in self._asked())
+
+    def _asked(self) -> list[_Asked]:
+        return [self.first, *(a for a, _ in self.joined)]
+
+    async def join(self, asked: _Asked) -> list[list[Any]]:
+        """``asked``'s rows, from the batch's round trip, or from its own when
+        the batch is not sent or fails. Leaving cancels only its own part."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.joined.append((asked, answer))
+        rows = await answer
+        if rows is _ALONE:
+            return await _reads_in_one(
+                *self.key, asked.reads, settings=asked.settings, repeatable_read=asked.repeatable_read
+            )
+        return rows  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Take no more reads."""
+        if _open_batches.get(self.key) is self:
+            del _open_batches[self.key]
+
+    def alone(self) -> None:
+        """Each joined read is asked for again alone (the batch is not sent)."""
+        for _, answer in self.joined:
+            if not answer.done():
+                answer.set_result(_ALONE)
+
+    async def send(self) -> list[list[Any]]:
+        """Every read in one round trip: the first caller's rows; the others'
+        reach them even when the first caller stops waiting (the work goes on,
+        :func:`on_connection`). When the shared transaction fails on a
+        statement, each read is asked for again alone."""
+        pool, tenant = self.key
+        asked = self._asked()
+        # Reads without settings first, then the settings and the reads under them.
+        order = sorted(range(len(asked)), key=lambda i: bool(asked[i].settings))
+        reads: list[Read] = []
+        spans = [(0, 0)] * len(asked)
+        for i in order:
+            if asked[i].settings:
+                reads.append(_settings_read(asked[i].settings))  # type: ignore[arg-type]
+            spans[i] = (len(reads), len(reads) + len(asked[i].reads))
+            reads.extend(asked[i].reads)
+        repeatable_read = any(a.repeatable_read for a in asked)
+
+        async def work(conn: psycopg.AsyncConnection) -> list[list[Any]]:
+            self.started = True
+            try:
+                rows = await _pipelined(tenant, reads, None, repeatable_read, conn)
+            except BaseException:
+                self.alone()
+                raise
+            for (_, answer), (a, b) in zip(self.joined, spans[1:], strict=True):
+                if not answer.done():
+                    answer.set_result(rows[a:b])
+            return rows[spans[0][0] : spans[0][1]]
+
+        try:
+            return await on_connection(pool, work)
+        except PoolTimeout as exc:
+            for _, answer in self.joined:
+                if not answer.done():
+                    answer.set_exception(exc)  # asking alone would wait again
+            raise
+        except psycopg.Error:
+            first = self.first
+            return await _reads_in_one(
+                pool, tenant, first.reads, settings=first.settings, repeatable_read=first.repeatable_read
+            )
+        finally:
+            if not self.started:
+                self.alone()  # left before the round trip began: it never will
+
+
+#: :func:`_settings_read`'s statement for each tuple of setting names.
+_SETTINGS_SQL: dict[tuple[str, ...], str] = {}
+
+
+def _settings_read(settings: Mapping[str, str]) -> Read:
+    """One statement setting ``settings`` for the rest of the transaction."""
+    names = tuple(settings)
+    sql = _SETTINGS_SQL.get(names)
+    if sql is None:
+        if not all(_SETTING_RE.fullmatch(name) for name in names):
+            raise ValueError(f"invalid setting name in {names!r}")
+        sql = _SETTINGS_SQL[names] = "SELECT " + ", ".join(f"set_config('{n}', %s, true)" for n in names)
+    return Read(sql, [settings[n] for n in names])
 
 
 class PoolSource:
