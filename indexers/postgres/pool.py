@@ -279,18 +279,20 @@ async def tenant_reads(
     asked for in the same turn of the event loop may share.
 
     A recall's sources and its own reads start together: the read of the
-    memories not yet indexed and the pgvector search, for one, are asked for
-    in one turn, and went to Postgres as two transactions before. Reads that
-    share a round trip run in one transaction, under the strongest
-    isolation any of them asked for, in the order they were asked for except
-    that those without ``settings`` come first, before any settings are set; at most one set
-    of ``settings`` is in a shared transaction (a read with other settings
-    waits for the next one), set by one statement right before its reads,
-    so a read never runs under settings it did not ask for. When the shared
-    transaction fails on a statement, each read runs again alone, so an
-    error is raised to the read whose statement it is and to none of the
-    others. A caller that stops waiting leaves the others theirs; the round
-    trip is given up (:func:`on_connection`) once no caller waits for it.
+    memories not yet indexed, the pgvector search and the graph's read are
+    asked for in one turn, and went to Postgres as transactions of their
+    own before. Reads that share a round trip run in one transaction, under
+    the strongest isolation any of them asked for, in the order they were
+    asked for except that those without ``settings`` come first, before any
+    settings are set. A shared transaction holds at most one set of
+    ``settings`` (a read with others starts the next batch), set by one
+    statement right before the reads that asked for it, so a read never
+    runs under settings it did not ask for. When the shared transaction
+    fails on a statement, each read is sent again alone, so an error reaches
+    the caller whose statement it is and no other. A caller that stops
+    waiting leaves the others their rows: the round trip goes on for them
+    (:func:`on_connection`); when the first caller, who sends it, leaves
+    before it went out, each of the others sends its reads alone.
     """
     key = (pool, tenant)
     batch = _open_batches.get(key)

@@ -121,3 +121,26 @@ async def test_a_read_whose_caller_left_before_it_was_sent_never_runs(pool: Asyn
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT is_called FROM never_sent")
         assert await cur.fetchone() == (False,)
+
+
+async def test_when_the_first_caller_leaves_before_sending_the_others_read_alone(pool: AsyncConnectionPool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("CREATE SEQUENCE first_left")
+    outcome: dict[str, Any] = {}
+
+    async def first() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # delivered at its first wait: the turn the others join in
+            await tenant_reads(pool, "acme", [Read("SELECT nextval('first_left')")])
+        outcome["first left"] = scope.cancelled_caught
+
+    async def joined() -> None:
+        outcome["rows"] = await tenant_reads(pool, "acme", [Read("SELECT 5")])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(joined)
+    assert outcome == {"first left": True, "rows": [[(5,)]]}
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT is_called FROM first_left")
+        assert await cur.fetchone() == (False,)
