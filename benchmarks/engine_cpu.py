@@ -1,7 +1,7 @@
 """A fused recall's CPU without HTTP, two source trees compared turn by turn on one stack.
 
-``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--against TREE]
-[--set KEY=VALUE ...] [--against-set KEY=VALUE ...] [--name X]``
+``python -m benchmarks.engine_cpu <home> [--size N] [--recalls R] [--turns T] [--concurrency C]
+[--against TREE] [--set KEY=VALUE ...] [--against-set KEY=VALUE ...] [--name X]``
 attaches to the stack a load run started in ``home`` (``/tmp/braid-load-*``,
 its writes paused as for :mod:`benchmarks.load.probe`). Each side gets a
 worker process that opens a Braid runtime on the stack's Postgres and
@@ -10,8 +10,10 @@ this tree, and ``TREE`` (a ``git worktree`` of another commit) with
 ``--against``; ``--set`` and ``--against-set`` override the config of each
 (dotted keys as :mod:`benchmarks.quality` takes them; ``--against-set``
 alone compares this tree with itself under other settings). Its recalls
-are the load's first ``R`` queries as fused recalls, one at a time,
-vectors supplied, ``track`` off and one ``reference_time`` (:data:`_BODY`).
+are the load's first ``R`` queries as fused recalls, ``C`` in flight (one
+at a time by default, as a service with one client sees them; 8 as the
+load's 8-client rows), vectors supplied, ``track`` off and one
+``reference_time`` (:data:`_BODY`).
 Each worker warms up :data:`WARMUP` passes (and loads the tenant's graph
 into its copy), then settles its heap and sets its collector as a serving
 process does (``service.app``) and waits. The workers then take ``T``
@@ -124,7 +126,7 @@ async def warm_runtime(
         yield engine, options, svc
 
 
-async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str]) -> None:
+async def _worker(home: Path, size: int, seed: int, recalls: int, concurrency: int, sets: list[str]) -> None:
     """A worker with the tree on ``sys.path``: ready once warm, then a timed
     pass for each ``pass`` line on its input, its answers' hash at ``done``."""
     from benchmarks.common import CpuMeter
@@ -141,7 +143,16 @@ async def _worker(home: Path, size: int, seed: int, recalls: int, sets: list[str
             if line.strip() != "pass":
                 break
             before, start = meter(), time.process_time()
-            answers = [await engine.recall(BIG_TENANT, opts) for opts in options]
+            if concurrency == 1:
+                answers = [await engine.recall(BIG_TENANT, opts) for opts in options]
+            else:
+                gate = asyncio.Semaphore(concurrency)
+
+                async def recall(opts: Any) -> Any:
+                    async with gate:
+                        return await engine.recall(BIG_TENANT, opts)
+
+                answers = list(await asyncio.gather(*(recall(opts) for opts in options)))
             after, spent = meter(), time.process_time() - start
             _say(
                 {
@@ -166,7 +177,8 @@ class _Worker:
         self.label = str(tree) + "".join(f" {s}" for s in sets)
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(args.home), "--size", str(args.size)]
-            + ["--seed", str(args.seed), "--recalls", str(args.recalls), "--worker"]
+            + ["--seed", str(args.seed), "--recalls", str(args.recalls), "--concurrency", str(args.concurrency)]
+            + ["--worker"]
             + [f"--set={s}" for s in sets],
             cwd=tree,
             env={**os.environ, "PYTHONPATH": str(tree)},
@@ -209,13 +221,18 @@ def _turn_ratio(turns: list[dict[str, Any]], mine: str, other: str) -> float:
     return statistics.median(pair[mine] / pair[other] for pair in by_turn.values())
 
 
+def _in_flight(concurrency: int) -> str:
+    return "one at a time" if concurrency == 1 else f"{concurrency} in flight"
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# A fused recall's CPU without HTTP (trees turn by turn)",
         "",
         f"Command: `{report['command']}`  ",
         f"Stack: a paused `benchmarks.load --size {report['size']}` run's Postgres and Typesense; "
-        f"{report['recalls']} of its queries as fused recalls, vectors supplied, `track` off, one at a time. "
+        f"{report['recalls']} of its queries as fused recalls, vectors supplied, `track` off, "
+        f"{_in_flight(report.get('concurrency', 1))}. "
         f"Each tree's worker warmed up {WARMUP} passes (and loaded the tenant's graph), then took its turns "
         "in alternating order, the other waiting: CPU ms per recall of that worker (engine, sources, fusion, "
         "block), of Postgres and of Typesense, a pass each turn.",
@@ -266,6 +283,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="the load run's --seed")
     parser.add_argument("--recalls", type=int, default=100, help="fused recalls a pass")
     parser.add_argument("--turns", type=int, default=10, help="timed passes of each tree")
+    parser.add_argument("--concurrency", type=int, default=1, help="recalls in flight in a pass")
     parser.add_argument("--against", type=Path, default=None, help="another source tree, measured turn by turn")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for this tree's worker"
@@ -281,10 +299,10 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(_worker(args.home, args.size, args.seed, args.recalls, args.set))
+        asyncio.run(_worker(args.home, args.size, args.seed, args.recalls, args.concurrency, args.set))
         return
-    if args.recalls < 1 or args.turns < 1:
-        parser.error("--recalls and --turns must be at least 1")
+    if args.recalls < 1 or args.turns < 1 or args.concurrency < 1:
+        parser.error("--recalls, --turns and --concurrency must be at least 1")
     if args.against is not None and args.against.resolve() == ROOT and args.set == args.against_set:
         parser.error("--against names this tree with the same settings: the two sides would be one")
     workers = [_Worker(ROOT, args, args.set)]
@@ -312,6 +330,7 @@ def main() -> None:
         "command": "python -m benchmarks.engine_cpu " + " ".join(sys.argv[1:]),
         "size": args.size,
         "recalls": args.recalls,
+        "concurrency": args.concurrency,
         "tree": mine,
         "medians": {k: _median(turns, mine, k) for k in kinds},
         "against": other,

@@ -51,6 +51,11 @@ def test_the_report_lists_each_turn_and_says_when_the_answers_differ() -> None:
     assert "The same answers: **no**." in markdown(_report(("a" * 64, "b" * 64)))
 
 
+def test_the_report_says_how_many_recalls_were_in_flight() -> None:
+    assert "`track` off, one at a time." in markdown(_report(("a" * 64, "a" * 64)))
+    assert "`track` off, 8 in flight." in markdown({**_report(("a" * 64, "a" * 64)), "concurrency": 8})
+
+
 def test_a_tree_worker_imports_that_tree_and_its_last_line_is_the_answer(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "pkg").mkdir(parents=True)
