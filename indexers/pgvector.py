@@ -58,7 +58,16 @@ from .own_index import (
     tenant_sql,
     tier_builds,
 )
-from .postgres import HIT_COLUMNS, PoolSource, Read, filter_clause, hit_from_row, schema_lock, tenant_reads
+from .postgres import (
+    HIT_COLUMNS,
+    PoolSource,
+    Read,
+    filter_clause,
+    hit_from_row,
+    schema_lock,
+    settings_read,
+    tenant_reads,
+)
 from .postgres.fold import (
     EPOCHS_SQL,
     NEUTRAL_IMPORTANCE,
@@ -371,15 +380,11 @@ def search_settings(ef_search: int) -> dict[str, str]:
     }
 
 
-#: :func:`set_search_params`' statement, one ``set_config`` a setting.
-_SET_SEARCH_SQL = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in search_settings(0))
-
-
 def search_settings_read(ef_search: int) -> Read:
     """:func:`search_settings` as one statement of a :func:`tenant_reads`
     batch: the statements after it in the transaction run under them, those
     before it do not."""
-    return Read(_SET_SEARCH_SQL, list(search_settings(ef_search).values()))
+    return settings_read(search_settings(ef_search))
 
 
 async def set_search_params(conn: psycopg.AsyncConnection, ef_search: int) -> None:
@@ -751,7 +756,7 @@ class PgvectorSource(PoolSource):
             if first is None:
                 first = wanted
             elif wanted != settings:
-                reads.append(Read(_SET_SEARCH_SQL, list(wanted.values())))
+                reads.append(settings_read(wanted))
                 plans.append(None)
                 counted.append(None)
             settings = wanted

@@ -45,6 +45,7 @@ from .pool import (
     open_replica_pool,
     schema_lock,
     scope_to_tenant,
+    settings_read,
     tenant_reads,
     tenant_transaction,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "TextArray",
     "schema_lock",
     "scope_to_tenant",
+    "settings_read",
     "tenant_counts",
     "tenant_reads",
     "tenant_transaction",

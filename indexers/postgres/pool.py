@@ -33,6 +33,7 @@ __all__ = [
     "open_replica_pool",
     "Read",
     "scope_to_tenant",
+    "settings_read",
     "tenant_reads",
     "tenant_transaction",
 ]
@@ -202,12 +203,31 @@ _SCOPE_SQL: dict[tuple[str, ...], str] = {}
 def _scope_sql(settings: tuple[str, ...]) -> str:
     sql = _SCOPE_SQL.get(settings)
     if sql is None:
-        if not all(_SETTING_RE.fullmatch(name) for name in settings):
-            raise ValueError(f"invalid setting name in {settings!r}")
-        calls = ["set_config('role', %s, true)", "set_config('braid.tenant', %s, true)"]
-        calls += [f"set_config('{name}', %s, true)" for name in settings]
+        calls = ["set_config('role', %s, true)", "set_config('braid.tenant', %s, true)", *_set_configs(settings)]
         sql = _SCOPE_SQL[settings] = "SELECT " + ", ".join(calls)
     return sql
+
+
+def _set_configs(names: tuple[str, ...]) -> list[str]:
+    """A transaction-local ``set_config`` call of each setting in ``names``, its value a parameter."""
+    if not all(_SETTING_RE.fullmatch(name) for name in names):
+        raise ValueError(f"invalid setting name in {names!r}")
+    return [f"set_config('{name}', %s, true)" for name in names]
+
+
+#: :func:`settings_read`'s statement for each tuple of setting names.
+_SETTINGS_SQL: dict[tuple[str, ...], str] = {}
+
+
+def settings_read(settings: Mapping[str, str]) -> Read:
+    """One statement of a :func:`tenant_reads` batch that sets ``settings``
+    (name -> value) for the rest of the transaction: the statements after
+    it run under them, those before it do not."""
+    names = tuple(settings)
+    sql = _SETTINGS_SQL.get(names)
+    if sql is None:
+        sql = _SETTINGS_SQL[names] = "SELECT " + ", ".join(_set_configs(names))
+    return Read(sql, [settings[n] for n in names])
 
 
 async def scope_to_tenant(
@@ -386,7 +406,7 @@ class _Asked:
 _open_batches: dict[tuple[AsyncConnectionPool, str], _Batch] = {}
 
 #: A joined read's answer when its batch was not sent or failed: ask alone.
-_ALONE: Any = object()
+_ALONE: list[list[Any]] = []
 
 
 class _Batch:
@@ -399,7 +419,7 @@ class _Batch:
     def __init__(self, key: tuple[AsyncConnectionPool, str], first: _Asked) -> None:
         self.key = key
         self.first = first
-        self.joined: list[tuple[_Asked, asyncio.Future[Any]]] = []
+        self.joined: list[tuple[_Asked, asyncio.Future[list[list[Any]]]]] = []
         self.started = False
 
     def admits(self, settings: Mapping[str, str] | None) -> bool:
@@ -414,14 +434,14 @@ class _Batch:
     async def join(self, asked: _Asked) -> list[list[Any]]:
         """``asked``'s rows, from the batch's round trip, or from its own when
         the batch is not sent or fails. Leaving cancels only its own part."""
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
         self.joined.append((asked, answer))
         rows = await answer
         if rows is _ALONE:
             return await _reads_in_one(
                 *self.key, asked.reads, settings=asked.settings, repeatable_read=asked.repeatable_read
             )
-        return rows  # type: ignore[no-any-return]
+        return rows
 
     def close(self) -> None:
         """Take no more reads."""
@@ -446,10 +466,11 @@ class _Batch:
         reads: list[Read] = []
         spans = [(0, 0)] * len(asked)
         for i in order:
-            if asked[i].settings:
-                reads.append(_settings_read(asked[i].settings))  # type: ignore[arg-type]
-            spans[i] = (len(reads), len(reads) + len(asked[i].reads))
-            reads.extend(asked[i].reads)
+            part = asked[i]
+            if part.settings:
+                reads.append(settings_read(part.settings))
+            spans[i] = (len(reads), len(reads) + len(part.reads))
+            reads.extend(part.reads)
         repeatable_read = any(a.repeatable_read for a in asked)
 
         async def work(conn: psycopg.AsyncConnection) -> list[list[Any]]:
@@ -479,21 +500,6 @@ class _Batch:
         finally:
             if not self.started:
                 self.alone()  # left before the round trip began: it never will
-
-
-#: :func:`_settings_read`'s statement for each tuple of setting names.
-_SETTINGS_SQL: dict[tuple[str, ...], str] = {}
-
-
-def _settings_read(settings: Mapping[str, str]) -> Read:
-    """One statement setting ``settings`` for the rest of the transaction."""
-    names = tuple(settings)
-    sql = _SETTINGS_SQL.get(names)
-    if sql is None:
-        if not all(_SETTING_RE.fullmatch(name) for name in names):
-            raise ValueError(f"invalid setting name in {names!r}")
-        sql = _SETTINGS_SQL[names] = "SELECT " + ", ".join(f"set_config('{n}', %s, true)" for n in names)
-    return Read(sql, [settings[n] for n in names])
 
 
 class PoolSource:
