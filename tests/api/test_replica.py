@@ -72,7 +72,10 @@ async def replicated(
     alias: str | None = None,
 ) -> AsyncIterator[Braid]:
     """A served Braid whose recalls may read ``replica`` (on a fresh database,
-    or on ``dsn``'s and ``alias``'s), once the router has read the replica."""
+    or on ``dsn``'s and ``alias``'s), once the replica has replayed past the
+    primary's position at the service's start, which every recall waits for
+    (``ReplicaRouter.wrote_before``): a test that pauses the replay before
+    that would find every recall on the primary."""
     dsn = dsn or fresh_database(postgres)
     database = urlsplit(dsn).path.lstrip("/")
     wait_visible(replica, database)
@@ -85,7 +88,8 @@ async def replicated(
         router = braid.runtime.engine.replica
         assert router is not None
         with anyio.fail_after(10):
-            while not router.router.up:
+            # A tenant that wrote nothing here waits for that position alone.
+            while not await router.router.use_replica("no writes here"):
                 await anyio.sleep(0.05)
         yield braid
 
