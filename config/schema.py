@@ -393,6 +393,12 @@ class TypesenseConfig(_Base, frozen=True):
     #: vector list. ``none``: no vectors in Typesense (its list is keyword
     #: only; the vectors are pgvector's), and no vector write.
     vectors: Literal["separate", "none"] = "separate"
+    #: Keyword documents also hold the English stems of their words, and the
+    #: ``bm25`` ranking scores each query word as itself and as its stem
+    #: (:func:`indexers.typesense.keywords.bm25_terms`). Documents written
+    #: while it was off gain their stems when written again (``POST
+    #: /admin/reindex {"target": "typesense"}`` rewrites them all).
+    stems: bool = False
     #: Collection pairs the tenants are spread over by a hash of their names:
     #: 1 is ``collection`` itself, ``n`` are ``<collection>_g0`` ..
     #: ``<collection>_g<n-1>`` (:mod:`indexers.typesense.groups`).

@@ -166,6 +166,7 @@ async def _open_runtime(
             cfg.embedding.dim,
             groups=cfg.typesense.groups,
             vectors=cfg.typesense.vectors == "separate",
+            stems=cfg.typesense.stems,
             placements=watcher.placements,
             clusters=clusters,
         )

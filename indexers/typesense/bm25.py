@@ -10,9 +10,10 @@ the lengths of its content and context (``length``, ``context_length``;
    (``filter_by: <narrow> && tenant_terms:=[t1,t2,...]``, each term behind
    a prefix of the tenant's key: :func:`~.documents.tenant_terms`; no text
    search at all);
-2. scores those candidates in Braid by BM25 over *every* query term, the
-   context counting ``bm25ContextWeight`` of the content (BM25F with two
-   fields): tf read from the candidate's stored ``term_counts`` (fetched
+2. scores those candidates in Braid by BM25 over *every* query term (its
+   words, and their stems as terms of a field of their own:
+   :func:`~.keywords.bm25_terms`), the context counting ``bm25ContextWeight``
+   of the content (BM25F with two fields): tf read from the candidate's stored ``term_counts`` (fetched
    with it; the texts themselves are not), its stored lengths, idf from each term's document frequency
    behind the recall's filter, the mean lengths from a facet over them
    behind the same filter (Typesense's facet stats give exact means);
@@ -42,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from .documents import counts_findall, keyed_terms, quoted_list
-from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf, normalised_text, term_count
+from .documents import counts_findall, keyed_terms, quoted_list, term_entries
+from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, STEM, TtlCache, idf, normalised_text, stems, term_count
 
 __all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
 
@@ -81,17 +82,22 @@ class CorpusStats:
 
 
 def select_terms(terms: Sequence[str], dfs: Mapping[str, int], budget: int) -> list[str]:
-    """The terms a candidate search filters on: rarest first (ties in query
-    order), while their summed document frequencies stay within ``budget``;
-    the rarest one always. A term no document had is kept (it costs nothing,
-    and a memory written since the count was cached is then found)."""
+    """The terms a candidate search filters on: the words rarest first (ties
+    in query order), then the stems (:data:`~.keywords.STEM`) rarest first,
+    while their summed document frequencies stay within ``budget``; the
+    rarest word always. A term no document had is kept (it costs nothing,
+    and a memory written since the count was cached is then found). Stems
+    come last so that they only add candidates: a page that overflows keeps
+    its shortest documents, and a stem filling it would push out long
+    documents holding the words."""
     chosen: list[str] = []
     summed = 0
-    for term in sorted(terms, key=lambda t: dfs[t]):
-        if summed and summed + dfs[term] > budget:
-            break
-        chosen.append(term)
-        summed += dfs[term]
+    for of_stems in (False, True):
+        for term in sorted((t for t in terms if t.startswith(STEM) == of_stems), key=lambda t: dfs[t]):
+            if summed and summed + dfs[term] > budget:
+                break
+            chosen.append(term)
+            summed += dfs[term]
     return chosen
 
 
@@ -122,10 +128,17 @@ def _mean(facet: Mapping[str, Any]) -> float | None:
     return float(stats["avg"]) if stats.get("total_values") and "avg" in stats else None
 
 
+def _entries(terms: Sequence[str]) -> list[str]:
+    """The ``tenant_terms`` entries of ``terms`` (:func:`~.documents.term_entries`), distinct."""
+    return list(dict.fromkeys(e for t in terms for e in term_entries(t)))
+
+
 def _filter(narrow: str, key: str, terms: Sequence[str], legacy_key: str | None = None) -> str:
-    keyed = keyed_terms(key, terms)
+    entries = _entries(terms)
+    keyed = keyed_terms(key, entries)
     if legacy_key is not None:
-        keyed += keyed_terms(legacy_key, terms)
+        # Written before stems were (migration 28 came after 26): words only.
+        keyed += keyed_terms(legacy_key, [e for e in entries if not e.startswith(STEM)])
     terms_clause = f"tenant_terms:={quoted_list(keyed)}"
     return f"{narrow} && {terms_clause}" if narrow else terms_clause
 
@@ -255,7 +268,7 @@ class Bm25Plan:
     def holds_sent(self, doc: Mapping[str, Any]) -> bool:
         """Whether the last candidate search (its ``tenant_terms:=[...]`` filter)
         would have found ``doc``: it holds one of the terms it was sent for."""
-        return self.sent is not None and not set(keyed_terms(self.key, self.sent)).isdisjoint(
+        return self.sent is not None and not set(keyed_terms(self.key, _entries(self.sent))).isdisjoint(
             doc.get("tenant_terms", ())
         )
 
@@ -269,33 +282,44 @@ class Bm25Plan:
         w = self.context_weight
         terms = self.terms
         total = self.stats.total if self.stats is not None else len(docs)
-        # A term's row in tf (the terms are distinct: keyword_terms).
+        # A term's row in tf (the terms are distinct: bm25_terms), and the
+        # rows each term_counts entry counts in (a stem's term counts its
+        # word's entry too: term_entries).
         row = {t: i for i, t in enumerate(terms)}
+        feeds: dict[str, list[int]] = {}
+        for t, i in row.items():
+            for entry in term_entries(t):
+                feeds.setdefault(entry, []).append(i)
         n = len(docs)
         lengths = np.empty(n)
         # The tf of each (term, candidate) the candidate has: every other one is 0.
         rows: list[int] = []
         cols: list[int] = []
         values: list[float] = []
-        findall = counts_findall(terms)
+        findall = counts_findall(list(feeds))
         for i, doc in enumerate(docs):
             counts = doc.get("term_counts")
             if counts is not None:
                 if findall is not None:
-                    for term, own_tf, around_tf in findall(counts):
-                        rows.append(row[term])
-                        cols.append(i)
-                        values.append(int(own_tf) + w * int(around_tf))
+                    for entry, own_tf, around_tf in findall(counts):
+                        value = int(own_tf) + w * int(around_tf)
+                        for j in feeds[entry]:
+                            rows.append(j)
+                            cols.append(i)
+                            values.append(value)
                 lengths[i] = doc["length"] + w * doc["context_length"]
             else:
                 # Written before documents had counts (migration 14 rewrites them):
-                # counted in the texts fetched with it.
+                # counted in the texts fetched with it (a stem's term: every word of that stem).
                 content = normalised_text(doc.get("content", ""))
                 context = normalised_text(doc.get("context") or "") if w else ""
+                stemmed = {t: " ".join(stems(t.split())) for t in (content, context)}
                 for t, j in row.items():
-                    f: float = term_count(content, t)
+                    stem = t.startswith(STEM)
+                    word = t[len(STEM) :] if stem else t
+                    f: float = term_count(stemmed[content] if stem else content, word)
                     if context:
-                        f += w * term_count(context, t)
+                        f += w * term_count(stemmed[context] if stem else context, word)
                     if f:
                         rows.append(j)
                         cols.append(i)

@@ -50,7 +50,8 @@ from config import is_safe_name
 
 from ..base import SHOWN_FIELDS, Filters, Hit, MemoryRecord
 from . import metadata
-from .keywords import STOPWORDS, text_terms
+from .keywords import STEM, STOPWORDS, is_own_stem, text_terms
+from .keywords import stems as stem_words
 
 __all__ = [
     "NO_EXPIRY",
@@ -66,8 +67,10 @@ __all__ = [
     "combined_document",
     "document_id",
     "keyed_terms",
+    "stem_key",
     "tenant_key",
     "tenant_terms",
+    "term_entries",
     "term_key",
     "TERM_KEY_DIGITS",
     "group_alias",
@@ -170,28 +173,57 @@ TERM_FIELDS = ("term_counts", "length", "context_length", "tenant_terms")
 KEY_FIELDS = ("tenant_key", "current_key")
 
 
-def document_terms(content: str, context: str | None) -> tuple[list[str], str, int, int]:
+def document_terms(content: str, context: str | None, stems: bool = False) -> tuple[list[str], str, int, int]:
     """The ``terms``, ``term_counts``, ``length`` and ``context_length`` of a
-    document: the distinct terms of the content and context
-    (:func:`~.keywords.text_terms`, the normalisation of query terms) without
-    stopwords, in order of first appearance; how often each occurs in the
-    content and in the context (``;<term>:<content>:<context>`` for each, then
-    ``;``; read by :func:`counts_reader`); and how many terms the
-    content and the context have, stopwords and repeats included (BM25's
-    document length)."""
+    document, with ``stems`` in two fields of one BM25 (:func:`~.keywords.bm25_terms`):
+
+    - words: the distinct words of the content and context that are not
+      stopwords (:func:`~.keywords.text_terms`, the normalisation of query
+      terms), in order of first appearance;
+    - with ``stems``, then, behind :data:`~.keywords.STEM`, the distinct
+      stems (:func:`~.keywords.stems`) of those of the words that are not
+      their own stem (``~paint`` for ``paints`` or ``painted``; ``paint``
+      itself is a stem's only as the word ``paint``: :func:`term_entries`).
+
+    ``term_counts``: how often each term occurs in the content and in the
+    context (``;<term>:<content>:<context>`` for each, then ``;``; read by
+    :func:`counts_reader`; a stem's, how often words of that stem other than
+    itself do). ``length`` and ``context_length``: how many words the content
+    and the context have, stopwords and repeats included (BM25's document
+    length)."""
     own = text_terms(content)
     around = text_terms(context) if context else []
-    terms = [t for t in dict.fromkeys(own + around) if t not in STOPWORDS]
+    words = [t for t in dict.fromkeys(own + around) if t not in STOPWORDS]
     in_own, in_around = Counter(own), Counter(around)
-    counts = "".join(f";{t}:{in_own[t]}:{in_around[t]}" for t in terms)
-    return terms, f"{counts};" if counts else "", len(own), len(around)
+    counts = "".join(f";{t}:{in_own[t]}:{in_around[t]}" for t in words)
+    if stems:
+        stem_own: Counter[str] = Counter()
+        stem_around: Counter[str] = Counter()
+        for word, stem in zip(words, stem_words(words), strict=True):
+            if stem != word:
+                stem_own[stem] += in_own[word]
+                stem_around[stem] += in_around[word]
+        words += [STEM + s for s in stem_own]
+        counts += "".join(f";{STEM}{s}:{stem_own[s]}:{stem_around[s]}" for s in stem_own)
+    return words, f"{counts};" if counts else "", len(own), len(around)
+
+
+@functools.lru_cache(maxsize=65_536)
+def term_entries(term: str) -> tuple[str, ...]:
+    """The ``term_counts`` entries (and ``tenant_terms`` values, through
+    :func:`keyed_terms`) that make up a query term's count in a document: a
+    word's own entry; for a stem's term (``~paint``), its own entry and, when
+    the stem is a word that is its own stem, that word's."""
+    if term.startswith(STEM) and is_own_stem(stem := term[len(STEM) :]):
+        return (term, stem)
+    return (term,)
 
 
 def counts_reader(terms: Sequence[str]) -> Callable[[str], dict[str, tuple[int, int]]]:
     """A reader of ``term_counts``: given a document's, the content and
     context counts of those of ``terms`` it has (one pass over it; a term
-    it lacks is not in the answer). Terms are alphanumerics only, so ``;``
-    and ``:`` never occur in one."""
+    it lacks is not in the answer). Terms are alphanumerics only (a stem's
+    behind ``~``), so ``;`` and ``:`` never occur in one."""
     findall = counts_findall(terms)
     if findall is None:
         return lambda counts: {}
@@ -245,9 +277,16 @@ def term_key(tenant: str) -> str:
 
 def keyed_terms(key: str, terms: Iterable[str]) -> list[str]:
     """``terms`` each behind ``key`` (a :func:`term_key`: fixed width, so no
-    two key and term pairs give one token), as ``tenant_terms`` holds them
-    and its filters name them."""
-    return [key + term for term in terms]
+    two key and term pairs give one token), a stem's (``~paint``) behind
+    :func:`stem_key` instead, as ``tenant_terms`` holds them and its filters
+    name them (Typesense's ``:=`` would ignore the ``~``)."""
+    return [stem_key(key) + term[len(STEM) :] if term.startswith(STEM) else key + term for term in terms]
+
+
+def stem_key(key: str) -> str:
+    """The key a tenant's stems are behind in ``tenant_terms``: its term key
+    with the top bit of the first digit flipped (never the key itself)."""
+    return f"{int(key[0], 16) ^ 8:x}{key[1:]}"
 
 
 def tenant_terms(tenant: str, terms: Iterable[str]) -> list[str]:
@@ -313,7 +352,7 @@ def _shared_fields(record: MemoryRecord) -> dict[str, Any]:
     return doc
 
 
-def record_document(record: MemoryRecord) -> dict[str, Any]:
+def record_document(record: MemoryRecord, *, stems: bool = False) -> dict[str, Any]:
     """The keyword document of a memory: the shared fields, its context, its
     terms behind the tenant's key with their counts and lengths
     (:func:`document_terms`, :func:`tenant_terms`) and ``superseded_by``;
@@ -322,7 +361,9 @@ def record_document(record: MemoryRecord) -> dict[str, Any]:
     hold them, in an older schema's ``terms``), and indexing them cost
     Typesense CPU on every import (``benchmarks/results/typesense-import-cost.md``)."""
     doc = _shared_fields(record)
-    terms, doc["term_counts"], doc["length"], doc["context_length"] = document_terms(record.content, record.context)
+    terms, doc["term_counts"], doc["length"], doc["context_length"] = document_terms(
+        record.content, record.context, stems
+    )
     doc["tenant_terms"] = tenant_terms(record.tenant, terms)
     if record.superseded_by is not None:
         doc["superseded_by"] = record.superseded_by
@@ -341,10 +382,10 @@ def vector_document(record: MemoryRecord) -> dict[str, Any]:
     return doc
 
 
-def combined_document(record: MemoryRecord) -> dict[str, Any]:
+def combined_document(record: MemoryRecord, *, stems: bool = False) -> dict[str, Any]:
     """Both documents in one, for a collection made by an older Braid that
     serves keyword and vector searches alike."""
-    doc = record_document(record)
+    doc = record_document(record, stems=stems)
     if record.embedding is not None:
         doc["embedding"] = [float(x) for x in record.embedding]
     return doc

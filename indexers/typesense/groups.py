@@ -47,6 +47,7 @@ class TypesenseGroups:
         *,
         groups: int = 1,
         vectors: bool = True,
+        stems: bool = False,
         placements: Placements | None = None,
         clusters: Sequence[TypesenseClient] = (),
     ) -> None:
@@ -59,11 +60,12 @@ class TypesenseGroups:
         self.groups = groups
         self.dim = dim
         self.vectors = vectors
+        self.stems = stems
         self.placements = placements if placements is not None else Placements()
         names = [alias] if groups == 1 else [f"{alias}_g{i}" for i in range(groups)]
         self._group_pattern = re.compile(re.escape(alias) + r"(?:_g(\d+))?")
         self.indexes: dict[str, TypesenseIndex] = {
-            name: TypesenseIndex(self.client_of(name), name, dim, vectors=vectors) for name in names
+            name: TypesenseIndex(self.client_of(name), name, dim, vectors=vectors, stems=stems) for name in names
         }
 
     async def compact(self) -> dict[str, str]:
@@ -126,13 +128,19 @@ class TypesenseGroups:
         """The index of ``tenant``'s own pair (:func:`~.placement.own_alias`),
         on its group's cluster, placed yet or not."""
         return TypesenseIndex(
-            self.client_of(self.group_of(tenant)), own_alias(self.alias, tenant), self.dim, vectors=self.vectors
+            self.client_of(self.group_of(tenant)),
+            own_alias(self.alias, tenant),
+            self.dim,
+            vectors=self.vectors,
+            stems=self.stems,
         )
 
     def index(self, alias: str) -> TypesenseIndex:
         """The index behind ``alias``: a group's, a moved tenant's, or one
         of an earlier layout (a job of which is cleared through it)."""
-        return self.indexes.get(alias) or TypesenseIndex(self.client_of(alias), alias, self.dim, vectors=self.vectors)
+        return self.indexes.get(alias) or TypesenseIndex(
+            self.client_of(alias), alias, self.dim, vectors=self.vectors, stems=self.stems
+        )
 
     async def ensure(self) -> list[str]:
         """Make sure the aliases of every group and moved tenant point at
@@ -285,7 +293,7 @@ class TypesenseGroups:
         them; returns the aliases removed (with their cluster when there are several)."""
         dropped = []
         for i, alias, name in await self.strays():
-            stray = TypesenseIndex(self.clients[i], alias, self.dim, vectors=self.vectors)
+            stray = TypesenseIndex(self.clients[i], alias, self.dim, vectors=self.vectors, stems=self.stems)
             await self.clients[i].delete_alias(vectors_alias(alias))
             await self.clients[i].delete_alias(alias)
             await stray.drop_collection(name)

@@ -55,7 +55,9 @@ class TypesenseIndex:
     (``typesense.vectors: none``) there are keyword collections only, and no
     vector is written."""
 
-    def __init__(self, client: TypesenseClient, alias: str, dim: int, *, vectors: bool = True) -> None:
+    def __init__(
+        self, client: TypesenseClient, alias: str, dim: int, *, vectors: bool = True, stems: bool = False
+    ) -> None:
         if not is_safe_name(alias):
             raise ValueError(f"invalid Typesense alias {alias!r}")
         if dim < 1:
@@ -64,6 +66,8 @@ class TypesenseIndex:
         self.alias = alias
         self.vectors_alias = vectors_alias(alias)
         self.vectors = vectors
+        #: Keyword documents hold their words' stems too (``typesense.stems``).
+        self.stems = stems
         self.dim = dim
         self._last_ms = 0
 
@@ -207,10 +211,12 @@ class TypesenseIndex:
         keyword, vectors = await self._write_targets(collection)
         vector_field = None if fresh else "embedding"
         if vectors is None:
-            await self.client.import_documents(keyword, [record_document(record) for record in records])
+            await self.client.import_documents(
+                keyword, [record_document(record, stems=self.stems) for record in records]
+            )
             return
         if keyword == vectors:
-            docs = [combined_document(record) for record in records]
+            docs = [combined_document(record, stems=self.stems) for record in records]
             await self.client.import_documents(keyword, docs, vector_field=vector_field, concurrency=IMPORT_CONCURRENCY)
             return
         errors: list[BackendError] = []
@@ -226,7 +232,7 @@ class TypesenseIndex:
         # The two collections are written at once (a keyword search may find
         # a memory whose vector document is still on its way, as before).
         async with anyio.create_task_group() as tg:
-            tg.start_soon(send, keyword, [record_document(record) for record in records], None)
+            tg.start_soon(send, keyword, [record_document(record, stems=self.stems) for record in records], None)
             tg.start_soon(send, vectors, [vector_document(record) for record in records], vector_field)
         if errors:
             raise errors[0]

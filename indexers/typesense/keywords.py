@@ -11,23 +11,31 @@ the terms that found them (:func:`idf_ranking`).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
+
+import Stemmer
 
 __all__ = [
     "COUNT_CACHE_SIZE",
     "COUNT_TTL_S",
     "MAX_TERMS",
+    "STEM",
     "STOPWORDS",
     "TtlCache",
+    "bm25_terms",
     "idf",
     "idf_ranking",
+    "is_own_stem",
     "keyword_query",
     "keyword_terms",
     "normalised_text",
+    "stems",
     "term_count",
     "text_terms",
 ]
@@ -119,6 +127,45 @@ def keyword_terms(text: str, cap: int = MAX_TERMS) -> list[str]:
         if term and term not in terms:
             terms.append(term)
     return terms[:cap]
+
+
+_STEMMERS = threading.local()
+
+#: Before a stem in the ``bm25`` mode's terms (:func:`bm25_terms`) and in a
+#: document's ``term_counts``: a term of the stem field. Never part of a
+#: normalised word (alphanumerics only).
+STEM = "~"
+
+
+def stems(words: Sequence[str]) -> list[str]:
+    """Each of ``words`` (normalised: :func:`text_terms`) as its English
+    Snowball stem ("porter2", PyStemmer), in order: ``researched`` and
+    ``researching`` are ``research``, ``paints`` and ``painting`` ``paint``.
+    Digits and words it has no rule for stay as they are. A stemmer is not
+    shared between threads."""
+    try:
+        stemmer = _STEMMERS.english
+    except AttributeError:
+        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+    stemmed: list[str] = stemmer.stemWords(words)
+    return stemmed
+
+
+@functools.lru_cache(maxsize=65_536)
+def is_own_stem(word: str) -> bool:
+    """Whether ``word`` is its own stem (``paint``, ``research``; not ``paints``)."""
+    return stems([word])[0] == word
+
+
+def bm25_terms(text: str, cap: int = MAX_TERMS) -> list[str]:
+    """The ``bm25`` mode's query terms: the words of :func:`keyword_terms`
+    (at most ``cap``), then each of their distinct stems behind :data:`STEM`.
+    A document matches a word's term by that word only, and a stem's term by
+    any word with that stem (:func:`~.documents.document_terms`), so the
+    exact form counts twice and another form once (two fields of one BM25,
+    as Lucene scores a stemmed and an unstemmed field)."""
+    words = keyword_terms(text, cap)
+    return words + [STEM + s for s in dict.fromkeys(stems(words))]
 
 
 def idf(df: int, total: int) -> float:

@@ -38,7 +38,7 @@ from .documents import (
     vector_literal,
     vectors_alias,
 )
-from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, idf_ranking, keyword_terms
+from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, TtlCache, bm25_terms, idf_ranking, keyword_terms
 from .placement import own_alias
 
 __all__ = ["KEYED_S", "MAX_PER_PAGE", "SUPERSEDED_SHARE", "TypesenseSource"]
@@ -214,7 +214,10 @@ class TypesenseSource:
         candidates = min(ts.candidates, MAX_PER_PAGE)
         # A semantic recall (vector only) searches no terms.
         cap = ts.bm25_max_terms if ts.keyword_mode == "bm25" else ts.max_terms
-        terms = keyword_terms(query.text, cap) if "keyword" in query.matches else []
+        # With typesense.stems, bm25 scores words and their stems (two fields).
+        stems = config.typesense.stems
+        query_terms = bm25_terms if ts.keyword_mode == "bm25" and stems else keyword_terms
+        terms = query_terms(query.text, cap) if "keyword" in query.matches else []
         total = self._totals.get(scope) if terms and ts.keyword_mode == "terms" else None
         bm25: Bm25Plan | None = None
         if terms and ts.keyword_mode == "bm25":
@@ -262,7 +265,7 @@ class TypesenseSource:
         # and so do the documents of memories rewritten since (their outbox rows
         # pending): the memory as stored now stands in for them, as one
         # document with its terms and, if read, its embedding.
-        pending = {r.id: combined_document(r) for r in await unindexed()}
+        pending = {r.id: combined_document(r, stems=stems) for r in await unindexed()}
         results: dict[str, dict[str, Any]] = {
             role: {
                 **answer,

@@ -34,7 +34,14 @@ from indexers.typesense import (
     keyword_query,
     narrow_filter,
 )
-from indexers.typesense.documents import combined_document, record_document, tenant_key, term_key, vector_literal
+from indexers.typesense.documents import (
+    combined_document,
+    record_document,
+    stem_key,
+    tenant_key,
+    term_key,
+    vector_literal,
+)
 
 API_KEY = "braid-test-key"
 DIM = 8
@@ -1249,3 +1256,84 @@ async def test_searches_reuse_kept_alive_connections(
     await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
     await asyncio.gather(*(client.multi_search(search) for _ in range(4)))
     assert opened <= 4
+
+
+# typesense.stems: words and their stems, two fields of the bm25 ranking
+
+
+@pytest.fixture
+async def stemmed(client: TypesenseClient, config: ConfigHolder) -> tuple[TypesenseIndex, TypesenseSource]:
+    """An index writing stems and a source asking for them (bm25, no floor)."""
+    config.config = msgspec.structs.replace(
+        config.config, typesense=msgspec.structs.replace(config.config.typesense, stems=True)
+    )
+    with_typesense(config, keyword_mode="bm25", relative_floor=0.0)
+    idx = TypesenseIndex(client, f"mem_{uuid.uuid4().hex[:12]}", DIM, stems=True)
+    await idx.ensure()
+    return idx, TypesenseSource(client, idx.alias, config)
+
+
+@pytest.mark.anyio
+async def test_stems_find_other_forms_of_a_word_and_rank_the_exact_one_first(
+    stemmed: tuple[TypesenseIndex, TypesenseSource], index: TypesenseIndex, source: TypesenseSource
+) -> None:
+    idx, src = stemmed
+    docs = [
+        record("researched", "She researched adoption agencies", i=0),
+        record("paints", "she paints daily", i=1),
+        record("paint", "I paint daily", i=2),
+        record("other", "a research-free day", i=3),
+    ]
+    await idx.upsert(docs)
+    assert await ids(src, q("what is she researching?")) == ["researched"]
+    # "paint": the word and its stem above the stem alone (same length).
+    assert await ids(src, q("paint")) == ["paint", "paints"]
+    # Stopwords are known as words: "having" is one, so it finds nothing.
+    assert await ids(src, q("having")) == []
+    # Without typesense.stems (the default): the words only.
+    await index.upsert(docs)
+    assert await ids(source, q("what is she researching?")) == []
+    assert await ids(source, q("paint")) == ["paint"]
+
+
+@pytest.mark.anyio
+async def test_stems_are_behind_their_own_key_and_filtered_after_the_words(
+    stemmed: tuple[TypesenseIndex, TypesenseSource], client: TypesenseClient
+) -> None:
+    idx, src = stemmed
+    await idx.upsert([record(f"o{i}", f"otters {i}", i=i) for i in range(3)] + [record("e", "eel pond", i=3)])
+    doc = await idx.fetch("o0", tenant="a")
+    assert doc is not None
+    key, stem = term_key("a"), stem_key(term_key("a"))
+    assert doc["tenant_terms"] == [key + "otters", key + "0", stem + "otter"]
+    assert doc["term_counts"] == ";otters:1:0;0:1:0;~otter:1:0;"
+    sent = SentSearches(client)
+    assert set(await ids(src, q("otter eel"))) == {"o0", "o1", "o2", "e"}
+    assert set(await ids(src, q("otter eel"))) == {"o0", "o1", "o2", "e"}
+    # Cold: the stats, a count for each word and each stem, the candidates.
+    assert len(sent.calls[0]) == 6
+    # Warm: the candidates only, the words rarest first ("otter" is in no
+    # document, "otters" is), then the stems (a stem's term also names its
+    # word when the word is its own stem).
+    (search,) = sent.calls[1]
+    assert search["filter_by"] == (f"{CURRENT_A} && tenant_terms:=[`{key}otter`,`{key}eel`,`{stem}eel`,`{stem}otter`]")
+
+
+@pytest.mark.anyio
+async def test_a_stem_that_would_overflow_the_page_is_left_out_of_the_filter(
+    stemmed: tuple[TypesenseIndex, TypesenseSource], client: TypesenseClient, config: ConfigHolder
+) -> None:
+    """An overflowing page keeps its shortest documents: a stem that would
+    overflow it is left out (the words are chosen first: unit tests), so a
+    long document holding the word stays."""
+    idx, src = stemmed
+    with_typesense(config, keyword_mode="bm25", relative_floor=0.0, bm25_candidates=3)
+    await idx.upsert(
+        [record("long", "the wren " + "and more words " * 10, i=0)]
+        + [record(f"s{i}", f"wrens {i}", i=i) for i in range(1, 5)]
+    )
+    assert await ids(src, q("wren")) == ["long"]  # warm-up: the counts
+    sent = SentSearches(client)
+    assert await ids(src, q("wren")) == ["long"]
+    (search,) = sent.calls[0]
+    assert search["filter_by"].endswith(f"tenant_terms:=[`{term_key('a')}wren`]")  # type: ignore[union-attr]

@@ -12,9 +12,17 @@ from hypothesis import strategies as st
 
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
-from indexers.typesense.bm25 import Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
-from indexers.typesense.documents import counts_reader, document_terms, record_document, term_key
-from indexers.typesense.keywords import idf, keyword_terms, normalised_text, term_count, text_terms
+from indexers.typesense.bm25 import BM25_B, BM25_K1, Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
+from indexers.typesense.documents import (
+    counts_reader,
+    document_terms,
+    keyed_terms,
+    record_document,
+    stem_key,
+    term_entries,
+    term_key,
+)
+from indexers.typesense.keywords import bm25_terms, idf, keyword_terms, normalised_text, stems, term_count, text_terms
 
 TRICKY = [
     "Don't stop—the e-mail's at 10:30, café İstanbul ΟΔΟΣ snake_case x² ½",
@@ -46,21 +54,80 @@ def test_term_count_skips_a_term_inside_a_word() -> None:
     assert term_count(text, "cats") == 1
 
 
-def test_document_terms_are_distinct_without_stopwords_and_lengths_count_all() -> None:
+def test_document_terms_are_distinct_words_then_stems_and_lengths_count_all() -> None:
+    # Without stems (typesense.stems false), the words only.
     assert document_terms("The cat saw the Cat.", "a dog's bone") == (
         ["cat", "saw", "dogs", "bone"],
         ";cat:2:0;saw:1:0;dogs:0:1;bone:0:1;",
         5,
         3,
     )
-    assert document_terms("Is it?", None) == ([], "", 2, 0)
+    assert document_terms("The cat saw the Cat.", "a dog's bone", stems=True) == (
+        ["cat", "saw", "dogs", "bone", "~dog"],
+        ";cat:2:0;saw:1:0;dogs:0:1;bone:0:1;~dog:0:1;",
+        5,
+        3,
+    )
+    assert document_terms("Is it?", None, stems=True) == ([], "", 2, 0)
+    # Stopwords are known as words, before stemming ("having" is one, "haves"
+    # not); a stem's count is of the other words of that stem.
+    assert document_terms("having haves painted painting paint", None, stems=True) == (
+        ["haves", "painted", "painting", "paint", "~have", "~paint"],
+        ";haves:1:0;painted:1:0;painting:1:0;paint:1:0;~have:1:0;~paint:2:0;",
+        5,
+        0,
+    )
+
+
+def test_a_stems_term_counts_every_word_of_that_stem_and_the_exact_word_twice() -> None:
+    """Words and stems are two fields of one BM25: "paint" finds "painted"
+    through its stem, and the word itself through both."""
+    assert stems(["researched", "researching", "research", "paints", "2023", "lgbtq"]) == [
+        "research",
+        "research",
+        "research",
+        "paint",
+        "2023",
+        "lgbtq",
+    ]
+    assert bm25_terms("What did Caroline research, and was she researching?") == [
+        "caroline",
+        "research",
+        "researching",
+        "~carolin",
+        "~research",
+    ]
+    assert term_entries("~research") == ("~research", "research")
+    assert term_entries("~univer") == ("~univer",)  # "univer" is not its own stem ("univ")
+    assert term_entries("research") == ("research",)
+    docs = [
+        record_document(_record("exact", "I paint"), stems=True),
+        record_document(_record("other", "two paintings"), stems=True),
+        record_document(_record("none", "a sculpture"), stems=True),
+    ]
+    plan = Bm25Plan(
+        "", term_key("t"), tuple(bm25_terms("paint")), 10, 1.0, "", CorpusStats(3, 2.0, None), {"paint": 1, "~paint": 2}
+    )
+    scores = plan.scores(docs)
+    assert list(scores) == ["exact", "other", "none"] and scores["none"] == 0.0
+    idf_word, idf_stem = idf(1, 3), idf(2, 3)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * 2 / 2.0)
+    one = (BM25_K1 + 1) / (1 + norm)
+    assert scores["exact"] == pytest.approx(idf_word * one + idf_stem * one)
+    assert scores["other"] == pytest.approx(idf_stem * one)
+
+
+def test_stems_are_behind_a_key_of_their_own() -> None:
+    key = term_key("tenant-a")
+    assert stem_key(key) != key and len(stem_key(key)) == len(key) and stem_key(stem_key(key)) == key
+    assert keyed_terms(key, ["paint", "~paint"]) == [key + "paint", stem_key(key) + "paint"]
 
 
 def test_term_counts_reads_a_terms_content_and_context_counts() -> None:
-    _, counts, _, _ = document_terms("cat 12 cat; cats", "12 12 x1 cat")
-    assert counts == ";cat:2:1;12:1:2;cats:1:0;x1:0:1;"
-    every = counts_reader(["cat", "12", "cats", "x1", "1", "at", "dog"])(counts)
-    assert [every.get(t, (0, 0)) for t in ("cat", "12", "cats", "x1", "1", "at", "dog")] == [
+    _, counts, _, _ = document_terms("cat 12 cat; cats", "12 12 x1 cat", stems=True)
+    assert counts == ";cat:2:1;12:1:2;cats:1:0;x1:0:1;~cat:1:0;"
+    every = counts_reader(["cat", "12", "cats", "x1", "1", "at", "dog", "~cat"])(counts)
+    assert [every.get(t, (0, 0)) for t in ("cat", "12", "cats", "x1", "1", "at", "dog", "~cat")] == [
         (2, 1),
         (1, 2),
         (1, 0),
@@ -68,6 +135,7 @@ def test_term_counts_reads_a_terms_content_and_context_counts() -> None:
         (0, 0),
         (0, 0),
         (0, 0),
+        (1, 0),
     ]
     assert counts_reader(["cat"])("") == {}
     read = counts_reader(["cat", "12", "at", "x1", "dog"])
@@ -80,15 +148,21 @@ def test_term_counts_reads_a_terms_content_and_context_counts() -> None:
 @given(
     texts=st.lists(
         st.tuples(
-            st.text(alphabet="ab c,.Ça1", max_size=40),
-            st.none() | st.text(alphabet="ab c,.Ça1", max_size=40),
+            st.text(alphabet="ab cs,.Ça1", max_size=40),
+            st.none() | st.text(alphabet="ab cs,.Ça1", max_size=40),
         ),
         min_size=1,
         max_size=6,
     ),
     # Not "a": a stopword, in no document's counts. A query's terms are stopwords
     # only when all of them are, and then no document's ``terms`` has them.
-    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "a1", "ça"]), min_size=1, max_size=4, unique=True),
+    # "~ab": the stem field ("ab", "abs", "abss"...).
+    query=st.lists(
+        st.sampled_from(["b", "ab", "ba", "c", "1", "a1", "ça", "bs", "~ab", "~ba", "~b", "~c"]),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
     weight=st.sampled_from([0.0, 0.3, 1.0]),
 )
 def test_ranking_from_term_counts_is_ranking_from_the_texts(
@@ -97,7 +171,7 @@ def test_ranking_from_term_counts_is_ranking_from_the_texts(
     """What a document's stored counts give is what counting its texts gives."""
     stored, fetched = [], []
     for i, (content, context) in enumerate(texts):
-        _, counts, length, context_length = document_terms(content, context)
+        _, counts, length, context_length = document_terms(content, context, stems=True)
         lengths = {"length": length, "context_length": context_length}
         stored.append({"memory_id": str(i), "term_counts": counts, **lengths})
         fetched.append({"memory_id": str(i), "content": content, "context": context, **lengths})
@@ -106,6 +180,18 @@ def test_ranking_from_term_counts_is_ranking_from_the_texts(
     assert _plan(query, dfs, stats=stats, weight=weight).ranking(stored) == _plan(
         query, dfs, stats=stats, weight=weight
     ).ranking(fetched)
+
+
+def _record(memory_id: str, content: str) -> MemoryRecord:
+    return MemoryRecord(
+        id=memory_id,
+        tenant="t",
+        content=content,
+        kind="fact",
+        tier="rag",
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        confidence=1.0,
+    )
 
 
 def test_record_document_carries_terms_and_length() -> None:
@@ -148,6 +234,17 @@ def test_select_terms_takes_the_rarest_within_the_budget() -> None:
     assert select_terms(terms, dfs, 2) == ["gone", "rare"]  # the first with documents always
     assert select_terms(["common"], dfs, 10) == ["common"]
     assert select_terms([], dfs, 10) == []
+
+
+def test_select_terms_takes_stems_only_after_the_words_and_within_the_budget() -> None:
+    dfs = {"rare": 2, "common": 100, "~rare": 5, "~common": 120, "~gone": 0}
+    terms = ["rare", "common", "~rare", "~common", "~gone"]
+    assert select_terms(terms, dfs, 1000) == ["rare", "common", "~gone", "~rare", "~common"]
+    # A word over the budget ends the words; a stem that fits still comes.
+    assert select_terms(terms, dfs, 50) == ["rare", "~gone", "~rare"]
+    # A stem never takes a word's place, however rare it is.
+    assert select_terms(["common", "~gone"], dfs, 100) == ["common", "~gone"]
+    assert select_terms(["common", "~rare"], dfs, 100) == ["common"]
 
 
 DOCS = [
