@@ -137,7 +137,7 @@ def _filter(narrow: str, key: str, terms: Sequence[str], legacy_key: str | None 
     entries = _entries(terms)
     keyed = keyed_terms(key, entries)
     if legacy_key is not None:
-        # Written before stems were (migration 28 came after 26): words only.
+        # Written before migration 26, long before typesense.stems: words only.
         keyed += keyed_terms(legacy_key, [e for e in entries if not e.startswith(STEM)])
     terms_clause = f"tenant_terms:={quoted_list(keyed)}"
     return f"{narrow} && {terms_clause}" if narrow else terms_clause
@@ -313,7 +313,11 @@ class Bm25Plan:
                 # counted in the texts fetched with it (a stem's term: every word of that stem).
                 content = normalised_text(doc.get("content", ""))
                 context = normalised_text(doc.get("context") or "") if w else ""
-                stemmed = {t: " ".join(stems(t.split())) for t in (content, context)}
+                stemmed = (
+                    {t: " ".join(stems(t.split())) for t in (content, context)}
+                    if any(t.startswith(STEM) for t in row)
+                    else {}
+                )
                 for t, j in row.items():
                     stem = t.startswith(STEM)
                     word = t[len(STEM) :] if stem else t
