@@ -28,6 +28,7 @@ __all__ = [
     "StoreUnavailable",
     "UnstorableValue",
     "WriteTimeout",
+    "failure_reason",
     "postgres_errors",
     "Filters",
     "Hit",
@@ -223,6 +224,17 @@ class UnstorableValue(BraidError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"a value in the request cannot be stored: {reason}")
+
+
+def failure_reason(exc: BaseException, seconds: float | None = None) -> str:
+    """Why a backend step failed, for a log line or a status. A deadline's
+    ``TimeoutError`` says nothing itself: it reads ``no answer within <ms> ms``
+    (``seconds``: the deadline), or ``timed out`` without one. Any other
+    error reads as its message, or its class name when it has none."""
+    text = str(exc).strip()
+    if isinstance(exc, TimeoutError) and not text:
+        return "timed out" if seconds is None else f"no answer within {seconds * 1000:g} ms"
+    return text or type(exc).__name__
 
 
 @contextmanager

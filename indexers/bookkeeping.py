@@ -25,6 +25,7 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from .base import failure_reason
 from .postgres import Read, TextArray, tenant_reads
 
 __all__ = ["Bookkeeper", "BookkeepingStats"]
@@ -139,7 +140,11 @@ class Bookkeeper:
                     )
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             self.failed += taken
-            log.warning("recall bookkeeping: a batch of %d uses was not written: %s", taken, exc)
+            log.warning(
+                "recall bookkeeping: a batch of %d uses was not written: %s",
+                taken,
+                failure_reason(exc, WRITE_TIMEOUT_S),
+            )
             return taken
         self.written += taken
         return taken

@@ -34,6 +34,7 @@ from .base import (
     Source,
     StoreUnavailable,
     WriteTimeout,
+    failure_reason,
     postgres_errors,
 )
 from .bookkeeping import Bookkeeper
@@ -143,9 +144,10 @@ class _Side:
         self.replica = replica
         self.failed: str | None = None
 
-    def fail(self, what: str, exc: BaseException) -> None:
+    def fail(self, what: str, exc: BaseException, seconds: float | None = None) -> None:
+        """Note ``what`` failed on the replica (``seconds``: the step's deadline, :func:`failure_reason`)."""
         if self.replica and self.failed is None:
-            self.failed = f"{what}: {str(exc).strip() or type(exc).__name__}"
+            self.failed = f"{what}: {failure_reason(exc, seconds)}"
 
 
 class _Unindexed:
@@ -529,15 +531,18 @@ class Engine:
         if cached is not None and cached[0] > now:
             return cached[1]
         store = self.store if side is None else side.store
+        deadline = cfg.query.speaker_lookup_ms / 1000.0
         try:
-            with anyio.fail_after(cfg.query.speaker_lookup_ms / 1000.0):
+            with anyio.fail_after(deadline):
                 names = await store.speakers(tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
             if side is not None and side.replica:
                 # The primary's list is read when the recall is answered again there.
-                side.fail("speaker list", exc)
+                side.fail("speaker list", exc, deadline)
                 return [] if cached is None else cached[1]
-            log.warning("speaker list unavailable, query analysis uses the last one read: %s", exc)
+            log.warning(
+                "speaker list unavailable, query analysis uses the last one read: %s", failure_reason(exc, deadline)
+            )
             names = [] if cached is None else cached[1]
         ttl = cfg.query.speaker_cache_ms / 1000.0
         if ttl > 0:
@@ -635,12 +640,13 @@ class Engine:
         """The tenant's write generation and whether its outbox is drained
         (:func:`indexers.postgres.read_generation`); None when Postgres does not
         answer within ``query.speakerLookupMs``."""
+        deadline = self.config.current.query.speaker_lookup_ms / 1000.0
         try:
-            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+            with anyio.fail_after(deadline):
                 return await read_generation(side.store.pool, tenant)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            side.fail("write generation", exc)
-            log.warning("write generation unavailable, this recall skips the cache: %s", exc)
+            side.fail("write generation", exc, deadline)
+            log.warning("write generation unavailable, this recall skips the cache: %s", failure_reason(exc, deadline))
             return None, False
 
     async def _compute(self, tenant: str, opts: RecallOptions, side: _Side) -> RecallResult:
@@ -808,12 +814,15 @@ class Engine:
         if not ids:
             return results
         live: set[str] | None = None
+        deadline = self.config.current.query.speaker_lookup_ms / 1000.0
         try:
-            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+            with anyio.fail_after(deadline):
                 live = await side.store.live(tenant, sorted(ids), as_of)
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            side.fail("lifecycle check", exc)
-            log.warning("lifecycle check unavailable, hits with a mem_key are left out: %s", exc)
+            side.fail("lifecycle check", exc, deadline)
+            log.warning(
+                "lifecycle check unavailable, hits with a mem_key are left out: %s", failure_reason(exc, deadline)
+            )
 
         def keep(h: Hit) -> bool:
             if live is not None:
@@ -865,13 +874,14 @@ class Engine:
         """``step``, a read a ranking factor needs, awaited for at most
         ``query.speakerLookupMs``; ``missing`` (the recall ranks without that
         factor, logged) when Postgres is slow or down."""
+        deadline = self.config.current.query.speaker_lookup_ms / 1000.0
         try:
-            with anyio.fail_after(self.config.current.query.speaker_lookup_ms / 1000.0):
+            with anyio.fail_after(deadline):
                 return await step
         except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-            side.fail(what, exc)
+            side.fail(what, exc, deadline)
             if not side.replica:
-                log.warning("%s unavailable, this recall ranks without them: %s", what, exc)
+                log.warning("%s unavailable, this recall ranks without them: %s", what, failure_reason(exc, deadline))
             return missing
 
 

@@ -62,7 +62,7 @@ from psycopg.rows import dict_row
 
 from config import BraidConfig, GraphSourceConfig
 
-from .base import Filters, Hit, SearchQuery, SourceUnavailable
+from .base import Filters, Hit, SearchQuery, SourceUnavailable, failure_reason
 from .graph_cache import Edge, GraphCache, Overlay, Refresh, Shares, TenantGraph, Walked, best
 from .lifecycle import Forgetting
 from .pagerank import pagerank_columns, personalized_pagerank
@@ -324,7 +324,7 @@ class GraphSource(PoolSource):
                     return
                 refresh.keep(await anyio.to_thread.run_sync(TenantGraph.of, delta))
         except (psycopg.Error, TimeoutError) as exc:
-            log.warning("graph of tenant %s not loaded: %s", tenant, str(exc).strip() or type(exc).__name__)
+            log.warning("graph of tenant %s not loaded: %s", tenant, failure_reason(exc, LOAD_TIMEOUT_S))
             return
         log.info("graph of tenant %s kept: %d rows read in %.2f s", tenant, len(delta), time.monotonic() - started)
 

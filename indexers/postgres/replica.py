@@ -32,6 +32,8 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ..base import failure_reason
+
 __all__ = [
     "PROBE_TIMEOUT_S",
     "RETRY_S",
@@ -223,7 +225,7 @@ class ReplicaRouter:
                         cur = await conn.execute("SELECT pg_last_wal_replay_lsn()::text")
                         row = await cur.fetchone()
             except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
-                self._mark_down(f"its replay position could not be read: {str(exc).strip() or type(exc).__name__}")
+                self._mark_down(f"its replay position could not be read: {failure_reason(exc, self.probe_timeout_s)}")
                 return None
             if row is None or row[0] is None:
                 self._mark_down("it is not a standby (pg_last_wal_replay_lsn() is null)")

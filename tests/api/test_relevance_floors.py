@@ -163,6 +163,26 @@ async def test_without_the_outbox_read_the_recall_still_answers(braid: Braid, ca
     assert "memories not yet indexed unavailable, this recall ranks without them: refused by the test" in caplog.text
 
 
+async def test_a_slow_outbox_read_is_logged_with_its_deadline(braid: Braid, caplog: Any) -> None:
+    """Postgres not answering the read of unindexed memories within
+    ``query.speakerLookupMs``: the recall goes on, and the log says which
+    deadline passed (a deadline's exception has no message of its own)."""
+    await braid.remember(*TURNS)
+    await braid.synced()
+    engine: Engine = braid.runtime.engine
+    deadline_ms = engine.config.current.query.speaker_lookup_ms
+
+    async def hangs(*_: Any, **__: Any) -> list[MemoryRecord]:
+        await anyio.sleep(30)
+        return []
+
+    engine.store.unindexed = hangs  # type: ignore[method-assign]
+    out = await braid.recall("favourite tea blend")
+    assert out["degraded"] == []
+    line = f"memories not yet indexed unavailable, this recall ranks without them: no answer within {deadline_ms:g} ms"
+    assert line in caplog.text
+
+
 async def test_each_source_returns_only_what_it_matched(braid: Braid) -> None:
     """In a small tenant no source lists every memory: pgvector keeps the
     memories near the query, Typesense those holding its rare words, the
