@@ -64,9 +64,11 @@ class TypesenseGroups:
         self.placements = placements if placements is not None else Placements()
         names = [alias] if groups == 1 else [f"{alias}_g{i}" for i in range(groups)]
         self._group_pattern = re.compile(re.escape(alias) + r"(?:_g(\d+))?")
-        self.indexes: dict[str, TypesenseIndex] = {
-            name: TypesenseIndex(self.client_of(name), name, dim, vectors=vectors, stems=stems) for name in names
-        }
+        self.indexes: dict[str, TypesenseIndex] = {name: self._index_on(self.client_of(name), name) for name in names}
+
+    def _index_on(self, client: TypesenseClient, alias: str) -> TypesenseIndex:
+        """An index of ``alias`` on ``client`` with this layout's dimension, vectors and stems."""
+        return TypesenseIndex(client, alias, self.dim, vectors=self.vectors, stems=self.stems)
 
     async def compact(self) -> dict[str, str]:
         """Every node of every cluster asked to compact its store
@@ -127,20 +129,12 @@ class TypesenseGroups:
     def own_index(self, tenant: str) -> TypesenseIndex:
         """The index of ``tenant``'s own pair (:func:`~.placement.own_alias`),
         on its group's cluster, placed yet or not."""
-        return TypesenseIndex(
-            self.client_of(self.group_of(tenant)),
-            own_alias(self.alias, tenant),
-            self.dim,
-            vectors=self.vectors,
-            stems=self.stems,
-        )
+        return self._index_on(self.client_of(self.group_of(tenant)), own_alias(self.alias, tenant))
 
     def index(self, alias: str) -> TypesenseIndex:
         """The index behind ``alias``: a group's, a moved tenant's, or one
         of an earlier layout (a job of which is cleared through it)."""
-        return self.indexes.get(alias) or TypesenseIndex(
-            self.client_of(alias), alias, self.dim, vectors=self.vectors, stems=self.stems
-        )
+        return self.indexes.get(alias) or self._index_on(self.client_of(alias), alias)
 
     async def ensure(self) -> list[str]:
         """Make sure the aliases of every group and moved tenant point at
@@ -293,7 +287,7 @@ class TypesenseGroups:
         them; returns the aliases removed (with their cluster when there are several)."""
         dropped = []
         for i, alias, name in await self.strays():
-            stray = TypesenseIndex(self.clients[i], alias, self.dim, vectors=self.vectors, stems=self.stems)
+            stray = self._index_on(self.clients[i], alias)
             await self.clients[i].delete_alias(vectors_alias(alias))
             await self.clients[i].delete_alias(alias)
             await stray.drop_collection(name)
