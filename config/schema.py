@@ -81,6 +81,11 @@ class QueryConfig(_Base, frozen=True):
     speaker_boost: Boost = 0.5
     #: score x (1 + timeBoost) for a memory created on a day the query names.
     time_boost: Boost = 0.6
+    #: A query naming dates that span at most this many days also has the
+    #: vector source search the memories created within them (UTC days),
+    #: without its relevance floors: the nearest there join the fusion as a
+    #: list of their own (``dates``), weighted as that source. 0 = off.
+    date_search_days: Annotated[int, Meta(ge=0, le=36_600)] = 31
     #: How long a process reuses a tenant's speaker list before re-reading it.
     speaker_cache_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 5000
     #: Longest a recall waits for the speaker list (then it uses the last one read).

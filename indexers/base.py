@@ -99,6 +99,10 @@ class SearchQuery(msgspec.Struct, frozen=True):
     #: source ranks them as it would once they arrive, so a memory written a
     #: moment ago is not pushed down by an index that has not caught up.
     unindexed: tuple[MemoryRecord, ...] = ()
+    #: ``False``: return the nearest without the source's relevance floors
+    #: (the recall's search within the dates its query names, where every
+    #: memory is a candidate). A source without floors ignores it.
+    floors: bool = True
 
 
 class Shown(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,7 +10,8 @@ import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_start
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
@@ -27,6 +28,7 @@ from .base import (
     BackendError,
     EmbeddingRefused,
     EmbeddingUnavailable,
+    Filters,
     Hit,
     MemoryRecord,
     SearchesFirst,
@@ -91,6 +93,10 @@ T = TypeVar("T")
 #: the newest ones. A longer backlog (Typesense down, a bulk import) is found
 #: by the other sources until the outbox catches up.
 UNINDEXED_LIMIT = 256
+
+#: The fused list of the search within the dates a query names
+#: (``query.dateSearchDays``, :meth:`Engine._dated_query`): the name its ranks show.
+DATES = "dates"
 
 #: Tenants whose speaker lists one process keeps (cleared whole when full).
 _SPEAKER_CACHE_TENANTS = 10_000
@@ -724,7 +730,12 @@ class Engine:
                 else source
                 for name, source in side.sources.items()
             }
-            searched = await search_all(sources, queries, cfg, self.tracing)
+            dated = self._dated_query(plan, cfg, queries, opts.filters)
+            dated_hits: list[Hit] = []
+            if dated is None:
+                searched = await search_all(sources, queries, cfg, self.tracing)
+            else:
+                searched, dated_hits = await self._search_with_dates(sources, queries, cfg, dated)
             if not unindexed.done:
                 # A read still waiting is of no use now.
                 reads.cancel_scope.cancel()
@@ -735,11 +746,17 @@ class Engine:
             if failing:
                 side.failed = side.failed or f"{', '.join(failing)}: {searched[failing[0]].status}"
         results = await self._current_only(tenant, searched, opts.filters.as_of, side)
+        lists = {name: r.hits for name, r in results.items()}
+        weights = {name: cfg.source(name).weight for name in results}
+        if dated is not None and dated_hits:
+            # Ranked like any source's list; its hits are read from Postgres as they are now.
+            lists[DATES] = dated_hits
+            weights[DATES] = cfg.source(dated[0]).weight
         ranking = rank(
-            {name: r.hits for name, r in results.items()},
+            lists,
             plan,
             k=cfg.rrf.k,
-            weights={name: cfg.source(name).weight for name in results},
+            weights=weights,
             factors=factor_weights(cfg),
             reference_time=now,
             min_confidence=min_conf,
@@ -757,6 +774,79 @@ class Engine:
         return _result(
             answer, results, plan, embedding_ms=embedding_ms, embedding_status=embedding_status, strategy=ran
         )
+
+    def _dated_query(
+        self, plan: QueryPlan, cfg: BraidConfig, queries: Mapping[str, SearchQuery], filters: Filters
+    ) -> tuple[str, SearchQuery] | None:
+        """The search within the dates the query names (``query.dateSearchDays``):
+        the query of this recall's vector source on Postgres, with a vector,
+        restricted to the memories created on those days (UTC, from the first
+        day's start to the last day's end, inside the request's own
+        ``created_after``/``created_before``) and without floors, and that
+        source's name. ``None`` when the query names no date or dates spanning
+        more than ``dateSearchDays`` days, no such source searches, or the days
+        and the request's filters do not overlap."""
+        if not plan.dates or DATES in queries:
+            return None
+        first_day = min(a for a, _ in plan.dates)
+        last_day = max(b for _, b in plan.dates)
+        if (last_day - first_day).days + 1 > cfg.query.date_search_days:
+            return None
+        name = next(
+            (n for n in queries if n in self._covering and n in self._on_postgres and queries[n].vector is not None),
+            None,
+        )
+        if name is None:
+            return None
+        first = datetime.combine(first_day, day_start.min, UTC)
+        last = datetime.combine(last_day + timedelta(days=1), day_start.min, UTC) - timedelta(microseconds=1)
+        if filters.created_after is not None:
+            first = max(first, filters.created_after)
+        if filters.created_before is not None:
+            last = min(last, filters.created_before)
+        if first > last:
+            return None
+        query = queries[name]
+        within = msgspec.structs.replace(query.filters, created_after=first, created_before=last)
+        return name, msgspec.structs.replace(query, filters=within, floors=False)
+
+    async def _search_with_dates(
+        self,
+        sources: Mapping[str, Source],
+        queries: Mapping[str, SearchQuery],
+        cfg: BraidConfig,
+        dated: tuple[str, SearchQuery],
+    ) -> tuple[dict[str, SourceResult], list[Hit]]:
+        """:func:`search_all` and, beside it, ``dated``'s search (its source's
+        own deadline). A failed or late dated search is logged and leaves an
+        empty list: the sources' answers stand without it."""
+        name, query = dated
+        deadline = cfg.source(name).deadline_ms / 1000.0
+        searched: dict[str, SourceResult] = {}
+        hits: list[Hit] = []
+
+        async def every_source() -> None:
+            searched.update(await search_all(sources, queries, cfg, self.tracing))
+
+        async def within_dates() -> None:
+            with anyio.move_on_after(deadline) as scope:
+                try:
+                    hits.extend(await sources[name].search(query))
+                except Exception as exc:  # the sources' own answers must not fail with it
+                    log.warning(
+                        "the search within the query's dates failed, this recall ranks without it: %s",
+                        failure_reason(exc, deadline),
+                    )
+            if scope.cancelled_caught:
+                log.warning(
+                    "the search within the query's dates had no answer within %.0f ms, this recall ranks without it",
+                    deadline * 1000,
+                )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(every_source)
+            tg.start_soon(within_dates)
+        return searched, hits
 
     async def _recent(self, tenant: str, opts: RecallOptions, side: _Side) -> RecallResult:
         """The ``recent`` strategy: the newest memories passing the filters, from

@@ -683,6 +683,8 @@ class PgvectorSource(PoolSource):
         rows.sort(key=lambda r: (-r["score"], r["id"]))
         section = cfg.source(self.name)
         assert isinstance(section, PgvectorSourceConfig)
+        if not query.floors:
+            return [hit_from_row(r, r["score"]) for r in rows[:limit]]
         floor = similarity_floor([r["similarity"] for r in rows], section.min_similarity, section.relative_floor)
         return [hit_from_row(r, r["score"]) for r in rows if r["similarity"] >= floor][:limit]
 
