@@ -70,7 +70,9 @@ def recall(
 def items_table(answer: Recall, width: int = 160) -> Table:
     """One row per item: its rank in each source, the RRF score, the factors
     (and the start of its content when ``width`` leaves room for it)."""
-    names = list(answer.sources) or sorted({s for item in answer.items for s in item.ranks})
+    names = list(answer.sources)
+    # Lists that are not sources (the search within the dates a query names, ``dates``) after them.
+    names += sorted({s for item in answer.items for s in item.ranks} - set(names))
     table = Table(
         title="items (rank in each source's list; score = rrf × factors)",
         title_justify="left",

@@ -393,6 +393,16 @@ def test_recall_prints_the_block_and_the_per_source_table(served: Live) -> None:
     assert set(body["sources"]) == {"typesense", "pgvector", "graph"}
 
 
+def test_recall_shows_the_search_within_the_named_dates_after_the_sources(served: Live) -> None:
+    with braid.Client(served.url, AGENT_A) as c:
+        c.remember([{"content": "We picked the blue logo for the launch", "created_at": "2024-03-05T10:00:00Z"}])
+    run = cli("recall", "What did we settle on 5 March 2024?", "--url", served.url, "--key", AGENT_A)
+    assert run.code == 0, run.err
+    assert "We picked the blue logo for the launch" in run.out
+    header = next(line for line in run.err.splitlines() if "typesense" in line and "rrf" in line)
+    assert header.index("graph") < header.index("dates") < header.index("rrf")
+
+
 def test_health_shows_each_backend(served: Live) -> None:
     run = cli("health", "--url", served.url)
     assert run.code == 0, run.err
