@@ -90,6 +90,14 @@ async def test_the_request_filters_bound_the_days(postgres: Any, typesense: Any,
             "settle",
             "agreed",
         }
+        # Two dates: every day from the first to the last.
+        both = await braid.recall("What did we settle between 1 March 2024 and 8 March 2024?", top_k=5)
+        assert {i["id"] for i in both["items"] if i["ranks"].get("dates") is not None} == {
+            "settle",
+            "logo",
+            "lunch",
+            "agreed",
+        }
         plain = await braid.recall("What did we settle on?", top_k=5)
         assert all("dates" not in i["ranks"] for i in plain["items"])
         # A year is more days than dateSearchDays: the time factor alone, as before.
