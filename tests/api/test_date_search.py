@@ -51,6 +51,11 @@ def ids(out: dict[str, Any]) -> list[str]:
     return [i["id"] for i in out["items"]]
 
 
+def dated(out: dict[str, Any]) -> list[str]:
+    """The ids the search within the named dates listed, in the answer's order."""
+    return [i["id"] for i in out["items"] if i["ranks"].get("dates") is not None]
+
+
 async def test_a_query_naming_a_day_finds_what_was_said_that_day(postgres: Any, typesense: Any, embedder: Any) -> None:
     async with app_with(postgres, typesense, embedder, days=0) as braid:
         without = await braid.recall(QUERY, top_k=5)
@@ -59,18 +64,18 @@ async def test_a_query_naming_a_day_finds_what_was_said_that_day(postgres: Any, 
         out = await braid.recall(QUERY, top_k=5)
         assert out["query"]["dates"] == [["2024-03-05", "2024-03-05"]]
         assert out["degraded"] == []
-        dated = {i["id"]: i for i in out["items"] if i["ranks"].get("dates") is not None}
         # The day's two memories, and nothing from another day.
-        assert set(dated) == {"logo", "lunch"}
+        assert set(dated(out)) == {"logo", "lunch"}
+        logo = next(i for i in out["items"] if i["id"] == "logo")
         # Weighted as pgvector, and the day's memories get the time factor.
-        rank = dated["logo"]["ranks"]["dates"]
-        assert dated["logo"]["contributions"]["dates"] == pytest.approx(1.0 / (60 + rank))
-        assert dated["logo"]["factors"]["time"] == pytest.approx(1.6)
+        rank = logo["ranks"]["dates"]
+        assert logo["contributions"]["dates"] == pytest.approx(1.0 / (60 + rank))
+        assert logo["factors"]["time"] == pytest.approx(1.6)
         # The other sources' lists are what they were: pgvector's floor still holds.
-        assert dated["logo"]["ranks"]["pgvector"] is None
+        assert logo["ranks"]["pgvector"] is None
         # A question about another day lists that day's memory only.
         other = await braid.recall("What happened on 8 March 2024?", top_k=5)
-        assert [i["id"] for i in other["items"] if i["ranks"].get("dates") is not None] == ["agreed"]
+        assert dated(other) == ["agreed"]
 
 
 async def test_the_request_filters_bound_the_days(postgres: Any, typesense: Any, embedder: Any) -> None:
@@ -81,23 +86,13 @@ async def test_the_request_filters_bound_the_days(postgres: Any, typesense: Any,
         assert "logo" not in ids(out) and "lunch" not in ids(out)
         # A filter inside the day narrows the search there.
         out = await braid.recall(QUERY, top_k=5, created_before="2024-03-05T11:00:00Z")
-        assert [i["id"] for i in out["items"] if i["ranks"].get("dates") is not None] == ["logo"]
+        assert dated(out) == ["logo"]
         # A month names its days; a query without a date searches no day.
         month = await braid.recall("What did we settle on in March 2024?", top_k=5)
-        assert {i["id"] for i in month["items"] if i["ranks"].get("dates") is not None} == {
-            "logo",
-            "lunch",
-            "settle",
-            "agreed",
-        }
+        assert set(dated(month)) == {"logo", "lunch", "settle", "agreed"}
         # Two dates: every day from the first to the last.
         both = await braid.recall("What did we settle between 1 March 2024 and 8 March 2024?", top_k=5)
-        assert {i["id"] for i in both["items"] if i["ranks"].get("dates") is not None} == {
-            "settle",
-            "logo",
-            "lunch",
-            "agreed",
-        }
+        assert set(dated(both)) == {"settle", "logo", "lunch", "agreed"}
         plain = await braid.recall("What did we settle on?", top_k=5)
         assert all("dates" not in i["ranks"] for i in plain["items"])
         # A year is more days than dateSearchDays: the time factor alone, as before.
