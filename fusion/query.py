@@ -27,9 +27,9 @@ _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(\d{4})"
 # Most specific first: a span taken by one pattern is not read again by a later one.
 _PATTERNS = (
-    ("dmy", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),
-    ("mdy", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I)),
-    ("my", re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", re.I)),
+    ("dmy", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?:,\s*|\s+){_YEAR}\b", re.I)),
+    ("mdy", re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,\s*|\s+){_YEAR}\b", re.I)),
+    ("my", re.compile(rf"\b{_MONTH}(?:,\s*|\s+)(?:of\s+)?{_YEAR}\b", re.I)),
     ("y", re.compile(r"\b(?:in\s+)?(19\d\d|20\d\d)\b", re.I)),
 )
 _SPACES = re.compile(r"\s+")
@@ -86,7 +86,7 @@ def _valid(year: int, month: int, day: int | None = None) -> bool:
 def date_ranges(text: str) -> tuple[list[tuple[date, date]], list[tuple[int, int]]]:
     """The day ranges named in ``text`` and the character spans naming them.
 
-    ``"13 October 2023"`` and ``"October 13, 2023"`` are one day,
+    ``"13 October 2023"``, ``"October 13, 2023"`` and ``"October 13,2023"`` are one day,
     ``"July 2023"`` the month, ``"2023"`` the year. An impossible date
     (``"31 February 2023"``) gives no range but its span is still reported.
     """

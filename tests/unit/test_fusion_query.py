@@ -14,6 +14,9 @@ from fusion import QueryPlan, analyze_query, date_ranges, score_factors
     [
         ("on 13 October 2023", [(date(2023, 10, 13), date(2023, 10, 13))]),
         ("on October 13, 2023", [(date(2023, 10, 13), date(2023, 10, 13))]),
+        ("on December 1,2023", [(date(2023, 12, 1), date(2023, 12, 1))]),
+        ("on 1 December,2023", [(date(2023, 12, 1), date(2023, 12, 1))]),
+        ("in December,2023", [(date(2023, 12, 1), date(2023, 12, 31))]),
         ("the 1st of Feb. 2024", [(date(2024, 2, 1), date(2024, 2, 1))]),
         ("in July 2023", [(date(2023, 7, 1), date(2023, 7, 31))]),
         ("in February, 2024", [(date(2024, 2, 1), date(2024, 2, 29))]),
