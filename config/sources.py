@@ -59,6 +59,13 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: frequencies (the most common query terms are left out of the filter
     #: beyond it); also the candidate search's page size.
     bm25_candidates: Annotated[int, Meta(ge=1, le=250)] = 150
+    #: ``bm25``: the candidate search takes every query term while their
+    #: summed document frequencies are within this many times
+    #: ``bm25_candidates`` (a document holding several terms is one
+    #: candidate: the sum overstates how many there are); should the page
+    #: overflow, it is searched again for the rarest terms within
+    #: ``bm25_candidates``. 1: those terms at once.
+    bm25_union: Annotated[float, Meta(ge=1.0, le=100.0)] = 2.0
     #: ``bm25``: query terms scored (the first ones, stopwords out). More than
     #: ``max_terms``: a term costs a count, not a search.
     bm25_max_terms: Annotated[int, Meta(ge=1, le=32)] = 16

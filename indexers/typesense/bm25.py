@@ -177,6 +177,12 @@ class Bm25Plan:
     #: :attr:`stats` are the filter's expired counts, and this plan counts them
     #: again (one plan at a time does: :meth:`Bm25Keywords.plan`).
     recount: bool = False
+    #: The candidate search takes every term while their summed document
+    #: frequencies are within this many times :attr:`budget` (documents holding
+    #: several terms count once in the answer: the sum overstates it); a page
+    #: that overflows then is searched again for the terms :func:`select_terms`
+    #: chooses (:meth:`learn`). 1: those terms at once.
+    union: float = 1.0
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -212,7 +218,10 @@ class Bm25Plan:
             (DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, self.key, [t], self.legacy_key)})
             for t in missing
         ]
-        chosen = select_terms(self.terms, self.dfs, self.budget) if not missing else self.terms
+        if missing or sum(self.dfs[t] for t in self.terms) <= self.budget * self.union:
+            chosen = list(self.terms)
+        else:
+            chosen = select_terms(self.terms, self.dfs, self.budget)
         searches.append(self._candidates(chosen))
         return searches
 
@@ -418,13 +427,14 @@ class Bm25Keywords:
         legacy_key: str | None = None,
         scope: str | None = None,
         drift: float = 0.0,
+        union: float = 1.0,
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
         tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
-        ``drift``: :attr:`Bm25Plan.drift`."""
+        ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
         recount = False
@@ -451,5 +461,6 @@ class Bm25Keywords:
             scope=scope,
             drift=drift,
             recount=recount,
+            union=union,
             _cache=self,
         )

@@ -232,6 +232,7 @@ class TypesenseSource:
                 legacy_key=tenant_key(tenant) if self.rewrite is not None and self.rewrite() else None,
                 scope=scope,
                 drift=ts.count_drift,
+                union=ts.bm25_union,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

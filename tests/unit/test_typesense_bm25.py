@@ -359,6 +359,29 @@ def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
     ]
 
 
+@pytest.mark.parametrize("union", [1.0, 1.5])
+def test_a_warm_plan_within_the_union_searches_every_term_then_the_chosen_ones_if_it_overflowed(
+    union: float,
+) -> None:
+    # 8 + 5 documents over a budget of 10: more than the budget, less than 1.5 times it.
+    plan = Bm25Plan(
+        "current_key:=k", "k", ("common", "rare"), 10, 1.0, "content", CorpusStats(1000, 10.0), {"common": 8, "rare": 5}
+    )
+    plan.union = union
+    (role, search), *more = plan.searches()
+    assert role == "bm25" and not more
+    every = "current_key:=k && tenant_terms:=[`kcommon`,`krare`]"
+    assert search["filter_by"] == (every if union > 1 else "current_key:=k && tenant_terms:=[`krare`]")
+    # Documents holding both terms count once: a page that held them all is the answer ...
+    assert plan.learn({"bm25": {"found": 10}}) is None
+    # ... and one that overflowed is searched again for the rarest terms within the budget.
+    again = plan.learn({"bm25": {"found": 13}})
+    if union > 1:
+        assert again is not None and again[1]["filter_by"] == "current_key:=k && tenant_terms:=[`krare`]"
+    else:
+        assert again is None  # it was sent for those already
+
+
 def test_while_the_rewrite_is_pending_every_filter_names_both_forms_of_a_term() -> None:
     plan = Bm25Plan(
         "current_key:=k", "k", ("common", "rare"), 10, 1.0, "content", None, {"common": 300}, legacy_key="kkkk"
