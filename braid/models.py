@@ -204,6 +204,9 @@ class QueryInfo(msgspec.Struct, frozen=True):
     current: bool = False
     #: Known speakers the query only addresses or names as who says it (not boosted).
     addressed: list[str] = msgspec.field(default_factory=list)
+    #: Known speakers named only as the other party of another named
+    #: speaker's act ("... recommend to Melanie"; not boosted).
+    others: list[str] = msgspec.field(default_factory=list)
 
 
 class Recall(msgspec.Struct, frozen=True):

@@ -18,7 +18,7 @@ from fusion.factors import (
     usage_factor,
     with_usage,
 )
-from fusion.query import QueryPlan, addressed, analyze_query, asks_current, date_ranges
+from fusion.query import QueryPlan, addressed, analyze_query, asks_current, date_ranges, other_party
 from fusion.rrf import Fused, rrf, rrf_one
 from fusion.tokens import Encoding, get_encoding
 
@@ -41,6 +41,7 @@ __all__ = [
     "asks_current",
     "apply_factors",
     "date_ranges",
+    "other_party",
     "format_block",
     "get_encoding",
     "rrf",

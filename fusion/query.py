@@ -17,7 +17,7 @@ from datetime import date
 
 import msgspec
 
-__all__ = ["QueryPlan", "addressed", "analyze_query", "asks_current", "date_ranges"]
+__all__ = ["QueryPlan", "addressed", "analyze_query", "asks_current", "date_ranges", "other_party"]
 
 _MONTHS = {
     name: number for number, full in enumerate(calendar.month_name) if full for name in (full.lower(), full[:3].lower())
@@ -75,6 +75,11 @@ class QueryPlan(msgspec.Struct, frozen=True):
     #: labels as its speaker ("Melanie: ..."): taken out of the searched text
     #: like the others, but not boosted (:func:`addressed`).
     addressed: tuple[str, ...] = ()
+    #: Known speakers the query names only as the other party of another
+    #: named speaker ("What did Caroline recommend to Melanie?", "What does
+    #: Melanie think of Caroline's plan?"): taken out of the searched text,
+    #: not boosted (:func:`other_party`).
+    others: tuple[str, ...] = ()
 
 
 def _valid(year: int, month: int, day: int | None = None) -> bool:
@@ -170,6 +175,30 @@ def addressed(text: str, start: int, end: int, speakers: Iterable[str] = ()) -> 
     return True
 
 
+#: What makes the name after it the other party of someone's act ("recommend
+#: to Melanie", "went with her friend Melanie"); "according to Melanie" does not.
+_TO_OTHER = re.compile(
+    r"(?<!according\s)\b(?:to|with|for)\s+(?:(?:his|her|their|my|your|our)\s+(?:friend|buddy|pal)\s+)?$", re.I
+)
+_JOINED_AFTER = re.compile(r"\s*(?:and|or|&)\s", re.I)
+_JOINED_BEFORE = re.compile(r"(?:\band|\bor|&)\s+$", re.I)
+
+
+def other_party(text: str, start: int, end: int) -> bool:
+    """Whether the name at ``text[start:end]`` names the other party of
+    someone's act rather than who acts: right after "to", "with" or "for"
+    ("What did Caroline recommend to Melanie?", "... shared with his friend
+    Tim"), or possessive ("What does Melanie think about Caroline's
+    decision?"). Not when joined to another name ("Tim and John's favourite
+    player", "for Nate and Joanna") or after "according to".
+    """
+    name = text[start:end]
+    possessive = name.endswith(("'s", "’s"))
+    if _JOINED_AFTER.match(text[end:]) or _JOINED_BEFORE.search(text[:start]):
+        return False
+    return possessive or _TO_OTHER.search(text[:start]) is not None
+
+
 def analyze_query(
     text: str,
     speakers: Iterable[str] = (),
@@ -181,7 +210,9 @@ def analyze_query(
 
     A speaker the text is about goes to ``speakers`` (boosted after fusion);
     one it only addresses or labels as its speaker (:func:`addressed`) to
-    ``addressed`` (not boosted), unless the text is also about them. With
+    ``addressed`` (not boosted), unless the text is also about them; of
+    several it is about, one named only as another's other party
+    (:func:`other_party`) to ``others`` (not boosted), unless all are. With
     ``strip_*`` both, and the dates, are removed from the searched text,
     unless nothing would be left, in which case the text stays whole. A
     text that is nothing but the name is about them.
@@ -189,6 +220,7 @@ def analyze_query(
     named: list[str] = []
     spoken_to: list[str] = []
     spans: list[tuple[int, int]] = []
+    named_at: dict[str, list[tuple[int, int]]] = {}
     lowered = text.lower()
     # A plain substring test first: a tenant may have thousands of speakers.
     candidates = {s for s in speakers if s.strip() and s.lower() in lowered}
@@ -199,10 +231,17 @@ def analyze_query(
             alone = not any(c.isalnum() for c in text[: found[0][0]] + text[found[0][1] :]) and len(found) == 1
             if alone or not all(addressed(text, a, b, candidates) for a, b in found):
                 named.append(name)
+                named_at[name] = found
             else:
                 spoken_to.append(name)
             if strip_speakers:
                 spans.extend(found)
+    # Of several speakers the query is about, one named only as another's
+    # other party is not boosted, unless every one of them is named so.
+    others = [n for n in named if all(other_party(text, a, b) for a, b in named_at[n])] if len(named) > 1 else []
+    if len(others) == len(named):
+        others = []
+    named = [n for n in named if n not in others]
     ranges, date_spans = date_ranges(text)
     if strip_dates:
         spans.extend(date_spans)
@@ -218,4 +257,5 @@ def analyze_query(
         dates=tuple(ranges),
         current=asks_current(text),
         addressed=tuple(sorted(spoken_to)),
+        others=tuple(sorted(others)),
     )

@@ -1037,6 +1037,7 @@ def _result(
             dates=list(plan.dates),
             current=plan.current,
             addressed=list(plan.addressed),
+            others=list(plan.others),
         ),
         strategy=strategy,
     )

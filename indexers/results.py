@@ -86,6 +86,10 @@ class QueryInfo(msgspec.Struct):
     #: Known speakers the query only addresses ("Thanks, Melanie!") or names
     #: as who says it ("Melanie: ..."): taken out of the searched text, not boosted.
     addressed: list[str] = msgspec.field(default_factory=list)
+    #: Known speakers named only as the other party of another named speaker
+    #: ("What did Caroline recommend to Melanie?"): taken out of the searched
+    #: text, not boosted.
+    others: list[str] = msgspec.field(default_factory=list)
 
 
 EmbeddingStatus = Literal["ok", "client", "timeout", "error", "none"]

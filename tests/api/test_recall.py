@@ -152,6 +152,7 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
         "dates": [["2023-07-01", "2023-07-31"]],
         "current": False,
         "addressed": [],
+        "others": [],
     }
     items = {i["id"]: i for i in out["items"]}
     assert set(items) == set(ids)
@@ -193,6 +194,32 @@ async def test_a_speaker_the_query_addresses_is_not_boosted(braid: Braid) -> Non
     assert boosted[ids[1]] == 1.5
     assert paint["items"][0]["id"] == ids[1]
     assert all(boosted[i] is None for i in (ids[2], ids[3]) if i in boosted)
+
+
+async def test_a_speaker_named_only_as_the_other_party_is_not_boosted(braid: Braid) -> None:
+    """ "What book did Caroline recommend to Melanie?" asks what Caroline
+    did: her memories get the speaker factor, Melanie's none (before, both
+    were boosted, which boosted every memory of the chat)."""
+    said = [
+        ("Caroline", "You should read Becoming Nicole, it changed my life."),
+        ("Melanie", "I read a great book about painting last week."),
+    ]
+    ids = await braid.remember(*({"content": t, "speaker": s} for s, t in said))
+    await braid.synced()
+    out = await braid.recall("What book did Caroline recommend to Melanie?", top_k=2)
+    query = out["query"]
+    assert (query["text"], query["speakers"], query["others"], query["addressed"]) == (
+        "What book did recommend to ?",
+        ["Caroline"],
+        ["Melanie"],
+        [],
+    )
+    boosted = {i["id"]: i["factors"].get("speaker") for i in out["items"]}
+    assert boosted == {ids[0]: 1.5, ids[1]: None}
+    # Both named as who acts: both boosted.
+    both = await braid.recall("What books did Caroline and Melanie read?", top_k=2)
+    assert (both["query"]["speakers"], both["query"]["others"]) == (["Caroline", "Melanie"], [])
+    assert {i["factors"].get("speaker") for i in both["items"]} == {1.5}
 
 
 async def test_the_speaker_list_is_read_again_after_a_write_names_a_new_speaker_only(

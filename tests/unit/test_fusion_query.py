@@ -44,8 +44,9 @@ def test_analyze_strips_named_speakers_and_dates() -> None:
     )
     assert plan == QueryPlan(
         text="What kind of painting did share with friends on ?",
-        speakers=("Caroline", "Melanie"),
+        speakers=("Caroline",),
         dates=((date(2023, 10, 13), date(2023, 10, 13)),),
+        others=("Melanie",),  # the other party of Caroline's act: not boosted
     )
 
 
@@ -183,6 +184,35 @@ def test_a_name_used_to_address_someone_is_not_what_the_query_is_about(
 ) -> None:
     plan = analyze_query(text, SPEAKERS)
     assert (plan.speakers, plan.addressed, plan.text) == (about, spoken_to, searched)
+
+
+@pytest.mark.parametrize(
+    ("text", "about", "others"),
+    [
+        # The other party of a named speaker's act: after to/with/for, or possessive.
+        ("What book did Caroline recommend to Melanie?", ("Caroline",), ("Melanie",)),
+        ("What does Gina say to Jon about the opening?", ("Gina",), ("Jon",)),
+        ("What did Caroline share with her friend Melanie?", ("Caroline",), ("Melanie",)),
+        ("What did Jon buy for Gina?", ("Jon",), ("Gina",)),
+        ("What does Melanie think about Caroline's decision?", ("Melanie",), ("Caroline",)),
+        # Joined to another name, after "according to", or every name so: all are boosted.
+        ("Who is Caroline and Melanie's favourite painter?", ("Caroline", "Melanie"), ()),
+        ("Was it a good month for Jon and Gina?", ("Gina", "Jon"), ()),
+        ("According to Gina, what makes Jon a good mentor?", ("Gina", "Jon"), ()),
+        ("Caroline's gift to Melanie?", ("Caroline", "Melanie"), ()),
+        ("When did Caroline meet Melanie?", ("Caroline", "Melanie"), ()),
+        # One speaker alone is what the query is about, however it is named.
+        ("What did you recommend to Melanie?", ("Melanie",), ()),
+        ("What are Caroline's plans?", ("Caroline",), ()),
+    ],
+)
+def test_a_speaker_named_only_as_the_other_party_of_anothers_act_is_not_boosted(
+    text: str, about: tuple[str, ...], others: tuple[str, ...]
+) -> None:
+    speakers = [*SPEAKERS, "Gina"]
+    plan = analyze_query(text, speakers)
+    assert (plan.speakers, plan.others, plan.addressed) == (about, others, ())
+    assert not any(name in plan.text for name in speakers)
 
 
 def test_an_addressed_speaker_is_not_boosted() -> None:
