@@ -36,6 +36,7 @@ search for every term, and a second search only if that one overflowed.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -218,10 +219,12 @@ class Bm25Plan:
             (DF + t, {"q": "*", "per_page": 0, "filter_by": _filter(self.filter_by, self.key, [t], self.legacy_key)})
             for t in missing
         ]
-        if missing or sum(self.dfs[t] for t in self.terms) <= self.budget * self.union:
+        if missing:
             chosen = list(self.terms)
         else:
-            chosen = select_terms(self.terms, self.dfs, self.budget)
+            # Within the union every term goes, in select_terms' order.
+            every = sum(self.dfs[t] for t in self.terms) <= self.budget * self.union
+            chosen = select_terms(self.terms, self.dfs, sys.maxsize if every else self.budget)
         searches.append(self._candidates(chosen))
         return searches
 

@@ -1320,14 +1320,16 @@ async def test_stems_are_behind_their_own_key_and_filtered_after_the_words(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("union", [1.0, 2.0])
 async def test_a_stem_that_would_overflow_the_page_is_left_out_of_the_filter(
-    stemmed: tuple[TypesenseIndex, TypesenseSource], client: TypesenseClient, config: ConfigHolder
+    stemmed: tuple[TypesenseIndex, TypesenseSource], client: TypesenseClient, config: ConfigHolder, union: float
 ) -> None:
     """An overflowing page keeps its shortest documents: a stem that would
     overflow it is left out (the words are chosen first: unit tests), so a
-    long document holding the word stays."""
+    long document holding the word stays. Within ``bm25Union`` it is asked
+    for first, and left out when the page overflows."""
     idx, src = stemmed
-    with_typesense(config, keyword_mode="bm25", relative_floor=0.0, bm25_candidates=3)
+    with_typesense(config, keyword_mode="bm25", relative_floor=0.0, bm25_candidates=3, bm25_union=union)
     await idx.upsert(
         [record("long", "the wren " + "and more words " * 10, i=0)]
         + [record(f"s{i}", f"wrens {i}", i=i) for i in range(1, 5)]
@@ -1335,5 +1337,11 @@ async def test_a_stem_that_would_overflow_the_page_is_left_out_of_the_filter(
     assert await ids(src, q("wren")) == ["long"]  # warm-up: the counts
     sent = SentSearches(client)
     assert await ids(src, q("wren")) == ["long"]
-    (search,) = sent.calls[0]
-    assert search["filter_by"].endswith(f"tenant_terms:=[`{term_key('a')}wren`]")  # type: ignore[union-attr]
+    word = f"tenant_terms:=[`{term_key('a')}wren`]"
+    if union == 1.0:  # 1 + 5 documents over a page of 3: the stem at once
+        (search,) = sent.calls[0]
+        assert len(sent.calls) == 1
+    else:  # within twice the page: the stem too, then the word alone (5 found)
+        (first,), (search,) = sent.calls
+        assert str(first["filter_by"]).endswith(f"`{stem_key(term_key('a'))}wren`]")
+    assert search["filter_by"].endswith(word)  # type: ignore[union-attr]

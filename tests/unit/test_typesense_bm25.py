@@ -370,7 +370,7 @@ def test_a_warm_plan_within_the_union_searches_every_term_then_the_chosen_ones_i
     plan.union = union
     (role, search), *more = plan.searches()
     assert role == "bm25" and not more
-    every = "current_key:=k && tenant_terms:=[`kcommon`,`krare`]"
+    every = "current_key:=k && tenant_terms:=[`krare`,`kcommon`]"  # rarest first
     assert search["filter_by"] == (every if union > 1 else "current_key:=k && tenant_terms:=[`krare`]")
     # Documents holding both terms count once: a page that held them all is the answer ...
     assert plan.learn({"bm25": {"found": 10}}) is None
