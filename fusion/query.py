@@ -217,10 +217,9 @@ def analyze_query(
     unless nothing would be left, in which case the text stays whole. A
     text that is nothing but the name is about them.
     """
-    named: list[str] = []
+    named: dict[str, list[tuple[int, int]]] = {}  # each speaker it is about: where
     spoken_to: list[str] = []
     spans: list[tuple[int, int]] = []
-    named_at: dict[str, list[tuple[int, int]]] = {}
     lowered = text.lower()
     # A plain substring test first: a tenant may have thousands of speakers.
     candidates = {s for s in speakers if s.strip() and s.lower() in lowered}
@@ -230,18 +229,16 @@ def analyze_query(
         if found:
             alone = not any(c.isalnum() for c in text[: found[0][0]] + text[found[0][1] :]) and len(found) == 1
             if alone or not all(addressed(text, a, b, candidates) for a, b in found):
-                named.append(name)
-                named_at[name] = found
+                named[name] = found
             else:
                 spoken_to.append(name)
             if strip_speakers:
                 spans.extend(found)
     # Of several speakers the query is about, one named only as another's
     # other party is not boosted, unless every one of them is named so.
-    others = [n for n in named if all(other_party(text, a, b) for a, b in named_at[n])] if len(named) > 1 else []
-    if len(others) == len(named):
+    others = [n for n, at in named.items() if all(other_party(text, a, b) for a, b in at)]
+    if len(others) == len(named):  # one speaker alone, or all named so
         others = []
-    named = [n for n in named if n not in others]
     ranges, date_spans = date_ranges(text)
     if strip_dates:
         spans.extend(date_spans)
@@ -253,7 +250,7 @@ def analyze_query(
         searched = text
     return QueryPlan(
         text=searched,
-        speakers=tuple(sorted(named)),
+        speakers=tuple(sorted(set(named) - set(others))),
         dates=tuple(ranges),
         current=asks_current(text),
         addressed=tuple(sorted(spoken_to)),
