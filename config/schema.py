@@ -77,6 +77,10 @@ class QueryConfig(_Base, frozen=True):
     strip_speakers: bool = True
     #: Take the calendar dates the query names out of the searched text.
     strip_dates: bool = True
+    #: Also read the dates a query names relative to the recall's reference
+    #: time ("yesterday", "a week ago", "3 months ago"), for the time factor
+    #: and the dated search; they stay in the searched text.
+    relative_dates: bool = True
     #: score x (1 + speakerBoost) for a memory whose speaker the query names.
     speaker_boost: Boost = 0.5
     #: score x (1 + timeBoost) for a memory created on a day the query names.

@@ -13,11 +13,11 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Iterable
-from datetime import date
+from datetime import date, timedelta
 
 import msgspec
 
-__all__ = ["QueryPlan", "addressed", "analyze_query", "asks_current", "date_ranges", "other_party"]
+__all__ = ["QueryPlan", "addressed", "analyze_query", "asks_current", "date_ranges", "other_party", "relative_ranges"]
 
 _MONTHS = {
     name: number for number, full in enumerate(calendar.month_name) if full for name in (full.lower(), full[:3].lower())
@@ -124,6 +124,46 @@ def date_ranges(text: str) -> tuple[list[tuple[date, date]], list[tuple[int, int
     return ranges, sorted(spans)
 
 
+_COUNTS = {
+    **{w: n for n, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split(), 1)},
+    "a": 1,
+    "an": 1,
+    "a couple of": 2,
+    "couple of": 2,
+}
+_UNIT_DAYS = {"day": 1.0, "week": 7.0, "month": 365.25 / 12, "year": 365.25}
+_COUNT = r"(\d{1,3}|" + "|".join(sorted((re.escape(w) for w in _COUNTS), key=len, reverse=True)) + r")"
+_AGO = re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b", re.I)
+_YESTERDAY = re.compile(r"\b(the\s+day\s+before\s+)?yesterday\b", re.I)
+
+
+def relative_ranges(text: str, today: date) -> list[tuple[date, date]]:
+    """The day ranges ``text`` names relative to ``today``: ``"yesterday"``,
+    ``"the day before yesterday"``, ``"<n> days/weeks/months/years ago"``
+    (``n`` in digits, or a word up to twelve, ``"a"``, ``"a couple of"``).
+
+    An offset of ``o`` days is read with a quarter of it either side, rounded,
+    and never after ``today``: "yesterday" is that day, "a week ago" the 9th to
+    the 5th day before today, "four weeks ago" the 35th to the 21st, "a year
+    ago" three months either side. Words with no count ("days ago") name
+    nothing.
+    """
+    offsets: list[float] = []
+    for m in _YESTERDAY.finditer(text):
+        offsets.append(2.0 if m.group(1) else 1.0)
+    for m in _AGO.finditer(text):
+        count = m.group(1).lower()
+        n = int(count) if count.isdigit() else _COUNTS[" ".join(count.split())]
+        offsets.append(n * _UNIT_DAYS[m.group(2).lower()])
+    ranges = []
+    for offset in offsets:
+        days, slack = round(offset), round(offset / 4)
+        first = today - timedelta(days=days + slack)
+        last = min(today, today - timedelta(days=days - slack))
+        ranges.append((first, last))
+    return ranges
+
+
 def _name_pattern(name: str) -> re.Pattern[str]:
     # Whole words, any case, with an optional possessive ("Caroline's").
     return re.compile(rf"(?<!\w){re.escape(name)}(?:'s|’s)?(?!\w)", re.I)
@@ -205,6 +245,7 @@ def analyze_query(
     *,
     strip_speakers: bool = True,
     strip_dates: bool = True,
+    today: date | None = None,
 ) -> QueryPlan:
     """Find the known ``speakers`` and the dates ``text`` names.
 
@@ -216,6 +257,10 @@ def analyze_query(
     ``strip_*`` both, and the dates, are removed from the searched text,
     unless nothing would be left, in which case the text stays whole. A
     text that is nothing but the name is about them.
+
+    With ``today``, the dates named relative to it (:func:`relative_ranges`)
+    join ``dates`` too, but stay in the searched text: a memory often says
+    them as well ("I volunteered there last weekend, a week ago").
     """
     named: dict[str, list[tuple[int, int]]] = {}  # each speaker it is about: where
     spoken_to: list[str] = []
@@ -240,6 +285,8 @@ def analyze_query(
     if len(others) == len(named):  # one speaker alone, or all named so
         others = []
     ranges, date_spans = date_ranges(text)
+    if today is not None:
+        ranges.extend(relative_ranges(text, today))
     if strip_dates:
         spans.extend(date_spans)
     searched = text

@@ -557,11 +557,16 @@ class Engine:
             self._speakers[tenant] = (now + ttl, names)
         return names
 
-    async def plan(self, tenant: str, query: str, side: _Side | None = None) -> QueryPlan:
+    async def plan(self, tenant: str, query: str, side: _Side | None = None, now: datetime | None = None) -> QueryPlan:
+        """The query's :class:`QueryPlan`; dates named relative to ``now``
+        (``query.relativeDates``) are read against its UTC day."""
         q = self.config.current.query
         wants_speakers = q.strip_speakers or q.speaker_boost > 0
         speakers = await self.tenant_speakers(tenant, side) if wants_speakers else []
-        return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates)
+        today = None
+        if q.relative_dates and now is not None:
+            today = (now if now.tzinfo is None else now.astimezone(UTC)).date()
+        return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates, today=today)
 
     async def recall(self, tenant: str, opts: RecallOptions, *, at_least: int = 0) -> RecallResult:
         """The recall's answer (:meth:`_routed`), in a span when tracing is on,
@@ -666,7 +671,7 @@ class Engine:
         budget = opts.budget_tokens or cfg.context_budget_tokens
         min_conf = cfg.min_confidence if opts.min_confidence is None else opts.min_confidence
         now = opts.reference_time or opts.filters.as_of or datetime.now(UTC)
-        plan = await self.plan(tenant, opts.query, side)
+        plan = await self.plan(tenant, opts.query, side, now)
         allowed = STRATEGY_MATCHES[opts.strategy]
 
         wanted = [

@@ -169,6 +169,31 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
     assert [i["score"] for i in out["items"]] == sorted((i["score"] for i in out["items"]), reverse=True)
 
 
+async def test_a_date_named_relative_to_the_reference_time_boosts_and_searches_that_window(braid: Braid) -> None:
+    """ "a month ago", asked on 18 April, names 11-27 March: the memory from
+    then gets the time factor and comes first, though three others share
+    more words with the query; asked a year later it names no memory."""
+    said = [
+        ("2023-03-19T10:00:00Z", "We ran the charity 5K for the animal shelter."),
+        ("2023-04-10T10:00:00Z", "I joined a charity event, the charity gala, a month ago? No, last night."),
+        ("2023-02-01T10:00:00Z", "The charity event I joined in February was the charity bake sale."),
+        ("2023-04-17T10:00:00Z", "Another charity event is coming up, the charity auction."),
+    ]
+    ids = await braid.remember(*({"content": t, "created_at": d} for d, t in said))
+    await braid.synced()
+    query = "Which charity event did I join a month ago?"
+    out = await braid.recall(query, top_k=4, reference_time="2023-04-18T12:00:00Z")
+    assert out["query"]["dates"] == [["2023-03-11", "2023-03-27"]]
+    assert out["query"]["text"] == query  # the words stay searched
+    timed = {i["id"] for i in out["items"] if "time" in i["factors"]}
+    assert timed == {ids[0]}
+    assert out["items"][0]["id"] == ids[0]
+    later = await braid.recall(query, top_k=4, reference_time="2024-04-18T12:00:00Z")
+    assert later["query"]["dates"] == [["2024-03-11", "2024-03-27"]]
+    assert [i for i in later["items"] if "time" in i["factors"]] == []
+    assert later["items"][0]["id"] != ids[0]
+
+
 async def test_a_speaker_the_query_addresses_is_not_boosted(braid: Braid) -> None:
     """ "Thanks, Melanie!" talks to Melanie: her memories get no speaker
     factor (the block used to fill with her generic "Thanks, Caroline!"

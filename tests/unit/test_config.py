@@ -31,7 +31,8 @@ def test_shipped_yaml_holds_the_documented_defaults() -> None:
     }
     assert cfg.graph.max_hops == 2
     q = cfg.query
-    assert (q.strip_speakers, q.strip_dates, q.speaker_boost, q.time_boost, q.speaker_cache_ms) == (
+    assert (q.strip_speakers, q.strip_dates, q.relative_dates, q.speaker_boost, q.time_boost, q.speaker_cache_ms) == (
+        True,
         True,
         True,
         0.5,

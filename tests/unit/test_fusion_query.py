@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from fusion import QueryPlan, analyze_query, date_ranges, score_factors
+from fusion.query import relative_ranges
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,47 @@ def test_analyze_without_stripping_reports_but_keeps() -> None:
     assert plan.text == text
     assert plan.speakers == ("Caroline",)
     assert plan.dates == ((date(2023, 7, 1), date(2023, 7, 31)),)
+
+
+TODAY = date(2023, 4, 18)
+
+
+@pytest.mark.parametrize(
+    ("text", "ranges"),
+    [
+        ("what did I say yesterday?", [(date(2023, 4, 17), date(2023, 4, 17))]),
+        ("the day before yesterday", [(date(2023, 4, 16), date(2023, 4, 16))]),
+        ("a couple of days ago", [(date(2023, 4, 16), date(2023, 4, 16))]),
+        ("3 Days Ago", [(date(2023, 4, 14), date(2023, 4, 16))]),
+        ("the event I went to a week ago", [(date(2023, 4, 9), date(2023, 4, 13))]),
+        ("an investment four weeks ago", [(date(2023, 3, 14), date(2023, 3, 28))]),
+        ("What charity event did I join a month ago?", [(date(2023, 3, 11), date(2023, 3, 27))]),
+        ("a year ago", [(date(2022, 1, 17), date(2022, 7, 18))]),
+        ("12 years ago", [(date(2008, 4, 17), date(2014, 4, 18))]),  # 4383 days, 1096 either side
+        (
+            "yesterday and two days ago",
+            [(date(2023, 4, 17), date(2023, 4, 17)), (date(2023, 4, 16), date(2023, 4, 16))],
+        ),
+        ("How many days ago did I watch it?", []),  # no count: no offset
+        ("a few days ago", []),
+        ("an hour ago", []),
+        ("years later, ago", []),
+    ],
+)
+def test_relative_ranges(text: str, ranges: list[tuple[date, date]]) -> None:
+    assert relative_ranges(text, TODAY) == ranges
+
+
+def test_a_relative_window_never_reaches_past_today() -> None:
+    assert all(last <= TODAY for _, last in relative_ranges("3 days ago, a week ago, 4000 days ago", TODAY))
+
+
+def test_analyze_reads_relative_dates_only_against_a_day_and_keeps_their_words() -> None:
+    text = "What charity event did I join a month ago, on 2 March 2023?"
+    assert analyze_query(text).dates == ((date(2023, 3, 2), date(2023, 3, 2)),)
+    plan = analyze_query(text, today=TODAY)
+    assert plan.dates == ((date(2023, 3, 2), date(2023, 3, 2)), (date(2023, 3, 11), date(2023, 3, 27)))
+    assert plan.text == "What charity event did I join a month ago, on ?"
 
 
 def test_analyze_treats_regex_characters_in_names_literally() -> None:
