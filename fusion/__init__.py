@@ -18,7 +18,15 @@ from fusion.factors import (
     usage_factor,
     with_usage,
 )
-from fusion.query import QueryPlan, addressed, analyze_query, asks_current, date_ranges, other_party
+from fusion.query import (
+    QueryPlan,
+    addressed,
+    analyze_query,
+    asks_current,
+    date_ranges,
+    other_party,
+    relative_ranges,
+)
 from fusion.rrf import Fused, rrf, rrf_one
 from fusion.tokens import Encoding, get_encoding
 
@@ -42,6 +50,7 @@ __all__ = [
     "apply_factors",
     "date_ranges",
     "other_party",
+    "relative_ranges",
     "format_block",
     "get_encoding",
     "rrf",

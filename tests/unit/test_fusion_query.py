@@ -6,8 +6,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from fusion import QueryPlan, analyze_query, date_ranges, score_factors
-from fusion.query import relative_ranges
+from fusion import QueryPlan, analyze_query, date_ranges, relative_ranges, score_factors
 
 
 @pytest.mark.parametrize(
