@@ -47,7 +47,17 @@ import numpy as np
 from .documents import counts_findall, keyed_terms, quoted_list, term_entries
 from .keywords import COUNT_CACHE_SIZE, COUNT_TTL_S, STEM, TtlCache, idf, normalised_text, stems, term_count
 
-__all__ = ["BM25_B", "BM25_K1", "CANDIDATES", "Bm25Keywords", "Bm25Plan", "CorpusStats", "bm25_score", "select_terms"]
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "CANDIDATES",
+    "Bm25Keywords",
+    "Bm25Plan",
+    "CorpusStats",
+    "bm25_score",
+    "context_weights",
+    "select_terms",
+]
 
 #: Okapi BM25's parameters (as rank_bm25 and the benchmarks' reference).
 BM25_K1 = 1.5
@@ -123,6 +133,22 @@ def bm25_score(
     return score
 
 
+def context_weights(docs: Sequence[Mapping[str, Any]], weight: float, words: int) -> list[float]:
+    """What the context of each of ``docs`` counts against its content:
+    ``weight``, or with ``words`` > 0, ``weight * words / length`` for a
+    memory whose content is longer than ``words`` (its ``length``, else its
+    content's words). Neighbouring turns stand in for what a short memory
+    leaves unsaid ("Sure, here it is!"); a long one says its own. The mean
+    length the scores normalise by stays the one at ``weight``."""
+    if not words or not weight:
+        return [weight] * len(docs)
+    out = []
+    for doc in docs:
+        length = doc["length"] if "length" in doc else len(normalised_text(doc.get("content", "")).split())
+        out.append(weight * words / length if length > words else weight)
+    return out
+
+
 def _mean(facet: Mapping[str, Any]) -> float | None:
     """The mean of a numeric facet's values, ``None`` if it has none."""
     stats = facet.get("stats", {})
@@ -184,6 +210,10 @@ class Bm25Plan:
     #: that overflows then is searched again for the terms :func:`select_terms`
     #: chooses (:meth:`learn`). 1: those terms at once.
     union: float = 1.0
+    #: A memory whose content is longer than this many words counts its
+    #: context at :attr:`context_weight` × ``context_words / length``
+    #: (:func:`context_weights`). 0: every context at :attr:`context_weight`.
+    context_words: int = 0
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -291,7 +321,6 @@ class Bm25Plan:
         every candidate at once."""
         if not docs:
             return {}
-        w = self.context_weight
         terms = self.terms
         total = self.stats.total if self.stats is not None else len(docs)
         # A term's row in tf (the terms are distinct: bm25_terms), and the
@@ -304,12 +333,14 @@ class Bm25Plan:
                 feeds.setdefault(entry, []).append(i)
         n = len(docs)
         lengths = np.empty(n)
+        weights = context_weights(docs, self.context_weight, self.context_words)
         # The tf of each (term, candidate) the candidate has: every other one is 0.
         rows: list[int] = []
         cols: list[int] = []
         values: list[float] = []
         findall = counts_findall(list(feeds))
         for i, doc in enumerate(docs):
+            w = weights[i]
             counts = doc.get("term_counts")
             if counts is not None:
                 if findall is not None:
@@ -347,7 +378,7 @@ class Bm25Plan:
         tf[rows, cols] = values
         stats = self.stats
         if stats is not None and stats.avgdl is not None:
-            avgdl = stats.avgdl + w * (stats.avg_context or 0.0)
+            avgdl = stats.avgdl + self.context_weight * (stats.avg_context or 0.0)
         else:  # no document behind the filter had lengths: the candidates' mean
             avgdl = sum(lengths.tolist()) / n
         avgdl = avgdl or 1.0
@@ -431,13 +462,15 @@ class Bm25Keywords:
         scope: str | None = None,
         drift: float = 0.0,
         union: float = 1.0,
+        context_words: int = 0,
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
         tenant of term key ``key`` (:func:`~.documents.term_key`); the counts it learns are
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
-        ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`."""
+        ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`;
+        ``context_words``: :attr:`Bm25Plan.context_words`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
         recount = False
@@ -465,5 +498,6 @@ class Bm25Keywords:
             drift=drift,
             recount=recount,
             union=union,
+            context_words=context_words,
             _cache=self,
         )

@@ -233,6 +233,7 @@ class TypesenseSource:
                 scope=scope,
                 drift=ts.count_drift,
                 union=ts.bm25_union,
+                context_words=ts.bm25_context_words,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from benchmarks.quality.bm25 import OkapiBM25
 from indexers.base import MemoryRecord
-from indexers.typesense.bm25 import BM25_B, BM25_K1, Bm25Keywords, Bm25Plan, CorpusStats, bm25_score, select_terms
+from indexers.typesense.bm25 import (
+    BM25_B,
+    BM25_K1,
+    Bm25Keywords,
+    Bm25Plan,
+    CorpusStats,
+    bm25_score,
+    context_weights,
+    select_terms,
+)
 from indexers.typesense.documents import (
     counts_reader,
     document_terms,
@@ -271,9 +280,16 @@ def test_bm25_score_is_rank_bm25s_to_the_bit(query: list[str]) -> None:
 
 
 def _plan(
-    terms: list[str], dfs: dict[str, int], budget: int = 250, stats: CorpusStats | None = None, weight: float = 1.0
+    terms: list[str],
+    dfs: dict[str, int],
+    budget: int = 250,
+    stats: CorpusStats | None = None,
+    weight: float = 1.0,
+    words: int = 0,
 ) -> Bm25Plan:
-    return Bm25Plan("current_key:=k", "k", tuple(terms), budget, weight, "content", stats, dict(dfs))
+    return Bm25Plan(
+        "current_key:=k", "k", tuple(terms), budget, weight, "content", stats, dict(dfs), context_words=words
+    )
 
 
 def _scores_one_by_one(plan: Bm25Plan, docs: list[dict[str, object]]) -> dict[str, float]:
@@ -515,6 +531,33 @@ def test_the_context_counts_its_weight_in_tf_and_length() -> None:
     # Full weight: twice in a short context beats once in the content.
     assert _plan(["heron"], {"heron": 5}, stats=stats, weight=1.0).ranking(docs) == ["around", "said"]
     assert _plan(["heron"], {"heron": 5}, stats=stats, weight=0.3).ranking(docs) == ["said", "around"]
+
+
+def test_a_long_memory_counts_its_context_less() -> None:
+    """With ``bm25ContextWords`` n, a memory of more than n words counts its
+    context at weight × n / length, in tf and length; a shorter one at the
+    weight; the mean length stays the one at the weight."""
+    stats = CorpusStats(50, 3.0, 9.0)
+    long_content = "it flew over " + " ".join(f"w{i}" for i in range(17))  # 20 words
+    docs = [
+        {"memory_id": "long", "content": long_content, "length": 20, "context": "heron " * 4, "context_length": 4},
+        {"memory_id": "short", "content": "it flew", "length": 2, "context": "a heron there", "context_length": 3},
+    ]
+    assert context_weights(docs, 1.0, 0) == [1.0, 1.0]
+    assert context_weights(docs, 1.0, 5) == [0.25, 1.0]
+    assert context_weights(docs, 0.5, 5) == [0.125, 0.5]
+    assert context_weights(docs, 0.0, 5) == [0.0, 0.0]
+    assert context_weights([{"content": "one two three four"}], 1.0, 2) == [0.5]  # no stored length
+    idfs = {"heron": idf(5, 50)}
+    avgdl = 3.0 + 9.0
+    for words, long_w in ((0, 1.0), (5, 0.25)):
+        scores = _plan(["heron"], {"heron": 5}, stats=stats, words=words).scores(docs)
+        assert scores["long"] == bm25_score(["heron"], {"heron": 4 * long_w}, 20 + long_w * 4, idfs, avgdl)
+        assert scores["short"] == bm25_score(["heron"], {"heron": 1.0}, 2 + 3, idfs, avgdl)
+    # Full weight: four times in the context lifts the long memory above the short one;
+    # at 5 words its context counts a quarter, and the short memory comes first.
+    assert _plan(["heron"], {"heron": 5}, stats=stats).ranking(docs) == ["long", "short"]
+    assert _plan(["heron"], {"heron": 5}, stats=stats, words=5).ranking(docs) == ["short", "long"]
 
 
 def test_expired_stats_stand_in_while_one_plan_at_a_time_counts_them_again() -> None:
