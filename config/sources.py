@@ -76,7 +76,7 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: counts its context at ``bm25_context_weight`` × this / its length:
     #: neighbouring turns stand in for what a short memory leaves unsaid, not
     #: for a long one's own words. 0: every context at its full weight.
-    bm25_context_words: Annotated[int, Meta(ge=0, le=100_000)] = 0
+    bm25_context_words: Annotated[int, Meta(ge=0, le=100_000)] = 80
     #: How long a count Typesense made for the keyword ranking (a filter's
     #: document count and mean lengths, a term's document frequency) is
     #: reused, in ms (0: counted again by every recall). ``bm25``: past it a
