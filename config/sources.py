@@ -77,6 +77,11 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: neighbouring turns stand in for what a short memory leaves unsaid, not
     #: for a long one's own words. 0: every context at its full weight.
     bm25_context_words: Annotated[int, Meta(ge=0, le=100_000)] = 80
+    #: ``bm25``: ``joint``: a memory's content and context are one text, of
+    #: one length against one mean length. ``each``: each is normalised by
+    #: its own length against its own mean before they are weighted and
+    #: summed (BM25F), so a long context does not dilute a short content.
+    bm25_field_lengths: Literal["joint", "each"] = "joint"
     #: How long a count Typesense made for the keyword ranking (a filter's
     #: document count and mean lengths, a term's document frequency) is
     #: reused, in ms (0: counted again by every recall). ``bm25``: past it a

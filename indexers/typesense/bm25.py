@@ -13,7 +13,8 @@ the lengths of its content and context (``length``, ``context_length``;
 2. scores those candidates in Braid by BM25 over *every* query term (its
    words, and their stems as terms of a field of their own:
    :func:`~.keywords.bm25_terms`), the context counting ``bm25ContextWeight``
-   of the content (BM25F with two fields): tf read from the candidate's stored ``term_counts`` (fetched
+   of the content (BM25F with two fields, by ``bm25FieldLengths`` as one
+   text of one length or each normalised by its own): tf read from the candidate's stored ``term_counts`` (fetched
    with it; the texts themselves are not), its stored lengths, idf from each term's document frequency
    behind the recall's filter, the mean lengths from a facet over them
    behind the same filter (Typesense's facet stats give exact means);
@@ -55,6 +56,7 @@ __all__ = [
     "Bm25Plan",
     "CorpusStats",
     "bm25_score",
+    "bm25f_score",
     "context_weights",
     "select_terms",
 ]
@@ -130,6 +132,28 @@ def bm25_score(
         f = tf.get(term, 0)
         if f:  # an absent term adds exactly 0.0
             score += idfs[term] * (f * (k1 + 1) / (f + norm))
+    return score
+
+
+def bm25f_score(
+    terms: Sequence[str],
+    fields: Sequence[tuple[Mapping[str, float], float, float, float]],
+    idfs: Mapping[str, float],
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> float:
+    """BM25F of one document whose ``fields`` are ``(tf, length, mean
+    length, weight)`` each: the sum over ``terms`` of ``idf * t * (k1 + 1) /
+    (t + k1)``, where ``t`` sums each field's ``weight * tf / (1 - b + b *
+    length / mean)`` (Robertson and Zaragoza's simple BM25F). With one
+    field of weight 1 it is :func:`bm25_score`'s value."""
+    score = 0.0
+    for term in terms:
+        t = 0.0
+        for tf, length, mean, weight in fields:
+            t += weight * (tf.get(term, 0) / (1 - b + b * length / (mean or 1.0)))
+        if t:
+            score += idfs[term] * (t * (k1 + 1) / (t + k1))
     return score
 
 
@@ -214,6 +238,12 @@ class Bm25Plan:
     #: context at :attr:`context_weight` × ``context_words / length``
     #: (:func:`context_weights`). 0: every context at :attr:`context_weight`.
     context_words: int = 0
+    #: ``joint``: content and context are one text of one length against one
+    #: mean (:func:`bm25_score`). ``each``: each is normalised by its own
+    #: length against its own mean before they are weighted and summed
+    #: (:func:`bm25f_score`), so a long context no longer dilutes a short
+    #: content's matches.
+    field_lengths: str = "joint"
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -332,12 +362,15 @@ class Bm25Plan:
             for entry in term_entries(t):
                 feeds.setdefault(entry, []).append(i)
         n = len(docs)
-        lengths = np.empty(n)
+        own_lengths = np.empty(n)
+        context_lengths = np.empty(n)
         weights = context_weights(docs, self.context_weight, self.context_words)
-        # The tf of each (term, candidate) the candidate has: every other one is 0.
+        # The tf of each (term, candidate) the candidate has, in its content
+        # and in its context: every other one is 0.
         rows: list[int] = []
         cols: list[int] = []
-        values: list[float] = []
+        own_values: list[float] = []
+        context_values: list[float] = []
         findall = counts_findall(list(feeds))
         for i, doc in enumerate(docs):
             w = weights[i]
@@ -345,12 +378,13 @@ class Bm25Plan:
             if counts is not None:
                 if findall is not None:
                     for entry, own_tf, around_tf in findall(counts):
-                        value = int(own_tf) + w * int(around_tf)
                         for j in feeds[entry]:
                             rows.append(j)
                             cols.append(i)
-                            values.append(value)
-                lengths[i] = doc["length"] + w * doc["context_length"]
+                            own_values.append(int(own_tf))
+                            context_values.append(int(around_tf))
+                own_lengths[i] = doc["length"]
+                context_lengths[i] = doc["context_length"]
             else:
                 # Written before documents had counts (migration 14 rewrites them):
                 # counted in the texts fetched with it (a stem's term: every word of that stem).
@@ -364,28 +398,46 @@ class Bm25Plan:
                 for t, j in row.items():
                     stem = t.startswith(STEM)
                     word = t[len(STEM) :] if stem else t
-                    f: float = term_count(stemmed[content] if stem else content, word)
-                    if context:
-                        f += w * term_count(stemmed[context] if stem else context, word)
-                    if f:
+                    said = term_count(stemmed[content] if stem else content, word)
+                    heard = term_count(stemmed[context] if stem else context, word) if context else 0
+                    if said or heard:
                         rows.append(j)
                         cols.append(i)
-                        values.append(f)
-                own = doc["length"] if "length" in doc else len(content.split())
-                around = doc["context_length"] if "context_length" in doc else len(context.split())
-                lengths[i] = own + w * around
-        tf = np.zeros((len(terms), n))
-        tf[rows, cols] = values
+                        own_values.append(said)
+                        context_values.append(heard)
+                own_lengths[i] = doc["length"] if "length" in doc else len(content.split())
+                context_lengths[i] = doc["context_length"] if "context_length" in doc else len(context.split())
+        w_row = np.array(weights)
+        own = np.zeros((len(terms), n))
+        own[rows, cols] = own_values
+        around = np.zeros((len(terms), n))
+        around[rows, cols] = context_values
+        # The filter's mean lengths; none known (no document behind the
+        # filter had lengths): the candidates'.
         stats = self.stats
-        if stats is not None and stats.avgdl is not None:
-            avgdl = stats.avgdl + self.context_weight * (stats.avg_context or 0.0)
-        else:  # no document behind the filter had lengths: the candidates' mean
-            avgdl = sum(lengths.tolist()) / n
-        avgdl = avgdl or 1.0
+        avg_own = stats.avgdl if stats is not None else None
+        avg_around = (stats.avg_context or 0.0) if stats is not None and avg_own is not None else None
         k1, b = BM25_K1, BM25_B
+        if self.field_lengths == "each":
+            # BM25F: each field's tf normalised by its own length against its
+            # own mean, weighted, summed, then saturated once (bm25f_score).
+            if avg_own is None or avg_around is None:
+                avg_own, avg_around = sum(own_lengths.tolist()) / n, sum(context_lengths.tolist()) / n
+            own_norm = 1 - b + b * own_lengths / (avg_own or 1.0)
+            around_norm = 1 - b + b * context_lengths / (avg_around or 1.0)
+            tf = own / own_norm + w_row * (around / around_norm)
+            norm = np.full(n, k1)
+        else:
+            tf = own + w_row * around
+            lengths = own_lengths + w_row * context_lengths
+            if avg_own is not None and avg_around is not None:
+                avgdl = avg_own + self.context_weight * avg_around
+            else:
+                avgdl = sum(lengths.tolist()) / n
+            avgdl = avgdl or 1.0
+            norm = k1 * (1 - b + b * lengths / avgdl)
         # bm25_score's operations in its order, each over every candidate: a
         # term a candidate lacks adds idf * 0.0, which leaves its sum as it was.
-        norm = k1 * (1 - b + b * lengths / avgdl)
         scores = np.zeros(n)
         for term in terms:
             f = tf[row[term]]
@@ -463,6 +515,7 @@ class Bm25Keywords:
         drift: float = 0.0,
         union: float = 1.0,
         context_words: int = 0,
+        field_lengths: str = "joint",
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
@@ -470,7 +523,8 @@ class Bm25Keywords:
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
         ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`;
-        ``context_words``: :attr:`Bm25Plan.context_words`."""
+        ``context_words``: :attr:`Bm25Plan.context_words`; ``field_lengths``:
+        :attr:`Bm25Plan.field_lengths`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
         recount = False
@@ -499,5 +553,6 @@ class Bm25Keywords:
             recount=recount,
             union=union,
             context_words=context_words,
+            field_lengths=field_lengths,
             _cache=self,
         )

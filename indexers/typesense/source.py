@@ -234,6 +234,7 @@ class TypesenseSource:
                 drift=ts.count_drift,
                 union=ts.bm25_union,
                 context_words=ts.bm25_context_words,
+                field_lengths=ts.bm25_field_lengths,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

@@ -19,6 +19,7 @@ from indexers.typesense.bm25 import (
     Bm25Plan,
     CorpusStats,
     bm25_score,
+    bm25f_score,
     context_weights,
     select_terms,
 )
@@ -286,9 +287,19 @@ def _plan(
     stats: CorpusStats | None = None,
     weight: float = 1.0,
     words: int = 0,
+    lengths: str = "joint",
 ) -> Bm25Plan:
     return Bm25Plan(
-        "current_key:=k", "k", tuple(terms), budget, weight, "content", stats, dict(dfs), context_words=words
+        "current_key:=k",
+        "k",
+        tuple(terms),
+        budget,
+        weight,
+        "content",
+        stats,
+        dict(dfs),
+        context_words=words,
+        field_lengths=lengths,
     )
 
 
@@ -357,6 +368,102 @@ def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
     expected = _scores_one_by_one(plan, docs)
     assert list(scores) == list(expected)
     assert scores == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.text(alphabet="ab c,.1", max_size=60),
+            st.none() | st.text(alphabet="ab cd", max_size=40),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True),
+    weight=st.sampled_from([0.0, 0.3, 1.0]),
+    words=st.sampled_from([0, 3]),
+    stats=st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10)),
+)
+def test_each_field_lengths_score_as_bm25f_of_each_candidate(
+    texts: list[tuple[str, str | None, bool]],
+    query: list[str],
+    weight: float,
+    words: int,
+    stats: CorpusStats | None,
+) -> None:
+    """``bm25FieldLengths: each``: every candidate scores as
+    :func:`bm25f_score` with its content (weight 1) and its context (its
+    context weight) as two fields, each against its own mean length (the
+    filter's, else the candidates'), stored counts or texts alike."""
+    docs: list[dict[str, object]] = []
+    for i, (content, context, stored) in enumerate(texts):
+        _, counts, length, context_length = document_terms(content, context)
+        doc: dict[str, object] = {"memory_id": f"m{i}", "length": length, "context_length": context_length}
+        doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
+        docs.append(doc)
+    plan = _plan(query, {t: 2 for t in query[:2]}, stats=stats, weight=weight, words=words, lengths="each")
+    total = stats.total if stats is not None else len(docs)
+    idfs = {t: idf(plan.dfs.get(t, 0), total) for t in query}
+    if stats is not None and stats.avgdl is not None:
+        means = (stats.avgdl, stats.avg_context or 0.0)
+    else:
+        means = (
+            sum(int(d["length"]) for d in docs) / len(docs),  # type: ignore[call-overload]
+            sum(int(d["context_length"]) for d in docs) / len(docs),  # type: ignore[call-overload]
+        )
+    expected = {}
+    for doc, w in zip(docs, context_weights(docs, weight, words), strict=True):
+        own = {t: float(term_count(normalised_text(texts[int(str(doc["memory_id"])[1:])][0]), t)) for t in query}
+        context = normalised_text(texts[int(str(doc["memory_id"])[1:])][1] or "")
+        around = {t: float(term_count(context, t)) for t in query}
+        fields = [
+            (own, float(doc["length"]), means[0], 1.0),  # type: ignore[arg-type]
+            (around, float(doc["context_length"]), means[1], w),  # type: ignore[arg-type]
+        ]
+        expected[doc["memory_id"]] = bm25f_score(query, fields, idfs)
+    scores = plan.scores(docs)
+    assert scores == expected
+    assert list(scores) == sorted(expected, key=lambda m: -expected[m])
+
+
+def test_bm25f_of_one_field_is_bm25() -> None:
+    """One field of weight 1 scores as :func:`bm25_score` (to rounding)."""
+    tf = {"heron": 2.0, "lake": 1.0}
+    idfs = {"heron": 1.5, "lake": 0.4, "reed": 2.0}
+    for length, mean in ((3, 10.0), (10, 10.0), (40, 7.5)):
+        one = bm25f_score(["heron", "lake", "reed"], [(tf, length, mean, 1.0)], idfs)
+        assert one == pytest.approx(bm25_score(["heron", "lake", "reed"], tf, length, idfs, mean), rel=1e-12)
+
+
+def test_each_field_lengths_keep_a_long_context_from_diluting_a_short_content() -> None:
+    """Two memories say "heron" once in four words; one has 200 words of
+    context without it. As one text the long context ranks it second; each
+    field on its own length, the context adds nothing and they score alike.
+    A context that holds the term still counts, less when it is long."""
+    filler = " ".join(f"w{i}" for i in range(200))
+    docs = [
+        {"memory_id": "long", "content": "i saw a heron", "length": 4, "context": filler, "context_length": 200},
+        {"memory_id": "short", "content": "a heron flew by", "length": 4, "context": "look", "context_length": 1},
+    ]
+    stats = CorpusStats(100, 5.0, 40.0)
+    joint = _plan(["heron"], {"heron": 5}, stats=stats).scores(docs)
+    assert list(joint) == ["short", "long"] and joint["short"] > joint["long"]
+    each = _plan(["heron"], {"heron": 5}, stats=stats, lengths="each").scores(docs)
+    assert each["long"] == each["short"] and list(each) == ["long", "short"]
+    around = [
+        {"memory_id": "brief", "content": "it flew", "length": 2, "context": "a heron", "context_length": 2},
+        {
+            "memory_id": "wordy",
+            "content": "it flew",
+            "length": 2,
+            "context": "a heron " + filler,
+            "context_length": 202,
+        },
+    ]
+    ranked = _plan(["heron"], {"heron": 5}, stats=stats, lengths="each").scores(around)
+    assert list(ranked) == ["brief", "wordy"] and ranked["wordy"] > 0
 
 
 def test_a_warm_plan_sends_one_search_for_the_chosen_terms() -> None:
