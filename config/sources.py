@@ -82,6 +82,9 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: its own length against its own mean before they are weighted and
     #: summed (BM25F), so a long context does not dilute a short content.
     bm25_field_lengths: Literal["joint", "each"] = "joint"
+    #: ``bm25`` with ``bm25_field_lengths`` ``each``: BM25's ``b`` (how much a
+    #: field's length against its mean counts, 0-1) of the content and of the context.
+    bm25_field_b: tuple[Share, Share] = (0.75, 0.75)
     #: How long a count Typesense made for the keyword ranking (a filter's
     #: document count and mean lengths, a term's document frequency) is
     #: reused, in ms (0: counted again by every recall). ``bm25``: past it a

@@ -137,21 +137,22 @@ def bm25_score(
 
 def bm25f_score(
     terms: Sequence[str],
-    fields: Sequence[tuple[Mapping[str, float], float, float, float]],
+    fields: Sequence[tuple[Mapping[str, float], float, float, float, float]],
     idfs: Mapping[str, float],
     k1: float = BM25_K1,
-    b: float = BM25_B,
 ) -> float:
     """BM25F of one document whose ``fields`` are ``(tf, length, mean
-    length, weight)`` each: the sum over ``terms`` of ``idf * t * (k1 + 1) /
-    (t + k1)``, where ``t`` sums each field's ``weight * tf / (1 - b + b *
-    length / mean)`` (Robertson and Zaragoza's simple BM25F). With one
+    length, weight, b)`` each: the sum over ``terms`` of ``idf * t * (k1 +
+    1) / (t + k1)``, where ``t`` sums each field's ``weight * tf / (1 - b +
+    b * length / mean)`` (Robertson and Zaragoza's simple BM25F). With one
     field of weight 1 it is :func:`bm25_score`'s value."""
     score = 0.0
     for term in terms:
         t = 0.0
-        for tf, length, mean, weight in fields:
-            t += weight * (tf.get(term, 0) / (1 - b + b * length / (mean or 1.0)))
+        for tf, length, mean, weight, b in fields:
+            f = tf.get(term, 0)
+            if f:  # an empty field (a norm of 0 at b 1) holds no term
+                t += weight * (f / (1 - b + b * length / (mean or 1.0)))
         if t:
             score += idfs[term] * (t * (k1 + 1) / (t + k1))
     return score
@@ -244,6 +245,9 @@ class Bm25Plan:
     #: (:func:`bm25f_score`), so a long context no longer dilutes a short
     #: content's matches.
     field_lengths: str = "joint"
+    #: With :attr:`field_lengths` ``each``: BM25's ``b`` (how much length
+    #: counts) of the content and of the context.
+    field_b: tuple[float, float] = (BM25_B, BM25_B)
     _cache: Bm25Keywords | None = field(default=None, repr=False)
 
     @property
@@ -423,9 +427,13 @@ class Bm25Plan:
             # own mean, weighted, summed, then saturated once (bm25f_score).
             if avg_own is None or avg_around is None:
                 avg_own, avg_around = sum(own_lengths.tolist()) / n, sum(context_lengths.tolist()) / n
-            own_norm = 1 - b + b * own_lengths / (avg_own or 1.0)
-            around_norm = 1 - b + b * context_lengths / (avg_around or 1.0)
-            tf = own / own_norm + w_row * (around / around_norm)
+            own_b, around_b = self.field_b
+            own_norm = 1 - own_b + own_b * own_lengths / (avg_own or 1.0)
+            around_norm = 1 - around_b + around_b * context_lengths / (avg_around or 1.0)
+            # An empty field (length 0 at b 1: a norm of 0) holds no term.
+            own_part = np.divide(own, own_norm, out=np.zeros_like(own), where=own != 0)
+            around_part = np.divide(around, around_norm, out=np.zeros_like(around), where=around != 0)
+            tf = own_part + w_row * around_part
             norm = np.full(n, k1)
         else:
             tf = own + w_row * around
@@ -516,6 +524,7 @@ class Bm25Keywords:
         union: float = 1.0,
         context_words: int = 0,
         field_lengths: str = "joint",
+        field_b: tuple[float, float] = (BM25_B, BM25_B),
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
@@ -523,8 +532,8 @@ class Bm25Keywords:
         kept ``ttl`` seconds (``None``: the caches' own); ``legacy_key``: the
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
         ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`;
-        ``context_words``: :attr:`Bm25Plan.context_words`; ``field_lengths``:
-        :attr:`Bm25Plan.field_lengths`."""
+        ``context_words``: :attr:`Bm25Plan.context_words`; ``field_lengths``,
+        ``field_b``: :attr:`Bm25Plan.field_lengths`, :attr:`Bm25Plan.field_b`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
         recount = False
@@ -554,5 +563,6 @@ class Bm25Keywords:
             union=union,
             context_words=context_words,
             field_lengths=field_lengths,
+            field_b=field_b,
             _cache=self,
         )

@@ -235,6 +235,7 @@ class TypesenseSource:
                 union=ts.bm25_union,
                 context_words=ts.bm25_context_words,
                 field_lengths=ts.bm25_field_lengths,
+                field_b=ts.bm25_field_b,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

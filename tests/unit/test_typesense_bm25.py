@@ -384,6 +384,7 @@ def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
     query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True),
     weight=st.sampled_from([0.0, 0.3, 1.0]),
     words=st.sampled_from([0, 3]),
+    field_b=st.sampled_from([(BM25_B, BM25_B), (0.3, 1.0), (0.0, 0.5)]),
     stats=st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10)),
 )
 def test_each_field_lengths_score_as_bm25f_of_each_candidate(
@@ -391,12 +392,14 @@ def test_each_field_lengths_score_as_bm25f_of_each_candidate(
     query: list[str],
     weight: float,
     words: int,
+    field_b: tuple[float, float],
     stats: CorpusStats | None,
 ) -> None:
     """``bm25FieldLengths: each``: every candidate scores as
     :func:`bm25f_score` with its content (weight 1) and its context (its
     context weight) as two fields, each against its own mean length (the
-    filter's, else the candidates'), stored counts or texts alike."""
+    filter's, else the candidates') and with its own ``b``, stored counts
+    or texts alike."""
     docs: list[dict[str, object]] = []
     for i, (content, context, stored) in enumerate(texts):
         _, counts, length, context_length = document_terms(content, context)
@@ -404,6 +407,7 @@ def test_each_field_lengths_score_as_bm25f_of_each_candidate(
         doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
         docs.append(doc)
     plan = _plan(query, {t: 2 for t in query[:2]}, stats=stats, weight=weight, words=words, lengths="each")
+    plan.field_b = field_b
     total = stats.total if stats is not None else len(docs)
     idfs = {t: idf(plan.dfs.get(t, 0), total) for t in query}
     if stats is not None and stats.avgdl is not None:
@@ -419,8 +423,8 @@ def test_each_field_lengths_score_as_bm25f_of_each_candidate(
         context = normalised_text(texts[int(str(doc["memory_id"])[1:])][1] or "")
         around = {t: float(term_count(context, t)) for t in query}
         fields = [
-            (own, float(doc["length"]), means[0], 1.0),  # type: ignore[arg-type]
-            (around, float(doc["context_length"]), means[1], w),  # type: ignore[arg-type]
+            (own, float(doc["length"]), means[0], 1.0, field_b[0]),  # type: ignore[arg-type]
+            (around, float(doc["context_length"]), means[1], w, field_b[1]),  # type: ignore[arg-type]
         ]
         expected[doc["memory_id"]] = bm25f_score(query, fields, idfs)
     scores = plan.scores(docs)
@@ -433,7 +437,7 @@ def test_bm25f_of_one_field_is_bm25() -> None:
     tf = {"heron": 2.0, "lake": 1.0}
     idfs = {"heron": 1.5, "lake": 0.4, "reed": 2.0}
     for length, mean in ((3, 10.0), (10, 10.0), (40, 7.5)):
-        one = bm25f_score(["heron", "lake", "reed"], [(tf, length, mean, 1.0)], idfs)
+        one = bm25f_score(["heron", "lake", "reed"], [(tf, length, mean, 1.0, BM25_B)], idfs)
         assert one == pytest.approx(bm25_score(["heron", "lake", "reed"], tf, length, idfs, mean), rel=1e-12)
 
 
