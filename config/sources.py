@@ -77,6 +77,10 @@ class TypesenseSourceConfig(SourceConfig, frozen=True):
     #: neighbouring turns stand in for what a short memory leaves unsaid, not
     #: for a long one's own words. 0: every context at its full weight.
     bm25_context_words: Annotated[int, Meta(ge=0, le=100_000)] = 80
+    #: ``bm25``: a memory's context counts for at most this many words (a
+    #: longer one at this / its length, in tf and length): a long context
+    #: must not bury a short memory's own words. 0: no cap.
+    bm25_context_cap: Annotated[int, Meta(ge=0, le=100_000)] = 0
     #: ``bm25``: ``joint``: a memory's content and context are one text, of
     #: one length against one mean length. ``each``: each is normalised by
     #: its own length against its own mean before they are weighted and

@@ -158,19 +158,33 @@ def bm25f_score(
     return score
 
 
-def context_weights(docs: Sequence[Mapping[str, Any]], weight: float, words: int) -> list[float]:
+def context_weights(docs: Sequence[Mapping[str, Any]], weight: float, words: int, cap: int = 0) -> list[float]:
     """What the context of each of ``docs`` counts against its content:
     ``weight``, or with ``words`` > 0, ``weight * words / length`` for a
     memory whose content is longer than ``words`` (its ``length``, else its
-    content's words). Neighbouring turns stand in for what a short memory
-    leaves unsaid ("Sure, here it is!"); a long one says its own. The mean
-    length the scores normalise by stays the one at ``weight``."""
-    if not words or not weight:
+    content's words); with ``cap`` > 0, at most ``cap / context_length``
+    (its ``context_length``, else its context's words), so a context counts
+    for at most ``cap`` words. Neighbouring turns stand in for what a short
+    memory leaves unsaid ("Sure, here it is!"); a long one says its own, and
+    a long context must not bury a short memory's own words."""
+    if not weight or (not words and not cap):
         return [weight] * len(docs)
     out = []
     for doc in docs:
-        length = doc["length"] if "length" in doc else len(normalised_text(doc.get("content", "")).split())
-        out.append(weight * words / length if length > words else weight)
+        w = weight
+        if words:
+            length = doc["length"] if "length" in doc else len(normalised_text(doc.get("content", "")).split())
+            if length > words:
+                w = weight * words / length
+        if cap:
+            around = (
+                doc["context_length"]
+                if "context_length" in doc
+                else len(normalised_text(doc.get("context") or "").split())
+            )
+            if around * w > cap:
+                w = cap / around
+        out.append(w)
     return out
 
 
@@ -239,6 +253,10 @@ class Bm25Plan:
     #: context at :attr:`context_weight` × ``context_words / length``
     #: (:func:`context_weights`). 0: every context at :attr:`context_weight`.
     context_words: int = 0
+    #: A context counts for at most this many words: a longer one at
+    #: ``context_cap / context_length`` (:func:`context_weights`), and the mean
+    #: length takes the mean context at most this long. 0: no cap.
+    context_cap: int = 0
     #: ``joint``: content and context are one text of one length against one
     #: mean (:func:`bm25_score`). ``each``: each is normalised by its own
     #: length against its own mean before they are weighted and summed
@@ -368,7 +386,7 @@ class Bm25Plan:
         n = len(docs)
         own_lengths = np.empty(n)
         context_lengths = np.empty(n)
-        weights = context_weights(docs, self.context_weight, self.context_words)
+        weights = context_weights(docs, self.context_weight, self.context_words, self.context_cap)
         # The tf of each (term, candidate) the candidate has, in its content
         # and in its context: every other one is 0.
         rows: list[int] = []
@@ -439,7 +457,10 @@ class Bm25Plan:
             tf = own + w_row * around
             lengths = own_lengths + w_row * context_lengths
             if avg_own is not None and avg_around is not None:
-                avgdl = avg_own + self.context_weight * avg_around
+                around_mean = self.context_weight * avg_around
+                if self.context_cap:
+                    around_mean = min(around_mean, self.context_cap)
+                avgdl = avg_own + around_mean
             else:
                 avgdl = sum(lengths.tolist()) / n
             avgdl = avgdl or 1.0
@@ -525,6 +546,7 @@ class Bm25Keywords:
         context_words: int = 0,
         field_lengths: str = "joint",
         field_b: tuple[float, float] = (BM25_B, BM25_B),
+        context_cap: int = 0,
     ) -> Bm25Plan:
         """A recall's plan, with what the caches know of ``filter_by`` (filed
         under ``scope`` instead if given: :attr:`Bm25Plan.scope`), for the
@@ -533,7 +555,8 @@ class Bm25Keywords:
         filters name each term behind it too (:attr:`Bm25Plan.legacy_key`);
         ``drift``: :attr:`Bm25Plan.drift`; ``union``: :attr:`Bm25Plan.union`;
         ``context_words``: :attr:`Bm25Plan.context_words`; ``field_lengths``,
-        ``field_b``: :attr:`Bm25Plan.field_lengths`, :attr:`Bm25Plan.field_b`."""
+        ``field_b``: :attr:`Bm25Plan.field_lengths`, :attr:`Bm25Plan.field_b`;
+        ``context_cap``: :attr:`Bm25Plan.context_cap`."""
         cache_key = filter_by if scope is None else scope
         stats = self.stats.get(cache_key)
         recount = False
@@ -564,5 +587,6 @@ class Bm25Keywords:
             context_words=context_words,
             field_lengths=field_lengths,
             field_b=field_b,
+            context_cap=context_cap,
             _cache=self,
         )

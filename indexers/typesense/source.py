@@ -236,6 +236,7 @@ class TypesenseSource:
                 context_words=ts.bm25_context_words,
                 field_lengths=ts.bm25_field_lengths,
                 field_b=ts.bm25_field_b,
+                context_cap=ts.bm25_context_cap,
             )
         vectors = vectors_alias(alias) if config.typesense.vectors == "separate" else None
         searches = _searches(

@@ -671,6 +671,39 @@ def test_a_long_memory_counts_its_context_less() -> None:
     assert _plan(["heron"], {"heron": 5}, stats=stats, words=5).ranking(docs) == ["short", "long"]
 
 
+def test_a_context_counts_for_at_most_the_cap() -> None:
+    """With ``bm25ContextCap`` n, a context longer than n words counts at
+    n / its length (after ``bm25ContextWords``), in tf and length, and the
+    mean length takes a mean context of at most n: a short turn between
+    two long replies is no longer buried by their length."""
+    filler = " ".join(f"w{i}" for i in range(400))
+    docs = [
+        {"memory_id": "buried", "content": "i saw a heron", "length": 4, "context": filler, "context_length": 400},
+        {
+            "memory_id": "reply",
+            "content": "a heron " + " ".join(filler.split()[:148]),
+            "length": 150,
+            "context": "ok",
+            "context_length": 1,
+        },
+    ]
+    assert context_weights(docs, 1.0, 0, 0) == [1.0, 1.0]
+    assert context_weights(docs, 1.0, 0, 80) == [0.2, 1.0]
+    assert context_weights(docs, 0.5, 0, 80) == [0.2, 0.5]
+    assert context_weights(docs, 1.0, 40, 80) == [0.2, 40 / 150]
+    assert context_weights([{"content": "x", "context": "a b c d"}], 1.0, 0, 2) == [0.5]  # no stored length
+    stats = CorpusStats(50, 10.0, 300.0)
+    idfs = {"heron": idf(5, 50)}
+    capped = _plan(["heron"], {"heron": 5}, stats=stats)
+    capped.context_cap = 80
+    scores = capped.scores(docs)
+    assert scores["buried"] == bm25_score(["heron"], {"heron": 1.0}, 4 + 0.2 * 400, idfs, 10.0 + 80)
+    assert scores["reply"] == bm25_score(["heron"], {"heron": 1.0}, 150 + 1, idfs, 10.0 + 80)
+    assert list(scores) == ["buried", "reply"]
+    # Uncapped, the 400 words around the short turn put it below the reply.
+    assert list(_plan(["heron"], {"heron": 5}, stats=stats).scores(docs)) == ["reply", "buried"]
+
+
 def test_expired_stats_stand_in_while_one_plan_at_a_time_counts_them_again() -> None:
     """Past ``countTtlMs`` the filter's last stats (and, by the drift, the
     terms' counts) serve every plan; the first plan sends the stats search,
