@@ -188,6 +188,15 @@ RETRY_S = 300.0
 FAILED_RETRY_S = 30.0
 #: A tenant's copy not brought up to date for this long is read whole again.
 STALE_S = 1800.0
+#: A tenant not kept is read whole only if its copy fits beside the others,
+#: or the copies it would push out were last walked at least this long ago
+#: (seconds): when more tenants are recalled in turn than the cache holds,
+#: dropping the least recently walked one to read the next dropped every copy
+#: before its next walk (a graph recall of LongMemEval's 100 tenants at
+#: ``cacheTotalRows``: 0 walks in the process, 204 by Postgres, each beside a
+#: whole read of another tenant). A copy kept instead serves its tenant's
+#: recalls; the tenant left out is walked by Postgres, as it would be anyway.
+EVICT_IDLE_S = 60.0
 
 #: A cursor: a snapshot's xmax and the transactions it saw running (as text).
 Cursor = tuple[str, tuple[str, ...]]
@@ -1106,11 +1115,21 @@ class GraphCache:
         self._refused: dict[str, float] = {}
         #: Tenants whose first read is out (:meth:`load`).
         self._loading: set[str] = set()
+        #: When each copy kept was last walked (monotonic seconds).
+        self._walked: dict[str, float] = {}
+        #: The size of copies dropped, to tell whether one read again would fit.
+        self._last_sizes: dict[str, int] = {}
+        #: A copy walked within this many seconds is not pushed out for a
+        #: tenant not kept (:data:`EVICT_IDLE_S`).
+        self.evict_idle = EVICT_IDLE_S
         #: Walks since start: ``here``, of which ``raced`` and ``unchanged`` (no
         #: change read: the generation alone, or read with the memories), and by
         #: ``postgres``; ``stale``: copies walked on assumption that had to be
         #: walked again (each such recall counts two walks ``here``).
         self.walks = {"here": 0, "raced": 0, "unchanged": 0, "postgres": 0, "stale": 0}
+        #: Tenants not read whole because their copy would have pushed out
+        #: copies walked within :attr:`evict_idle` (:meth:`refresh`).
+        self.declined = 0
 
     def configure(self, limit: int, total: int) -> None:
         """Apply reloaded limits (copies over them go at their next walk or eviction)."""
@@ -1141,13 +1160,34 @@ class GraphCache:
                 return None
             del self._refused[tenant]
         graph = self._graphs.get(tenant)
+        now = time.monotonic()
         if graph is not None:
-            if time.monotonic() - graph.refreshed > STALE_S:
+            if now - graph.refreshed > STALE_S:
                 self.drop(tenant)
                 graph = None
             else:
                 self._graphs.move_to_end(tenant)
+                self._walked[tenant] = now
+        if graph is None and not self._admits(tenant, now):
+            self.declined += 1
+            return None
         return Refresh(self, tenant, graph)
+
+    def _admits(self, tenant: str, now: float) -> bool:
+        """Whether ``tenant``'s copy (its last size, else the copies' mean)
+        fits, or the least recently walked copies it would push out were
+        all walked at least :attr:`evict_idle` ago."""
+        if not self._graphs:
+            return True
+        size = self._last_sizes.get(tenant, self._held // len(self._graphs))
+        over = self._held + size - self.total
+        for other in self._graphs:
+            if over <= 0:
+                return True
+            if now - self._walked.get(other, 0.0) < self.evict_idle:
+                return False
+            over -= self._sizes.get(other, 0)
+        return True
 
     def load(self, tenant: str) -> AbstractAsyncContextManager[None]:
         """To be entered around a tenant's first read (a :attr:`Refresh.whole`
@@ -1169,6 +1209,7 @@ class GraphCache:
 
     def put(self, tenant: str, graph: TenantGraph) -> None:
         self._graphs[tenant] = graph
+        self._walked[tenant] = time.monotonic()
         self.resize(tenant, graph)
 
     def resize(self, tenant: str, graph: TenantGraph) -> None:
@@ -1190,7 +1231,12 @@ class GraphCache:
 
     def drop(self, tenant: str) -> None:
         if self._graphs.pop(tenant, None) is not None:
-            self._held -= self._sizes.pop(tenant, 0)
+            size = self._sizes.pop(tenant, 0)
+            self._held -= size
+            self._walked.pop(tenant, None)
+            self._last_sizes[tenant] = size
+            if len(self._last_sizes) > 10_000:
+                self._last_sizes.clear()
 
     def _evict(self, keep: str | None = None) -> None:
         while self._held > self.total and self._graphs:
@@ -1207,5 +1253,6 @@ class GraphCache:
         """What this process holds (tenants, rows: relations + mentions) and
         how its walks went since start: walked here, raced another read (laid
         over), found nothing changed (no change read), walked by Postgres
-        instead, and walked again for a copy assumed current that was not."""
-        return {"tenants": len(self._graphs), "rows": self._held, **self.walks}
+        instead, and walked again for a copy assumed current that was not;
+        and tenants not read whole for want of room (:meth:`refresh`)."""
+        return {"tenants": len(self._graphs), "rows": self._held, **self.walks, "declined": self.declined}

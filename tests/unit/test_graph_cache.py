@@ -201,6 +201,7 @@ async def test_while_a_tenant_is_loaded_its_recalls_start_no_other_read_and_a_fa
 
 def test_the_least_recently_walked_tenant_goes_first() -> None:
     cache = GraphCache(10, 5)
+    cache.evict_idle = 0.0
     loaded(cache, "a", [rel(1, 1, 2), rel(2, 2, 3)])
     loaded(cache, "b", [rel(1, 1, 2), rel(2, 2, 3)])
     assert cache.refresh("a") is not None  # a is now the most recent
@@ -209,6 +210,30 @@ def test_the_least_recently_walked_tenant_goes_first() -> None:
     assert cache.relations == 4
     cache.configure(10, 0)
     assert cache.tenants() == 0 and cache.refresh("a") is None
+
+
+def test_a_tenant_not_kept_is_read_only_if_it_pushes_out_no_copy_walked_recently() -> None:
+    """Recalled in turn, more tenants than the cache holds would each drop
+    the copy walked next: a tenant not kept is read whole only while the
+    copies it would push out were walked at least ``evict_idle`` ago."""
+    cache = GraphCache(10, 4)
+    loaded(cache, "a", [rel(1, 1, 2), rel(2, 2, 3)])
+    loaded(cache, "b", [rel(1, 1, 2), rel(2, 2, 3)])
+    # Full, and a and b were just walked: c (the copies' mean size) is walked by Postgres.
+    assert cache.refresh("c") is None and cache.declined == 1
+    assert cache.get("a") is not None and cache.get("b") is not None
+    # Their recalls go on walking the copies.
+    assert cache.refresh("a") is not None and cache.refresh("b") is not None
+    # Once the least recently walked (a) is idle long enough, c is read and a goes.
+    cache._walked["a"] -= 61.0
+    loaded(cache, "c", [rel(1, 1, 2), rel(2, 2, 3)])
+    assert cache.get("a") is None and cache.get("b") is not None and cache.relations == 4
+    # a would now push out b and c, both walked just now (a's own size is remembered).
+    assert cache.refresh("a") is None and cache.declined == 2
+    # A copy that fits is read whatever the others' age.
+    cache.configure(10, 6)
+    assert cache.refresh("a") is not None
+    assert cache.stats()["declined"] == 2
 
 
 def test_memories_share_their_entities_pagerank_newest_first_and_capped() -> None:
