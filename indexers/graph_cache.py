@@ -64,7 +64,9 @@ recall paid for the read again (benchmarks/results/load-10000-s31*.md).
 **Bounded.** A tenant with more than ``graph.cacheRows`` relations +
 mentions + entities (or a change bigger than that) is not kept: it is walked by
 Postgres, and tried again after :data:`RETRY_S`. ``graph.cacheTotalRows``
-bounds all tenants together, the least recently recalled dropped first. A
+bounds all tenants together, the least recently recalled dropped first, but
+never one walked within :data:`EVICT_IDLE_S` (the tenant that would push it
+out is walked by Postgres instead: :meth:`GraphCache.refresh`). A
 tenant not read for :data:`STALE_S` is read whole again: tombstones are kept
 twice as long (``indexers.postgres.store.TOMBSTONE_KEEP``, dropped by the
 sweeper).
@@ -190,12 +192,12 @@ FAILED_RETRY_S = 30.0
 STALE_S = 1800.0
 #: A tenant not kept is read whole only if its copy fits beside the others,
 #: or the copies it would push out were last walked at least this long ago
-#: (seconds): when more tenants are recalled in turn than the cache holds,
-#: dropping the least recently walked one to read the next dropped every copy
-#: before its next walk (a graph recall of LongMemEval's 100 tenants at
-#: ``cacheTotalRows``: 0 walks in the process, 204 by Postgres, each beside a
-#: whole read of another tenant). A copy kept instead serves its tenant's
-#: recalls; the tenant left out is walked by Postgres, as it would be anyway.
+#: (seconds). When more tenants are recalled in turn than the cache holds,
+#: dropping the least recently walked copy to read the next one drops every
+#: copy before its next walk, and each recall pays a Postgres walk beside
+#: another tenant's whole read (benchmarks/results/tenants-graph-admit-*.md).
+#: A copy kept instead serves its tenant's recalls; the tenant left out is
+#: walked by Postgres, as it would be anyway.
 EVICT_IDLE_S = 60.0
 
 #: A cursor: a snapshot's xmax and the transactions it saw running (as text).
