@@ -1129,8 +1129,9 @@ class GraphCache:
         #: ``postgres``; ``stale``: copies walked on assumption that had to be
         #: walked again (each such recall counts two walks ``here``).
         self.walks = {"here": 0, "raced": 0, "unchanged": 0, "postgres": 0, "stale": 0}
-        #: Tenants not read whole because their copy would have pushed out
-        #: copies walked within :attr:`evict_idle` (:meth:`refresh`).
+        #: Recalls of a tenant not kept that did not read it whole: its copy
+        #: would have pushed out copies walked within :attr:`evict_idle`
+        #: (:meth:`refresh`).
         self.declined = 0
 
     def configure(self, limit: int, total: int) -> None:
@@ -1256,5 +1257,6 @@ class GraphCache:
         how its walks went since start: walked here, raced another read (laid
         over), found nothing changed (no change read), walked by Postgres
         instead, and walked again for a copy assumed current that was not;
-        and tenants not read whole for want of room (:meth:`refresh`)."""
+        and recalls of a tenant not kept that did not read it whole for want
+        of room (:meth:`refresh`)."""
         return {"tenants": len(self._graphs), "rows": self._held, **self.walks, "declined": self.declined}
