@@ -335,20 +335,38 @@ def _scores_one_by_one(plan: Bm25Plan, docs: list[dict[str, object]]) -> dict[st
     return {str(docs[i]["memory_id"]): scores[i] for i in order}
 
 
+#: Candidates as (content, context, stored counts or texts), query terms and
+#: corpus stats for the property tests of ``Bm25Plan.scores``.
+_TEXTS = st.lists(
+    st.tuples(
+        st.text(alphabet="ab c,.1", max_size=60),
+        st.none() | st.text(alphabet="ab cd", max_size=40),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=12,
+)
+_QUERY = st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True)
+_STATS = st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10))
+
+
+def _candidates(texts: list[tuple[str, str | None, bool]]) -> list[dict[str, object]]:
+    """Typesense documents of ``texts``: with stored counts, or with only their texts."""
+    docs: list[dict[str, object]] = []
+    for i, (content, context, stored) in enumerate(texts):
+        _, counts, length, context_length = document_terms(content, context)
+        doc: dict[str, object] = {"memory_id": f"m{i}", "length": length, "context_length": context_length}
+        doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
+        docs.append(doc)
+    return docs
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    texts=st.lists(
-        st.tuples(
-            st.text(alphabet="ab c,.1", max_size=60),
-            st.none() | st.text(alphabet="ab cd", max_size=40),
-            st.booleans(),
-        ),
-        min_size=1,
-        max_size=12,
-    ),
-    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True),
+    texts=_TEXTS,
+    query=_QUERY,
     weight=st.sampled_from([0.0, 0.3, 1.0]),
-    stats=st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10)),
+    stats=_STATS,
 )
 def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
     texts: list[tuple[str, str | None, bool]], query: list[str], weight: float, stats: CorpusStats | None
@@ -357,12 +375,7 @@ def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
     (exactly, in the same order), with query terms in no document, none at
     all, documents with stored counts or only their texts, and no corpus
     stats."""
-    docs: list[dict[str, object]] = []
-    for i, (content, context, stored) in enumerate(texts):
-        _, counts, length, context_length = document_terms(content, context)
-        doc: dict[str, object] = {"memory_id": f"m{i}", "length": length, "context_length": context_length}
-        doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
-        docs.append(doc)
+    docs = _candidates(texts)
     plan = _plan(query, {t: 2 for t in query[:2]}, stats=stats, weight=weight)
     scores = plan.scores(docs)
     expected = _scores_one_by_one(plan, docs)
@@ -372,20 +385,12 @@ def test_scores_are_bm25_score_of_each_candidate_to_the_bit(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    texts=st.lists(
-        st.tuples(
-            st.text(alphabet="ab c,.1", max_size=60),
-            st.none() | st.text(alphabet="ab cd", max_size=40),
-            st.booleans(),
-        ),
-        min_size=1,
-        max_size=12,
-    ),
-    query=st.lists(st.sampled_from(["b", "ab", "ba", "c", "1", "cd", "zz"]), min_size=0, max_size=5, unique=True),
+    texts=_TEXTS,
+    query=_QUERY,
     weight=st.sampled_from([0.0, 0.3, 1.0]),
     words=st.sampled_from([0, 3]),
     field_b=st.sampled_from([(BM25_B, BM25_B), (0.3, 1.0), (0.0, 0.5)]),
-    stats=st.none() | st.builds(CorpusStats, st.integers(0, 50), st.none() | st.floats(0.5, 30), st.floats(0, 10)),
+    stats=_STATS,
 )
 def test_each_field_lengths_score_as_bm25f_of_each_candidate(
     texts: list[tuple[str, str | None, bool]],
@@ -400,12 +405,7 @@ def test_each_field_lengths_score_as_bm25f_of_each_candidate(
     context weight) as two fields, each against its own mean length (the
     filter's, else the candidates') and with its own ``b``, stored counts
     or texts alike."""
-    docs: list[dict[str, object]] = []
-    for i, (content, context, stored) in enumerate(texts):
-        _, counts, length, context_length = document_terms(content, context)
-        doc: dict[str, object] = {"memory_id": f"m{i}", "length": length, "context_length": context_length}
-        doc.update({"term_counts": counts} if stored else {"content": content, "context": context})
-        docs.append(doc)
+    docs = _candidates(texts)
     plan = _plan(query, {t: 2 for t in query[:2]}, stats=stats, weight=weight, words=words, lengths="each")
     plan.field_b = field_b
     total = stats.total if stats is not None else len(docs)
