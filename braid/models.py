@@ -207,6 +207,8 @@ class QueryInfo(msgspec.Struct, frozen=True):
     #: Known speakers named only as the other party of another named
     #: speaker's act ("... recommend to Melanie"; not boosted).
     others: list[str] = msgspec.field(default_factory=list)
+    #: Known speakers the query's first person means (``query.selfSpeakers``; boosted by ``selfBoost``).
+    selves: list[str] = msgspec.field(default_factory=list)
 
 
 class Recall(msgspec.Struct, frozen=True):

@@ -85,6 +85,14 @@ class QueryConfig(_Base, frozen=True):
     speaker_boost: Boost = 0.5
     #: score x (1 + timeBoost) for a memory created on a day the query names.
     time_boost: Boost = 0.6
+    #: The speakers a query in the first person means ("what did I decide?"):
+    #: the name an agent runtime gives its user's turns. Matched case-insensitively
+    #: against the tenant's known speakers.
+    self_speakers: list[str] = msgspec.field(default_factory=lambda: ["user"])
+    #: score x (1 + selfBoost) for a memory of a ``selfSpeakers`` speaker when the
+    #: query speaks in the first person singular and names no known speaker
+    #: (:func:`fusion.query.speaks_for_self`). 0 = off.
+    self_boost: Boost = 0.0
     #: A query naming dates that span at most this many days also has the
     #: vector source search the memories created within them (UTC days),
     #: without its relevance floors: the nearest there join the fusion as a

@@ -6,8 +6,10 @@ checked by the caller:
 
 - **Query factors** reward a memory that matches the structure the query
   named (:mod:`fusion.query`): ``speaker`` (``1 + speakerBoost``) when its
-  speaker is one the query names, ``time`` (``1 + timeBoost``) when it was
-  created on a day inside a date range the query names.
+  speaker is one the query names, ``self`` (``1 + selfBoost``) when its
+  speaker is one the query's first person means (``selves``), ``time``
+  (``1 + timeBoost``) when it was created on a day inside a date range the
+  query names.
 - **Memory factors** rank by what is known of the memory itself:
   ``recency`` (``1 + w * h / (h + age)``, age in days before the reference
   time, ``h`` the half-life: 1 + w for a memory of now, 1 + w/2 at one
@@ -80,6 +82,7 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
 
     speaker_boost: float = 0.0
     time_boost: float = 0.0
+    self_boost: float = 0.0
     recency: float = 0.0
     recency_half_life_days: float = 30.0
     importance: float = 0.0
@@ -100,7 +103,7 @@ class FactorWeights(msgspec.Struct, frozen=True, kw_only=True):
     restatement_needs_change: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("speaker_boost", "time_boost", "recency", "importance", "usage", "order"):
+        for name in ("speaker_boost", "time_boost", "self_boost", "recency", "importance", "usage", "order"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
@@ -151,36 +154,48 @@ def score_factors(
     dates: Sequence[tuple[date, date]],
     speaker_boost: float,
     time_boost: float,
+    selves: Sequence[str] = (),
+    self_boost: float = 0.0,
 ) -> dict[str, float]:
     """The query factors a memory earns; empty when none applies.
 
     Speakers match case-insensitively; ``created_at`` is compared by its
     calendar day (in the zone it carries; Braid stores UTC).
     """
-    return _QueryFactors(speakers, dates, speaker_boost, time_boost)(speaker, created_at)
+    return _QueryFactors(speakers, dates, speaker_boost, time_boost, selves, self_boost)(speaker, created_at)
 
 
 class _QueryFactors:
     """:func:`score_factors` for one query: its boosts checked and its
     speakers folded once, then asked for each memory."""
 
-    __slots__ = ("dates", "speaker", "time", "wanted")
+    __slots__ = ("dates", "mine", "own", "speaker", "time", "wanted")
 
     def __init__(
-        self, speakers: Sequence[str], dates: Sequence[tuple[date, date]], speaker_boost: float, time_boost: float
+        self,
+        speakers: Sequence[str],
+        dates: Sequence[tuple[date, date]],
+        speaker_boost: float,
+        time_boost: float,
+        selves: Sequence[str] = (),
+        self_boost: float = 0.0,
     ) -> None:
-        for name, boost in (("speaker_boost", speaker_boost), ("time_boost", time_boost)):
+        for name, boost in (("speaker_boost", speaker_boost), ("time_boost", time_boost), ("self_boost", self_boost)):
             if not (math.isfinite(boost) and boost >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {boost!r}")
         self.wanted = {s.casefold() for s in speakers} if speaker_boost else set()
+        self.mine = {s.casefold() for s in selves} if self_boost else set()
         self.dates = dates if time_boost else ()
         self.speaker = 1.0 + speaker_boost
+        self.own = 1.0 + self_boost
         self.time = 1.0 + time_boost
 
     def __call__(self, speaker: str | None, created_at: datetime) -> dict[str, float]:
         factors: dict[str, float] = {}
         if self.wanted and speaker is not None and speaker.casefold() in self.wanted:
             factors["speaker"] = self.speaker
+        if self.mine and speaker is not None and speaker.casefold() in self.mine:
+            factors["self"] = self.own
         if self.dates:
             day = created_at.date()
             if any(first <= day <= last for first, last in self.dates):
@@ -220,16 +235,21 @@ def apply_factors(
     then the id, as in :func:`fusion.rrf`.
     """
     scored = []
-    query = _QueryFactors(plan.speakers, plan.dates, weights.speaker_boost, weights.time_boost)
+    query = _QueryFactors(
+        plan.speakers, plan.dates, weights.speaker_boost, weights.time_boost, plan.selves, weights.self_boost
+    )
     # score_factors and memory_factors inlined, term for term (the same
     # numbers): this loop runs for every candidate of every recall.
     wanted, dates, speaker_factor, time_factor = query.wanted, query.dates, query.speaker, query.time
+    mine, own_factor = query.mine, query.own
     recency, half_life, importance_weight = weights.recency, weights.recency_half_life_days, weights.importance
     for f in fused:
         speaker, created_at, importance = memory[f.id]
         factors: dict[str, float] = {}
         if wanted and speaker is not None and speaker.casefold() in wanted:
             factors["speaker"] = speaker_factor
+        if mine and speaker is not None and speaker.casefold() in mine:
+            factors["self"] = own_factor
         if dates:
             day = created_at.date()
             if any(first <= day <= last for first, last in dates):

@@ -40,6 +40,19 @@ _PRESENT = "is are am 's 're do does don't doesn't can should will shall".split(
 _PAST = "was were did didn't had 'd used".split()
 _TENSE = re.compile(r"(?<![\w'])(" + "|".join(re.escape(w) for w in _PRESENT + _PAST) + r")(?![\w'])", re.I)
 _NOW = re.compile(r"\b(current|currently|now|latest|these days|at the moment|still)\b", re.I)
+#: The first person singular: "I", "I'm", "me", "my", "mine", "myself".
+_SELF = re.compile(r"(?<![\w'])(?:i|me|my|mine|myself)(?!\w)", re.I)
+#: The query asks what the one it talks to said or did ("what did you
+#: recommend", "you told me"): about the other party's words, not its own.
+_YOURS = re.compile(
+    r"(?<![\w'])(?:"
+    r"you(?:'ve|'d| have| had)?\s+(?:\w+\s+)?(?:said|told|mentioned|suggested|recommended|gave|provided|listed"
+    r"|shared|explained|described|wrote|proposed|made|created|composed|generated|played|came up with)"
+    r"|did you\s+(?:\w+\s+)?(?:say|tell|mention|suggest|recommend|give|provide|list|share|explain|describe|write"
+    r"|propose|make|create|compose|generate|play|come up with)"
+    r")(?!\w)",
+    re.I,
+)
 
 
 def asks_current(text: str) -> bool:
@@ -80,6 +93,18 @@ class QueryPlan(msgspec.Struct, frozen=True):
     #: Melanie think of Caroline's plan?"): taken out of the searched text,
     #: not boosted (:func:`other_party`).
     others: tuple[str, ...] = ()
+    #: Known speakers the first person means (``query.selfSpeakers``), when
+    #: the query speaks for itself (:func:`speaks_for_self`) and names no
+    #: known speaker: boosted by ``selfBoost``.
+    selves: tuple[str, ...] = ()
+
+
+def speaks_for_self(text: str) -> bool:
+    """Whether ``text`` speaks in the first person singular ("what did I
+    decide?", "my sister's name") and does not ask what the one it talks to
+    said ("what did you recommend to me?"): a question about its own speaker's words."""
+    text = text.replace("\u2019", "'")
+    return _SELF.search(text) is not None and _YOURS.search(text) is None
 
 
 def _valid(year: int, month: int, day: int | None = None) -> bool:
@@ -246,6 +271,7 @@ def analyze_query(
     strip_speakers: bool = True,
     strip_dates: bool = True,
     today: date | None = None,
+    self_names: Iterable[str] = (),
 ) -> QueryPlan:
     """Find the known ``speakers`` and the dates ``text`` names.
 
@@ -261,7 +287,12 @@ def analyze_query(
     With ``today``, the dates named relative to it (:func:`relative_ranges`)
     join ``dates`` too, but stay in the searched text: a memory often says
     them as well ("I volunteered there last weekend, a week ago").
+
+    A text that speaks for itself (:func:`speaks_for_self`) and is about no
+    known speaker means the known speakers among ``self_names``
+    (case-insensitive): they go to ``selves``.
     """
+    speakers = speakers if isinstance(speakers, (list, tuple, set, frozenset)) else list(speakers)
     named: dict[str, list[tuple[int, int]]] = {}  # each speaker it is about: where
     spoken_to: list[str] = []
     spans: list[tuple[int, int]] = []
@@ -284,6 +315,10 @@ def analyze_query(
     others = [n for n, at in named.items() if all(other_party(text, a, b) for a, b in at)]
     if len(others) == len(named):  # one speaker alone, or all named so
         others = []
+    selves: tuple[str, ...] = ()
+    if self_names and not named and speaks_for_self(text):
+        wanted = {n.casefold() for n in self_names}
+        selves = tuple(sorted({s for s in speakers if s.casefold() in wanted}))
     ranges, date_spans = date_ranges(text)
     if today is not None:
         ranges.extend(relative_ranges(text, today))
@@ -302,4 +337,5 @@ def analyze_query(
         current=asks_current(text),
         addressed=tuple(sorted(spoken_to)),
         others=tuple(sorted(others)),
+        selves=selves,
     )

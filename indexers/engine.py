@@ -561,12 +561,19 @@ class Engine:
         """The query's :class:`QueryPlan`; dates named relative to ``now``
         (``query.relativeDates``) are read against its UTC day."""
         q = self.config.current.query
-        wants_speakers = q.strip_speakers or q.speaker_boost > 0
+        wants_speakers = q.strip_speakers or q.speaker_boost > 0 or q.self_boost > 0
         speakers = await self.tenant_speakers(tenant, side) if wants_speakers else []
         today = None
         if q.relative_dates and now is not None:
             today = (now if now.tzinfo is None else now.astimezone(UTC)).date()
-        return analyze_query(query, speakers, strip_speakers=q.strip_speakers, strip_dates=q.strip_dates, today=today)
+        return analyze_query(
+            query,
+            speakers,
+            strip_speakers=q.strip_speakers,
+            strip_dates=q.strip_dates,
+            today=today,
+            self_names=q.self_speakers if q.self_boost > 0 else (),
+        )
 
     async def recall(self, tenant: str, opts: RecallOptions, *, at_least: int = 0) -> RecallResult:
         """The recall's answer (:meth:`_routed`), in a span when tracing is on,
@@ -986,6 +993,7 @@ def factor_weights(cfg: BraidConfig) -> FactorWeights:
     return FactorWeights(
         speaker_boost=q.speaker_boost,
         time_boost=q.time_boost,
+        self_boost=q.self_boost,
         recency=r.recency_weight,
         recency_half_life_days=r.recency_half_life_days,
         importance=r.importance_weight,
@@ -1043,6 +1051,7 @@ def _result(
             current=plan.current,
             addressed=list(plan.addressed),
             others=list(plan.others),
+            selves=list(plan.selves),
         ),
         strategy=strategy,
     )

@@ -90,6 +90,9 @@ class QueryInfo(msgspec.Struct):
     #: ("What did Caroline recommend to Melanie?"): taken out of the searched
     #: text, not boosted.
     others: list[str] = msgspec.field(default_factory=list)
+    #: Known speakers the query's first person means (``query.selfSpeakers``):
+    #: boosted by ``query.selfBoost``.
+    selves: list[str] = msgspec.field(default_factory=list)
 
 
 EmbeddingStatus = Literal["ok", "client", "timeout", "error", "none"]

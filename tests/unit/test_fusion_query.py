@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from fusion import QueryPlan, analyze_query, date_ranges, relative_ranges, score_factors
+from fusion.query import speaks_for_self
 
 
 @pytest.mark.parametrize(
@@ -272,3 +273,57 @@ def test_an_addressed_speaker_is_not_boosted() -> None:
             )
             == factors
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "own"),
+    [
+        ("Have I ever used WillMaker Pro to draft my will?", True),
+        ("What did I buy last week?", True),
+        ("I\u2019m trying to remember the hotel", True),
+        ("Can you tell me where my keys are?", True),
+        ("remind me of the plan", True),
+        ("What is the source of truth?", False),
+        ("What did Melanie paint?", False),
+        ("Can you remind me what you recommended for my trip?", False),
+        ("You told me about a hotel; which one was it?", False),
+        ("What did you just say about my sister?", False),
+        ("I was wondering, what was the move you made after 27. Kg2?", False),
+        ("iMac or Mimi", False),
+    ],
+)
+def test_a_query_in_the_first_person_speaks_for_itself(text: str, own: bool) -> None:
+    assert speaks_for_self(text) is own
+
+
+def test_the_first_person_means_the_self_speakers_the_tenant_has() -> None:
+    speakers = ["user", "assistant", "Melanie"]
+    plan = analyze_query("What did I decide about my will?", speakers, self_names=["USER"])
+    assert plan.selves == ("user",)
+    assert plan.speakers == ()
+    # Not without the name configured, nor when the tenant has no such speaker.
+    assert analyze_query("What did I decide?", speakers).selves == ()
+    assert analyze_query("What did I decide?", ["Melanie"], self_names=["user"]).selves == ()
+    # A query about a known speaker is about them, not its own speaker.
+    named = analyze_query("What did Melanie tell me?", speakers, self_names=["user"])
+    assert (named.speakers, named.selves) == (("Melanie",), ())
+    # Addressing someone does not make the query about them.
+    thanked = analyze_query("Thanks, Melanie! What did I say?", speakers, self_names=["user"])
+    assert (thanked.speakers, thanked.addressed, thanked.selves) == ((), ("Melanie",), ("user",))
+
+
+def test_the_self_factor_boosts_the_self_speakers_memories() -> None:
+    from fusion import FactorWeights, apply_factors, rrf
+
+    fused = rrf({"a": ["x", "y"]}, k=60)
+    memories = {
+        "x": ("assistant", datetime(2023, 3, 1, tzinfo=UTC), None),
+        "y": ("User", datetime(2023, 3, 1, tzinfo=UTC), None),
+    }
+    plan = QueryPlan(text="my will", selves=("user",))
+    ranked = apply_factors(fused, memories, plan, FactorWeights(self_boost=0.5), datetime(2024, 1, 1, tzinfo=UTC))
+    assert [(s.fused.id, s.factors) for s in ranked] == [("y", {"self": 1.5}), ("x", {})]
+    assert [s.score for s in ranked] == pytest.approx([1.5 / 62, 1 / 61])
+    # Off: no factor.
+    off = apply_factors(fused, memories, plan, FactorWeights(), datetime(2024, 1, 1, tzinfo=UTC))
+    assert [(s.fused.id, s.factors) for s in off] == [("x", {}), ("y", {})]

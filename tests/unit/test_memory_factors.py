@@ -342,6 +342,7 @@ def test_asks_current(question: str, current: bool) -> None:
     st.sampled_from([0.0, 0.5]),
     st.sampled_from([0.0, 0.2]),
     st.sampled_from([0.0, 0.4]),
+    st.sampled_from([0.0, 0.25]),
 )
 def test_apply_factors_are_score_factors_times_memory_factors(
     memories: list[tuple[str | None, int, float | None]],
@@ -349,11 +350,18 @@ def test_apply_factors_are_score_factors_times_memory_factors(
     time_boost: float,
     recency: float,
     importance: float,
+    self_boost: float,
 ) -> None:
     """The loop over the candidates gives each the factors score_factors and
     memory_factors name, and the fused score times their product, to the bit."""
-    weights = FactorWeights(speaker_boost=speaker_boost, time_boost=time_boost, recency=recency, importance=importance)
-    plan = QueryPlan(text="q", speakers=("ANA",), dates=((date(2026, 1, 1), date(2026, 1, 10)),))
+    weights = FactorWeights(
+        speaker_boost=speaker_boost,
+        time_boost=time_boost,
+        recency=recency,
+        importance=importance,
+        self_boost=self_boost,
+    )
+    plan = QueryPlan(text="q", speakers=("ANA",), dates=((date(2026, 1, 1), date(2026, 1, 10)),), selves=("bo",))
     memory = {
         f"m{i}": (speaker, NOW + timedelta(hours=7 * hours), imp) for i, (speaker, hours, imp) in enumerate(memories)
     }
@@ -367,6 +375,8 @@ def test_apply_factors_are_score_factors_times_memory_factors(
             dates=plan.dates,
             speaker_boost=speaker_boost,
             time_boost=time_boost,
+            selves=plan.selves,
+            self_boost=self_boost,
         )
         expected.update(memory_factors(created_at=created_at, importance=imp, reference_time=NOW, weights=weights))
         assert s.factors == expected
