@@ -7,7 +7,7 @@ import pytest
 
 from fusion import get_encoding
 
-from .conftest import Braid, record_searches
+from .conftest import Braid, FileConfigured, record_searches
 
 pytestmark = pytest.mark.anyio
 
@@ -153,6 +153,7 @@ async def test_score_breakdown_with_speaker_and_date_factors(braid: Braid) -> No
         "current": False,
         "addressed": [],
         "others": [],
+        "selves": [],
     }
     items = {i["id"]: i for i in out["items"]}
     assert set(items) == set(ids)
@@ -313,3 +314,30 @@ async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(b
     assert "vector" in sent[-1]
     await braid.recall("what car does this person have", sources=["typesense", "graph"])
     assert "vector" in sent[-1]
+
+
+async def test_a_first_person_query_boosts_its_own_speakers_memories(configured: FileConfigured) -> None:
+    """With ``query.selfBoost``, "Have I ever used WillMaker Pro?" is about
+    the user's own words: the user's turn comes before the assistant's reply
+    that repeats the name at length; asking what the assistant said, or with
+    the boost off, no memory gets the factor."""
+    braid = configured.braid
+    said = [
+        ("assistant", "WillMaker Pro is a will program. WillMaker Pro guides you; WillMaker Pro saves hours."),
+        ("user", "I drafted my will with WillMaker Pro last spring."),
+    ]
+    ids = await braid.remember(*({"content": t, "speaker": s} for s, t in said))
+    await braid.synced()
+    query = "Have I ever used WillMaker Pro for my will?"
+    off = await braid.recall(query, top_k=2)
+    assert off["query"]["selves"] == []
+    assert [i for i in off["items"] if "self" in i["factors"]] == []
+    configured.write("query:\n  selfBoost: 1.0\n")
+    assert (await configured.reload()).status_code == 200
+    on = await braid.recall(query, top_k=2)
+    assert on["query"]["selves"] == ["user"]
+    assert {i["id"]: i["factors"].get("self") for i in on["items"]} == {ids[0]: None, ids[1]: 2.0}
+    assert on["items"][0]["id"] == ids[1]
+    theirs = await braid.recall("Which program did you recommend for my will?", top_k=2)
+    assert theirs["query"]["selves"] == []
+    assert [i for i in theirs["items"] if "self" in i["factors"]] == []
