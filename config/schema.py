@@ -92,7 +92,7 @@ class QueryConfig(_Base, frozen=True):
     #: score x (1 + selfBoost) for a memory of a ``selfSpeakers`` speaker when the
     #: query speaks in the first person singular and names no known speaker
     #: (:func:`fusion.query.speaks_for_self`). 0 = off.
-    self_boost: Boost = 0.0
+    self_boost: Boost = 0.5
     #: A query naming dates that span at most this many days also has the
     #: vector source search the memories created within them (UTC days),
     #: without its relevance floors: the nearest there join the fusion as a

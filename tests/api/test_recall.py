@@ -317,10 +317,11 @@ async def test_vector_search_alone_leaves_vectors_to_pgvector_in_fused_recalls(b
 
 
 async def test_a_first_person_query_boosts_its_own_speakers_memories(configured: FileConfigured) -> None:
-    """With ``query.selfBoost``, "Have I ever used WillMaker Pro?" is about
-    the user's own words: the user's turn comes before the assistant's reply
-    that repeats the name at length; asking what the assistant said, or with
-    the boost off, no memory gets the factor."""
+    """ "Have I ever used WillMaker Pro?" is about the user's own words: the
+    user's turn gets ``1 + query.selfBoost`` (0.5 by default) and comes
+    before the assistant's reply that repeats the name at length; asking
+    what the assistant said, or with the boost reloaded to 0, no memory gets
+    the factor."""
     braid = configured.braid
     said = [
         ("assistant", "WillMaker Pro is a will program. WillMaker Pro guides you; WillMaker Pro saves hours."),
@@ -329,15 +330,15 @@ async def test_a_first_person_query_boosts_its_own_speakers_memories(configured:
     ids = await braid.remember(*({"content": t, "speaker": s} for s, t in said))
     await braid.synced()
     query = "Have I ever used WillMaker Pro for my will?"
-    off = await braid.recall(query, top_k=2)
-    assert off["query"]["selves"] == []
-    assert [i for i in off["items"] if "self" in i["factors"]] == []
-    configured.write("query:\n  selfBoost: 1.0\n")
-    assert (await configured.reload()).status_code == 200
     on = await braid.recall(query, top_k=2)
     assert on["query"]["selves"] == ["user"]
-    assert {i["id"]: i["factors"].get("self") for i in on["items"]} == {ids[0]: None, ids[1]: 2.0}
+    assert {i["id"]: i["factors"].get("self") for i in on["items"]} == {ids[0]: None, ids[1]: 1.5}
     assert on["items"][0]["id"] == ids[1]
     theirs = await braid.recall("Which program did you recommend for my will?", top_k=2)
     assert theirs["query"]["selves"] == []
     assert [i for i in theirs["items"] if "self" in i["factors"]] == []
+    configured.write("query:\n  selfBoost: 0\n")
+    assert (await configured.reload()).status_code == 200
+    off = await braid.recall(query, top_k=2)
+    assert off["query"]["selves"] == []
+    assert [i for i in off["items"] if "self" in i["factors"]] == []
